@@ -1,0 +1,29 @@
+# Depot's two commands. Both install the C libraries first when pkg-config cannot find
+# them (apt-get; sudo when not root), so they work on a fresh Debian/Ubuntu machine that
+# has the Swift toolchain.
+
+SWIFT ?= swift
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+
+.PHONY: deps test test-tsan
+
+# Installs libsqlite3-dev, liblmdb-dev and the command-line tools the tests use.
+deps:
+	@missing=""; \
+	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
+	pkg-config --exists sqlite3 2>/dev/null || missing="$$missing libsqlite3-dev"; \
+	pkg-config --exists lmdb 2>/dev/null || missing="$$missing liblmdb-dev"; \
+	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
+	command -v mdb_stat >/dev/null 2>&1 || missing="$$missing lmdb-utils"; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# Runs every test (the conformance suite against every backend included).
+test: deps
+	$(SWIFT) test
+
+# The same tests under Thread Sanitizer, in a build folder of their own.
+test-tsan: deps
+	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan

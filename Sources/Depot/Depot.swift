@@ -1,0 +1,2 @@
+// The umbrella module: `import Depot` brings in the core API and every backend.
+@_exported import DepotCore

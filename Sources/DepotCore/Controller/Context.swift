@@ -1,0 +1,194 @@
+/// The operations shared by ``ReadContext`` and ``Context``: reads of one record type
+/// inside one transaction, converting rows to the application's objects.
+///
+/// Contexts live only inside the closure they are passed to; they are not `Sendable`.
+public protocol RecordContext {
+    associatedtype Object: ManagedConvertible & Sendable where Object.Managed == Managed
+    associatedtype Managed: ObjectConvertible where Managed.Object == Object
+    /// The transaction the context reads through.
+    var readTransaction: any ReadTransaction { get }
+}
+
+enum Conversion<Object, Managed>
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    @inline(__always)
+    static func object(from row: Row) throws(DepotError) -> Object {
+        do {
+            return try Managed(row: row).toObject()
+        } catch {
+            let entity = Managed.entity.description
+            let key = entity.attributes.indices.contains(entity.primaryKeyIndex) && row.count > entity.primaryKeyIndex
+                ? row[value: entity.primaryKeyIndex].debugLiteral : "?"
+            throw DepotError(.conversionFailed, "Cannot convert the stored \(entity.name) with primary key \(key) into \(Object.self): \(error). Fix the record's init(row:) or toObject(), or the stored data.")
+        }
+    }
+
+    @inline(__always)
+    static func row(from object: Object, into row: inout Row) throws(DepotError) {
+        let managed: Managed
+        do {
+            managed = try object.toManaged()
+        } catch {
+            throw DepotError(.conversionFailed, "Cannot convert \(Object.self) into a \(Managed.entity.name) record: \(error). Nothing was written.")
+        }
+        managed.encode(into: &row)
+    }
+
+    static func key(_ id: Managed.ID) -> Value { id.value }
+}
+
+extension RecordContext {
+    /// Every object matching `request`, in the request's order.
+    ///
+    /// - Complexity: One query; the result array is reserved up front when the backend
+    ///   knows the count.
+    public func fetchAll(_ request: Request<Managed> = .all) throws -> [Object] {
+        try fetchAll(request.resolved())
+    }
+
+    func fetchAll(_ query: Query) throws -> [Object] {
+        var result: [Object] = []
+        try readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { row in
+            result.append(try Conversion<Object, Managed>.object(from: row))
+        }
+        return result
+    }
+
+    /// The first object matching `request` in its order, or `nil`.
+    public func fetchFirst(_ request: Request<Managed> = .all) throws -> Object? {
+        try fetchAll(request.limit(1)).first
+    }
+
+    /// The object with primary key `id`, or `nil`.
+    public func fetchOne(id: Managed.ID) throws -> Object? {
+        var row = Row(capacity: Managed.entity.description.attributes.count)
+        guard try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row) else { return nil }
+        return try Conversion<Object, Managed>.object(from: row)
+    }
+
+    /// The number of records matching `request`, counted without converting them.
+    public func count(_ request: Request<Managed> = .all) throws -> Int {
+        try readTransaction.count(request.resolved())
+    }
+
+    /// Whether a record with primary key `id` exists.
+    public func exists(id: Managed.ID) throws -> Bool {
+        var row = Row()
+        return try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row)
+    }
+}
+
+/// Reads of one record type inside one read transaction: every read sees the same
+/// snapshot.
+public struct ReadContext<Object, Managed>: RecordContext
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    public let readTransaction: any ReadTransaction
+
+    public init(_ transaction: any ReadTransaction) {
+        self.readTransaction = transaction
+    }
+}
+
+/// A unit of work on one record type inside one write transaction.
+///
+/// Reads see the context's own writes. The work commits when the closure that received
+/// the context returns, and rolls back when it throws.
+///
+/// ```swift
+/// try await cats.operation { context in
+///     guard var tom = try context.fetchOne(id: 1) else { return }
+///     tom.age += 1
+///     try context.update(tom)
+/// }
+/// ```
+public struct Context<Object, Managed>: RecordContext
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    public let transaction: any WriteTransaction
+    public var readTransaction: any ReadTransaction { transaction }
+
+    public init(_ transaction: any WriteTransaction) {
+        self.transaction = transaction
+    }
+
+    private var entity: EntityDescription { Managed.entity.description }
+
+    /// Inserts or replaces `object` (upsert by primary key).
+    public func save(_ object: Object) throws {
+        var row = Row(capacity: entity.attributes.count)
+        try Conversion<Object, Managed>.row(from: object, into: &row)
+        try transaction.upsert(row, into: entity)
+    }
+
+    /// Inserts or replaces each object, in this one transaction.
+    public func save(_ objects: some Sequence<Object>) throws {
+        let entity = self.entity
+        var row = Row(capacity: entity.attributes.count)
+        for object in objects {
+            try Conversion<Object, Managed>.row(from: object, into: &row)
+            try transaction.upsert(row, into: entity)
+        }
+    }
+
+    /// Inserts `object`.
+    ///
+    /// - Throws: ``DepotError/Code/duplicateKey`` when its primary key or a unique value
+    ///   exists already.
+    public func insert(_ object: Object) throws {
+        try insert(CollectionOfOne(object))
+    }
+
+    /// Inserts each object, in this one transaction.
+    public func insert(_ objects: some Sequence<Object>) throws {
+        let entity = self.entity
+        var row = Row(capacity: entity.attributes.count)
+        for object in objects {
+            try Conversion<Object, Managed>.row(from: object, into: &row)
+            try transaction.insert(row, into: entity)
+        }
+    }
+
+    /// Replaces the stored record with the same primary key, in place.
+    ///
+    /// - Throws: ``DepotError/Code/notFound`` when there is none.
+    public func update(_ object: Object) throws {
+        try update(CollectionOfOne(object))
+    }
+
+    /// Replaces each stored record, in this one transaction.
+    public func update(_ objects: some Sequence<Object>) throws {
+        let entity = self.entity
+        var row = Row(capacity: entity.attributes.count)
+        for object in objects {
+            try Conversion<Object, Managed>.row(from: object, into: &row)
+            try transaction.update(row, in: entity)
+        }
+    }
+
+    /// Deletes the record stored for `object`; returns whether it existed.
+    @discardableResult
+    public func delete(_ object: Object) throws -> Bool {
+        let managed: Managed
+        do { managed = try object.toManaged() } catch {
+            throw DepotError(.conversionFailed, "Cannot convert \(Object.self) into a \(entity.name) record to delete it: \(error).")
+        }
+        return try transaction.delete(key: Managed.entity.primaryKey(of: managed), from: entity)
+    }
+
+    /// Deletes the record with primary key `id`; returns whether it existed.
+    @discardableResult
+    public func delete(id: Managed.ID) throws -> Bool {
+        try transaction.delete(key: id.value, from: entity)
+    }
+
+    /// Deletes every record matching `request`; returns how many.
+    @discardableResult
+    public func deleteAll(where request: Request<Managed>) throws -> Int {
+        try transaction.delete(request.resolved())
+    }
+
+    /// Deletes every record matching `predicate`; returns how many.
+    @discardableResult
+    public func deleteAll(where predicate: Condition<Managed>) throws -> Int {
+        try deleteAll(where: Request(predicate))
+    }
+}

@@ -1,0 +1,146 @@
+/// The completion-handler face of a ``Controller``: the same calls, each delivering its
+/// `Result` on the controller's ``OperatingQueue``.
+///
+/// ```swift
+/// cats.callbacks.fetchAll(Request(\.age > 10)) { result in
+///     switch result {
+///     case .success(let cats): render(cats)
+///     case .failure(let error): log(error)
+///     }
+/// }
+/// ```
+///
+/// Writes submitted through one store run in submission order, so two saves issued one
+/// after the other commit in that order. The completion handler names differ from the
+/// async ones by living on this view, so the two never compete in overload resolution.
+public struct CallbackController<Object, Managed>: Sendable
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    public let controller: Controller<Object, Managed>
+
+    public typealias Completion<T: Sendable> = @Sendable (Result<T, DepotError>) -> Void
+
+    private func deliver<T: Sendable>(_ result: Result<T, any Error>, to completion: @escaping Completion<T>) {
+        let mapped = result.mapError { DepotError.wrapping($0, code: .backend, context: "Unexpected error") }
+        controller.operatingQueue.queue.async { completion(mapped) }
+    }
+
+    private func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T, completion: @escaping Completion<T>
+    ) {
+        let store = controller.store
+        controller.ensureRegistered { registered in
+            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
+            store.submitRead({ try body(ReadContext($0)) }) { deliver($0, to: completion) }
+        }
+    }
+
+    private func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (Context<Object, Managed>) throws -> T, completion: @escaping Completion<T>
+    ) {
+        let store = controller.store
+        controller.ensureRegistered { registered in
+            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
+            store.submitWrite({ try body(Context($0)) }) { deliver($0, to: completion) }
+        }
+    }
+
+    private func resolve<T: Sendable>(_ request: Request<Managed>, _ completion: @escaping Completion<T>) -> Query? {
+        do {
+            return try request.resolved()
+        } catch {
+            deliver(.failure(error), to: completion)
+            return nil
+        }
+    }
+
+    // MARK: Units of work
+
+    /// Runs `body` with a read context and delivers what it returns.
+    public func read<T: Sendable>(
+        _ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T, completion: @escaping Completion<T>
+    ) {
+        submitRead(body, completion: completion)
+    }
+
+    /// Runs `body` in one write transaction (committed when it returns, rolled back when
+    /// it throws) and delivers what it returns. An error thrown by `body` is delivered as
+    /// is when it is a `DepotError`, and wrapped in one otherwise.
+    public func operation<T: Sendable>(
+        _ body: @escaping @Sendable (Context<Object, Managed>) throws -> T, completion: @escaping Completion<T>
+    ) {
+        submitWrite(body, completion: completion)
+    }
+
+    // MARK: Reads
+
+    public func fetchAll(_ request: Request<Managed> = .all, completion: @escaping Completion<[Object]>) {
+        guard let query = resolve(request, completion) else { return }
+        submitRead({ try $0.fetchAll(query) }, completion: completion)
+    }
+
+    public func fetchFirst(_ request: Request<Managed> = .all, completion: @escaping Completion<Object?>) {
+        guard let query = resolve(request.limit(1), completion) else { return }
+        submitRead({ try $0.fetchAll(query).first }, completion: completion)
+    }
+
+    public func fetchOne(id: Managed.ID, completion: @escaping Completion<Object?>) {
+        submitRead({ try $0.fetchOne(id: id) }, completion: completion)
+    }
+
+    public func count(_ request: Request<Managed> = .all, completion: @escaping Completion<Int>) {
+        guard let query = resolve(request, completion) else { return }
+        submitRead({ try $0.readTransaction.count(query) }, completion: completion)
+    }
+
+    public func exists(id: Managed.ID, completion: @escaping Completion<Bool>) {
+        submitRead({ try $0.exists(id: id) }, completion: completion)
+    }
+
+    // MARK: Writes
+
+    public func save(_ object: Object, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.save(object) }, completion: completion)
+    }
+
+    public func save(_ objects: some Collection<Object> & Sendable, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.save(objects) }, completion: completion)
+    }
+
+    public func insert(_ object: Object, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.insert(object) }, completion: completion)
+    }
+
+    public func insert(_ objects: some Collection<Object> & Sendable, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.insert(objects) }, completion: completion)
+    }
+
+    public func update(_ object: Object, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.update(object) }, completion: completion)
+    }
+
+    public func update(_ objects: some Collection<Object> & Sendable, completion: @escaping Completion<Void>) {
+        submitWrite({ try $0.update(objects) }, completion: completion)
+    }
+
+    public func delete(_ object: Object, completion: @escaping Completion<Bool>) {
+        submitWrite({ try $0.delete(object) }, completion: completion)
+    }
+
+    public func delete(id: Managed.ID, completion: @escaping Completion<Bool>) {
+        submitWrite({ try $0.delete(id: id) }, completion: completion)
+    }
+
+    public func deleteAll(where request: Request<Managed>, completion: @escaping Completion<Int>) {
+        guard let query = resolve(request, completion) else { return }
+        submitWrite({ try $0.transaction.delete(query) }, completion: completion)
+    }
+
+    public func deleteAll(where predicate: Condition<Managed>, completion: @escaping Completion<Int>) {
+        deleteAll(where: Request(predicate), completion: completion)
+    }
+}
+
+extension Controller {
+    /// The completion-handler API, delivering on ``operatingQueue``.
+    public var callbacks: CallbackController<Object, Managed> { CallbackController(controller: self) }
+}

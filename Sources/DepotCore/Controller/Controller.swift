@@ -1,0 +1,174 @@
+import Synchronization
+
+/// The façade an application holds: stores and fetches its immutable `Object` values
+/// through their `Managed` records, in one store.
+///
+/// ```swift
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// try await cats.save(Cat(id: 1, name: "Tom", weight: 4.2, age: 3))
+/// let old = try await cats.fetchAll(Request(\.age > 10).sorted(by: \.name))
+/// ```
+///
+/// Every call validates its input, converts, runs one transaction on the store's own
+/// threads, converts back, and then resumes the caller (async methods) or calls the
+/// completion handler on ``operatingQueue`` (the ``callbacks`` view). A controller is a
+/// small value: copy it freely; copies share the store.
+///
+/// The entity is registered with the store on first use; an invalid declaration fails that
+/// first call with ``DepotError/Code/invalidSchema``.
+public struct Controller<Object, Managed>: Sendable
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    /// The store this controller works in.
+    public let store: any Store
+    /// Where the ``callbacks`` view delivers completion handlers.
+    public let operatingQueue: OperatingQueue
+    let registration: Registration
+
+    /// Creates a controller.
+    ///
+    /// - Parameters:
+    ///   - store: The backend.
+    ///   - operatingQueue: Where completion handlers run; `.background` by default.
+    public init(store: any Store, operatingQueue: OperatingQueue = .background) {
+        self.store = store
+        self.operatingQueue = operatingQueue
+        self.registration = Registration()
+    }
+
+    typealias Conv = Conversion<Object, Managed>
+
+    static var entity: EntityDescription { Managed.entity.description }
+
+    // MARK: Registration
+
+    func ensureRegistered() async throws {
+        if registration.isDone { return }
+        try Managed.entity.validate()
+        try await store.register([Self.entity])
+        registration.markDone()
+    }
+
+    func ensureRegistered(then next: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        if registration.isDone { return next(.success(())) }
+        do { try Managed.entity.validate() } catch { return next(.failure(error)) }
+        let registration = self.registration
+        store.submitRegistration([Self.entity]) { result in
+            if case .success = result { registration.markDone() }
+            next(result)
+        }
+    }
+
+    // MARK: Units of work
+
+    /// Runs `body` with a read context: every read inside sees one snapshot.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
+        try await ensureRegistered()
+        return try await store.read { transaction in try body(ReadContext(transaction)) }
+    }
+
+    /// Runs `body` in one write transaction: its reads see its writes; it commits when
+    /// `body` returns and rolls back when it throws (the error is rethrown unchanged).
+    public func operation<T: Sendable>(_ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
+        try await ensureRegistered()
+        return try await store.write { transaction in try body(Context(transaction)) }
+    }
+
+    // MARK: Reads
+
+    /// Every object matching `request`, in its order (by primary key by default).
+    public func fetchAll(_ request: Request<Managed> = .all) async throws -> [Object] {
+        let query = try request.resolved()
+        return try await read { try $0.fetchAll(query) }
+    }
+
+    /// The first object matching `request`, or `nil`.
+    public func fetchFirst(_ request: Request<Managed> = .all) async throws -> Object? {
+        let query = try request.limit(1).resolved()
+        return try await read { try $0.fetchAll(query).first }
+    }
+
+    /// The object with primary key `id`, or `nil`.
+    public func fetchOne(id: Managed.ID) async throws -> Object? {
+        try await read { try $0.fetchOne(id: id) }
+    }
+
+    /// The number of records matching `request`, counted by the backend.
+    public func count(_ request: Request<Managed> = .all) async throws -> Int {
+        let query = try request.resolved()
+        return try await read { try $0.readTransaction.count(query) }
+    }
+
+    /// Whether a record with primary key `id` exists.
+    public func exists(id: Managed.ID) async throws -> Bool {
+        try await read { try $0.exists(id: id) }
+    }
+
+    // MARK: Writes
+
+    /// Inserts or replaces `object` by primary key.
+    public func save(_ object: Object) async throws {
+        try await operation { try $0.save(object) }
+    }
+
+    /// Inserts or replaces every object, in one transaction.
+    public func save(_ objects: some Collection<Object> & Sendable) async throws {
+        try await operation { try $0.save(objects) }
+    }
+
+    /// Inserts `object`.
+    ///
+    /// - Throws: ``DepotError/Code/duplicateKey`` when its key or a unique value exists.
+    public func insert(_ object: Object) async throws {
+        try await operation { try $0.insert(object) }
+    }
+
+    /// Inserts every object in one transaction; if one fails, none is inserted.
+    public func insert(_ objects: some Collection<Object> & Sendable) async throws {
+        try await operation { try $0.insert(objects) }
+    }
+
+    /// Replaces the stored record for `object`, keeping its identity.
+    ///
+    /// - Throws: ``DepotError/Code/notFound`` when there is none.
+    public func update(_ object: Object) async throws {
+        try await operation { try $0.update(object) }
+    }
+
+    /// Replaces every stored record in one transaction; if one is missing, none changes.
+    public func update(_ objects: some Collection<Object> & Sendable) async throws {
+        try await operation { try $0.update(objects) }
+    }
+
+    /// Deletes the record stored for `object`; returns whether there was one.
+    @discardableResult
+    public func delete(_ object: Object) async throws -> Bool {
+        try await operation { try $0.delete(object) }
+    }
+
+    /// Deletes the record with primary key `id`; returns whether there was one.
+    @discardableResult
+    public func delete(id: Managed.ID) async throws -> Bool {
+        try await operation { try $0.delete(id: id) }
+    }
+
+    /// Deletes every record matching `predicate`; returns how many.
+    @discardableResult
+    public func deleteAll(where predicate: Condition<Managed>) async throws -> Int {
+        let query = try Request(predicate).resolved()
+        return try await operation { try $0.transaction.delete(query) }
+    }
+
+    /// Deletes every record matching `request` (its order, offset and limit included).
+    @discardableResult
+    public func deleteAll(where request: Request<Managed>) async throws -> Int {
+        let query = try request.resolved()
+        return try await operation { try $0.transaction.delete(query) }
+    }
+}
+
+/// Whether a controller has registered its entity; shared by the controller's copies.
+final class Registration: Sendable {
+    private let done = Atomic<Bool>(false)
+    var isDone: Bool { done.load(ordering: .acquiring) }
+    func markDone() { done.store(true, ordering: .releasing) }
+}

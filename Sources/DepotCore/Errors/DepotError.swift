@@ -1,0 +1,108 @@
+/// The one error type Depot throws.
+///
+/// Catch it by ``code``; the ``message`` is written for the person reading a log and says
+/// what to do next. Backends keep their own result code in ``nativeCode`` (an SQLite
+/// extended result code, an LMDB return code), so nothing is lost in translation.
+///
+/// ```swift
+/// do {
+///     try await cats.insert(tom)
+/// } catch let error as DepotError where error.code == .duplicateKey {
+///     try await cats.update(tom)
+/// }
+/// ```
+///
+/// `DepotError` is a struct over an open set of codes rather than an enum, so that new
+/// codes can be added without breaking exhaustive `switch` statements in applications.
+public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// A stable, machine-readable error code.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        /// The code's stable name, e.g. `"notFound"`; safe to log and to compare.
+        public let name: String
+
+        private init(_ name: String) { self.name = name }
+
+        public var description: String { name }
+
+        /// No record has the given primary key.
+        public static let notFound = Code("notFound")
+        /// A record with the same primary key or unique attribute value already exists.
+        public static let duplicateKey = Code("duplicateKey")
+        /// The schema stored in the backend differs from the declared one in a way Depot
+        /// will not migrate automatically.
+        public static let schemaMismatch = Code("schemaMismatch")
+        /// An entity declaration is not valid (no primary key, duplicate names, bad names,
+        /// a default value of the wrong type, an entity the store does not know).
+        public static let invalidSchema = Code("invalidSchema")
+        /// A predicate or request names an unknown attribute or compares it with a value
+        /// of the wrong type, or a limit or offset is negative.
+        public static let invalidPredicate = Code("invalidPredicate")
+        /// A value could not be converted between the object, the record and the row.
+        public static let conversionFailed = Code("conversionFailed")
+        /// A value cannot be stored by this backend (for instance a key longer than the
+        /// backend's key limit).
+        public static let invalidValue = Code("invalidValue")
+        /// The store's files are damaged or are not a store of this kind.
+        public static let storeCorrupted = Code("storeCorrupted")
+        /// The disk, or a fixed-size map, is full.
+        public static let storeFull = Code("storeFull")
+        /// The operating system reported an input/output error.
+        public static let io = Code("io")
+        /// Another process or connection holds a lock for longer than the busy timeout.
+        public static let busy = Code("busy")
+        /// The store has been closed.
+        public static let closed = Code("closed")
+        /// The store's configuration (a URL, an option, a path) is not valid.
+        public static let invalidConfiguration = Code("invalidConfiguration")
+        /// The caller is not allowed to use the store's files (permissions, read-only
+        /// media).
+        public static let permissionDenied = Code("permissionDenied")
+        /// A backend failure that fits no other code; ``DepotError/nativeCode`` says more.
+        public static let backend = Code("backend")
+    }
+
+    /// What went wrong, as a stable code.
+    public let code: Code
+    /// A sentence or two for a person: what happened and what to do.
+    public let message: String
+    /// The backend's own result code, when the error came from a backend.
+    public let nativeCode: Int32?
+
+    public init(_ code: Code, _ message: String, nativeCode: Int32? = nil) {
+        self.code = code
+        self.message = message
+        self.nativeCode = nativeCode
+    }
+
+    public var description: String {
+        if let nativeCode {
+            return "DepotError.\(code.name) (native code \(nativeCode)): \(message)"
+        }
+        return "DepotError.\(code.name): \(message)"
+    }
+}
+
+extension DepotError {
+    static func notFound(entity: String, key: Value) -> DepotError {
+        DepotError(.notFound, "No \(entity) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
+    }
+
+    static func duplicateKey(entity: String, key: Value) -> DepotError {
+        DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
+    }
+
+    static func duplicateUnique(entity: String, attribute: String, value: Value) -> DepotError {
+        DepotError(.duplicateKey, "Another \(entity) already has \(attribute) = \(value.debugLiteral), and \(attribute) is declared unique.")
+    }
+
+    static func closed(_ store: String) -> DepotError {
+        DepotError(.closed, "The \(store) has been closed; open a new store to continue.")
+    }
+
+    /// Wraps any error thrown by caller code (a conversion, a closure) so that callers see
+    /// only `DepotError`, keeping the original text.
+    public static func wrapping(_ error: any Error, code: Code = .conversionFailed, context: String) -> DepotError {
+        if let depot = error as? DepotError { return depot }
+        return DepotError(code, "\(context): \(error)")
+    }
+}

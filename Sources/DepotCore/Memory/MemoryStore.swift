@@ -1,0 +1,190 @@
+import Dispatch
+import Synchronization
+
+/// The in-memory backend: the reference implementation of Depot's semantics, and the
+/// store to use in tests.
+///
+/// Readers work on a copy-on-write snapshot taken when their transaction starts, so they
+/// never wait for the writer and never see its uncommitted changes. Writers are
+/// serialized on one queue, in submission order; a writer collects its changes in an
+/// overlay and applies them to the committed state only when its closure returns, so a
+/// throw leaves nothing behind.
+///
+/// ```swift
+/// let store = MemoryStore()
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// ```
+///
+/// Nothing is persisted: the data lives as long as the store.
+public final class MemoryStore: Store {
+    struct Table: Sendable {
+        var entity: EntityDescription
+        var rows: [Value: Row] = [:]
+        /// For each unique attribute position: value → primary key.
+        var unique: [Int: [Value: Value]] = [:]
+
+        init(entity: EntityDescription) {
+            self.entity = entity
+            for (i, a) in entity.attributes.enumerated() where a.isUnique { unique[i] = [:] }
+        }
+    }
+
+    struct Snapshot: Sendable {
+        var tables: [String: Table] = [:]
+    }
+
+    private struct State: Sendable {
+        var snapshot = Snapshot()
+        var closed = false
+        var running = 0
+    }
+
+    private let state = Mutex(State())
+    private let writer = DispatchQueue(label: "depot.memory.writer")
+    private let readers = DispatchQueue(label: "depot.memory.readers", attributes: .concurrent)
+    private let idle = DispatchGroup()
+    public let changes = ChangeFeed()
+
+    public var backendName: String { "memory" }
+
+    /// Creates an empty store.
+    public init() {}
+
+    // MARK: Work accounting
+
+    private func begin() throws(DepotError) -> Snapshot {
+        try state.withLock { (s: inout State) throws(DepotError) -> Snapshot in
+            if s.closed { throw DepotError.closed("memory store") }
+            s.running += 1
+            idle.enter()
+            return s.snapshot
+        }
+    }
+
+    private func end() {
+        state.withLock { $0.running -= 1 }
+        idle.leave()
+    }
+
+    // MARK: Store
+
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        writer.async {
+            completion(Result { try self.registerNow(entities) })
+        }
+    }
+
+    private func registerNow(_ entities: [EntityDescription]) throws {
+        _ = try begin()
+        defer { end() }
+        for entity in entities { try entity.validate() }
+        try state.withLock { (s: inout State) throws(DepotError) in
+            for entity in entities {
+                guard let existing = s.snapshot.tables[entity.name] else {
+                    s.snapshot.tables[entity.name] = Table(entity: entity)
+                    continue
+                }
+                if existing.entity == entity { continue }
+                let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
+                var table = Table(entity: entity)
+                for (key, row) in existing.rows {
+                    let migrated = migration.migrate(row)
+                    table.rows[key] = migrated
+                    for position in table.unique.keys where !migrated[value: position].isNull {
+                        table.unique[position]![migrated[value: position]] = key
+                    }
+                }
+                s.snapshot.tables[entity.name] = table
+            }
+        }
+    }
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        readers.async {
+            completion(Result { try self.readNow(body) })
+        }
+    }
+
+    /// Reads run on the calling task: they touch only memory and never wait for a writer,
+    /// so there is no blocking work to move off the cooperative pool.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        try readNow(body)
+    }
+
+    private func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
+        let snapshot = try begin()
+        defer { end() }
+        let transaction = MemoryTransaction(base: snapshot, writable: false)
+        defer { transaction.isFinished = true }
+        return try body(transaction)
+    }
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        writer.async {
+            completion(Result { try self.writeNow(body) })
+        }
+    }
+
+    private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        let snapshot = try begin()
+        defer { end() }
+        let transaction = MemoryTransaction(base: snapshot, writable: true)
+        let result: T
+        do {
+            result = try body(transaction)
+            transaction.isFinished = true
+        } catch {
+            transaction.isFinished = true
+            throw error
+        }
+        let observed = changes.isObserved
+        var recorder = ChangeRecorder()
+        state.withLock { s in
+            for (name, pending) in transaction.pending {
+                // Mutating in place: the committed dictionaries are copied only if a reader
+                // still holds the previous snapshot.
+                guard s.snapshot.tables[name] != nil else { continue }
+                for key in pending.order {
+                    guard let newRow = pending.rows[key] else { continue }
+                    let oldRow = s.snapshot.tables[name]!.rows[key]
+                    if observed {
+                        recorder.record(entity: name, key: key, existedBefore: oldRow != nil, existsAfter: newRow != nil)
+                    }
+                    for position in pending.uniquePositions {
+                        if let old = oldRow?[value: position], !old.isNull,
+                            s.snapshot.tables[name]!.unique[position]![old] == key
+                        {
+                            s.snapshot.tables[name]!.unique[position]![old] = nil
+                        }
+                    }
+                    s.snapshot.tables[name]!.rows[key] = newRow
+                }
+                for position in pending.uniquePositions {
+                    for (key, newRow) in pending.rows {
+                        if let value = newRow?[value: position], !value.isNull {
+                            s.snapshot.tables[name]!.unique[position]![value] = key
+                        }
+                    }
+                }
+            }
+        }
+        if observed, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        return result
+    }
+
+    public func close() async {
+        state.withLock { $0.closed = true }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            idle.notify(queue: .global()) { continuation.resume() }
+        }
+        state.withLock { $0.snapshot = Snapshot() }
+    }
+}

@@ -1,0 +1,150 @@
+/// A predicate over the records of one type, checked against its entity when it runs.
+///
+/// (Named `Condition` so that it never collides with Foundation's `Predicate` in files
+/// that import both.)
+///
+/// Build it from key paths, which the compiler checks:
+///
+/// ```swift
+/// let old: Condition<CatRecord> = \.age > 10 && \.name != "Tom"
+/// let named = Condition<CatRecord>.in(\.name, ["Tom", "Felix"])
+/// ```
+///
+/// or from attribute names, for dynamic use; an unknown name or a value of the wrong type
+/// is reported as ``DepotError/Code/invalidPredicate`` when the request runs, never as an
+/// empty result:
+///
+/// ```swift
+/// let pedro = Condition<CatRecord>.where("name", equalTo: "Pedro")
+/// ```
+public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
+    /// The untyped tree.
+    public let expression: PredicateExpression
+
+    public init(_ expression: PredicateExpression) { self.expression = expression }
+
+    /// Matches every record.
+    public static var all: Condition { Condition(.constant(true)) }
+    /// Matches no record.
+    public static var none: Condition { Condition(.constant(false)) }
+
+    static func name(_ keyPath: AnyKeyPath) -> Result<String, DepotError> {
+        if let name = Record.entity.attributeName(for: keyPath) { return .success(name) }
+        return .failure(DepotError(.invalidPredicate, "A key path used in a predicate on \(Record.entity.name) is not one of its declared attributes; declare an Attribute for it."))
+    }
+
+    static func build(_ keyPath: AnyKeyPath, _ make: (String) -> PredicateExpression) -> Condition {
+        switch name(keyPath) {
+        case .success(let name): return Condition(make(name))
+        case .failure(let error): return Condition(.invalid(error.message))
+        }
+    }
+
+    // MARK: Key-path forms
+
+    /// Records whose attribute is one of `values` (`nil` among them matches nil).
+    public static func `in`<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ values: some Sequence<V>) -> Condition {
+        build(keyPath) { .oneOf(attribute: $0, values.map(\.value)) }
+    }
+
+    /// Records whose attribute is not nil and is none of `values`.
+    public static func notIn<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ values: some Sequence<V>) -> Condition {
+        build(keyPath) { .notOneOf(attribute: $0, values.map(\.value)) }
+    }
+
+    /// Records whose attribute is nil.
+    public static func isNil<V: AttributeValue>(_ keyPath: KeyPath<Record, V>) -> Condition {
+        build(keyPath) { .isNil(attribute: $0) }
+    }
+
+    /// Records whose string attribute starts with `prefix` (bytes, case-sensitive).
+    public static func hasPrefix<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ prefix: String) -> Condition {
+        build(keyPath) { .hasPrefix(attribute: $0, prefix) }
+    }
+
+    /// Records whose string attribute contains `substring` (bytes, case-sensitive).
+    public static func contains<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ substring: String) -> Condition {
+        build(keyPath) { .contains(attribute: $0, substring) }
+    }
+
+    // MARK: Name forms
+
+    /// Compares the named attribute with a value.
+    public static func `where`(_ attribute: String, _ op: ComparisonOperator, _ value: some AttributeValue) -> Condition {
+        Condition(.compare(attribute: attribute, op, value.value))
+    }
+
+    /// The named attribute equals `value` (`nil` means "is nil").
+    public static func `where`(_ attribute: String, equalTo value: some AttributeValue) -> Condition {
+        Condition(.compare(attribute: attribute, .equal, value.value))
+    }
+
+    /// The named attribute is one of `values`.
+    public static func `where`(_ attribute: String, in values: [any AttributeValue]) -> Condition {
+        Condition(.oneOf(attribute: attribute, values.map(\.value)))
+    }
+
+    /// The named attribute is none of `values`.
+    public static func `where`(_ attribute: String, notIn values: [any AttributeValue]) -> Condition {
+        Condition(.notOneOf(attribute: attribute, values.map(\.value)))
+    }
+
+    /// The named string attribute starts with `prefix`.
+    public static func `where`(_ attribute: String, hasPrefix prefix: String) -> Condition {
+        Condition(.hasPrefix(attribute: attribute, prefix))
+    }
+
+    /// The named string attribute contains `substring`.
+    public static func `where`(_ attribute: String, contains substring: String) -> Condition {
+        Condition(.contains(attribute: attribute, substring))
+    }
+
+    /// The named attribute is nil.
+    public static func whereNil(_ attribute: String) -> Condition {
+        Condition(.isNil(attribute: attribute))
+    }
+
+    // MARK: Logic
+
+    public static func && (lhs: Condition, rhs: Condition) -> Condition {
+        Condition(lhs.expression.and(rhs.expression))
+    }
+
+    public static func || (lhs: Condition, rhs: Condition) -> Condition {
+        Condition(lhs.expression.or(rhs.expression))
+    }
+
+    public static prefix func ! (operand: Condition) -> Condition {
+        Condition(.not(operand.expression))
+    }
+}
+
+// MARK: - Key-path comparison operators
+
+func comparison<R: ManagedRecord, V: AttributeValue>(_ keyPath: KeyPath<R, V>, _ op: ComparisonOperator, _ value: V) -> Condition<R> {
+    Condition<R>.build(keyPath) { .compare(attribute: $0, op, value.value) }
+}
+
+public func == <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .equal, rhs)
+}
+
+public func != <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .notEqual, rhs)
+}
+
+public func < <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .less, rhs)
+}
+
+public func <= <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .lessOrEqual, rhs)
+}
+
+public func > <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .greater, rhs)
+}
+
+public func >= <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
+    comparison(lhs, .greaterOrEqual, rhs)
+}

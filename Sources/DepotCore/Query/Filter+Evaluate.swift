@@ -1,0 +1,142 @@
+/// Evaluation of filters and sort order in Swift, for backends that do not compile
+/// queries to another language (memory, LMDB). SQLite compiles the same ``Filter`` to SQL
+/// with the same meaning; the conformance suite holds them to it.
+extension Filter {
+    /// Whether a row matches: `true`, `false`, or `nil` for unknown (which does not match).
+    public func evaluate(_ row: Row) -> Bool? {
+        switch self {
+        case .constant(let b):
+            return b
+        case .compare(let index, let op, let value):
+            let field = row[value: index]
+            if field.isNull { return nil }
+            let c = Value.compare(field, value)
+            switch op {
+            case .equal: return c == 0
+            case .notEqual: return c != 0
+            case .less: return c < 0
+            case .lessOrEqual: return c <= 0
+            case .greater: return c > 0
+            case .greaterOrEqual: return c >= 0
+            }
+        case .oneOf(let index, let values, let includesNil):
+            let field = row[value: index]
+            if field.isNull { return includesNil ? true : nil }
+            // Means `x IN (non-nil values) OR x IS NULL`, so a non-null miss is false.
+            return values.contains(field)
+        case .notOneOf(let index, let values):
+            let field = row[value: index]
+            if field.isNull { return nil }
+            return !values.contains(field)
+        case .isNil(let index):
+            return row[value: index].isNull
+        case .isNotNil(let index):
+            return !row[value: index].isNull
+        case .hasPrefix(let index, let prefix):
+            guard case .string(let s) = row[value: index] else { return nil }
+            return s.utf8.starts(with: prefix.utf8)
+        case .contains(let index, let needle):
+            guard case .string(let s) = row[value: index] else { return nil }
+            return Self.utf8Contains(s, needle)
+        case .and(let parts):
+            var result: Bool? = true
+            for part in parts {
+                switch part.evaluate(row) {
+                case .some(false): return false
+                case .none: result = nil
+                case .some(true): break
+                }
+            }
+            return result
+        case .or(let parts):
+            var result: Bool? = false
+            for part in parts {
+                switch part.evaluate(row) {
+                case .some(true): return true
+                case .none: result = nil
+                case .some(false): break
+                }
+            }
+            return result
+        case .not(let inner):
+            return inner.evaluate(row).map { !$0 }
+        }
+    }
+
+    /// Whether a row matches (unknown counts as no).
+    @inlinable
+    public func matches(_ row: Row) -> Bool {
+        evaluate(row) == true
+    }
+
+    static func utf8Contains(_ haystack: String, _ needle: String) -> Bool {
+        var h = haystack
+        var n = needle
+        return h.withUTF8 { hb in
+            n.withUTF8 { nb in
+                if nb.isEmpty { return true }
+                if nb.count > hb.count { return false }
+                let first = nb[0]
+                var i = 0
+                let last = hb.count - nb.count
+                while i <= last {
+                    if hb[i] == first {
+                        var j = 1
+                        while j < nb.count && hb[i + j] == nb[j] { j += 1 }
+                        if j == nb.count { return true }
+                    }
+                    i += 1
+                }
+                return false
+            }
+        }
+    }
+}
+
+extension Query {
+    /// Whether `a` comes before `b` in the query's order (sort keys, then primary key).
+    /// Nulls sort before every value in ascending order and after in descending order.
+    public func areInIncreasingOrder(_ a: Row, _ b: Row) -> Bool {
+        for key in sort {
+            let c = Value.compare(a[value: key.attributeIndex], b[value: key.attributeIndex])
+            if c != 0 { return key.ascending ? c < 0 : c > 0 }
+        }
+        return false
+    }
+
+    /// Applies filter, order, offset and limit to rows in memory, keeping at most
+    /// `offset + limit` rows while scanning when there is a limit.
+    public func apply(to rows: some Sequence<Row>) -> [Row] {
+        var matched: [Row] = []
+        if let limit {
+            // Bounded top-N: keep a sorted window so a small limit over a large table
+            // costs O(n log k) rather than a full sort.
+            let window = offset + limit
+            if window == 0 { return [] }
+            for row in rows where filter.matches(row) {
+                if matched.count == window {
+                    guard let last = matched.last, areInIncreasingOrder(row, last) else { continue }
+                    matched.removeLast()
+                }
+                let position = insertionIndex(for: row, in: matched)
+                matched.insert(row, at: position)
+            }
+        } else {
+            for row in rows where filter.matches(row) { matched.append(row) }
+            matched.sort(by: areInIncreasingOrder)
+        }
+        if offset >= matched.count { return [] }
+        let end = limit.map { Swift.min(matched.count, offset + $0) } ?? matched.count
+        return Array(matched[offset..<end])
+    }
+
+    private func insertionIndex(for row: Row, in sorted: [Row]) -> Int {
+        var low = 0
+        var high = sorted.count
+        while low < high {
+            let mid = (low + high) / 2
+            if areInIncreasingOrder(row, sorted[mid]) { high = mid } else { low = mid + 1 }
+        }
+        return low
+    }
+}

@@ -1,0 +1,169 @@
+/// A predicate checked against its entity: attributes by position, values coerced to the
+/// attribute's type, `nil` comparisons rewritten into their meaning.
+///
+/// Backends compile or evaluate this form; it never contains an unknown attribute or a
+/// value of the wrong type.
+public indirect enum Filter: Sendable, Hashable {
+    /// `true` matches every record, `false` none, `nil` is unknown (a comparison with nil):
+    /// it matches nothing, and neither does its negation.
+    case constant(Bool?)
+    /// Compares the attribute at a position with a non-null value. Never matches a null.
+    case compare(Int, ComparisonOperator, Value)
+    /// The attribute is one of the non-null values, or null when `includesNil`
+    /// (`x IN (values) OR x IS NULL`).
+    case oneOf(Int, [Value], includesNil: Bool)
+    /// The attribute is non-null and none of the values.
+    case notOneOf(Int, [Value])
+    case isNil(Int)
+    case isNotNil(Int)
+    /// UTF-8 byte prefix of a string attribute.
+    case hasPrefix(Int, String)
+    /// UTF-8 byte substring of a string attribute.
+    case contains(Int, String)
+    case and([Filter])
+    case or([Filter])
+    case not(Filter)
+}
+
+/// A sort key resolved to an attribute position.
+public struct ResolvedSortKey: Sendable, Hashable {
+    public let attributeIndex: Int
+    public let ascending: Bool
+
+    public init(attributeIndex: Int, ascending: Bool) {
+        self.attributeIndex = attributeIndex
+        self.ascending = ascending
+    }
+}
+
+/// A request resolved against its entity: what a ``Store`` executes.
+public struct Query: Sendable, Hashable {
+    public let entity: EntityDescription
+    public let filter: Filter
+    /// Sort keys in significance order; always ends with the primary key (ascending) unless
+    /// the primary key already appears, so every backend breaks ties the same way.
+    public let sort: [ResolvedSortKey]
+    public let limit: Int?
+    public let offset: Int
+
+    /// A query for every record of an entity, in primary key order.
+    public init(all entity: EntityDescription) {
+        self.entity = entity
+        self.filter = .constant(true)
+        self.sort = [ResolvedSortKey(attributeIndex: entity.primaryKeyIndex, ascending: true)]
+        self.limit = nil
+        self.offset = 0
+    }
+
+    /// Resolves an untyped predicate and sort keys against `entity`.
+    ///
+    /// - Throws: ``DepotError/Code/invalidPredicate`` naming the problem.
+    public init(
+        entity: EntityDescription, predicate: PredicateExpression, sortKeys: [SortKey] = [], limit: Int? = nil,
+        offset: Int = 0
+    ) throws(DepotError) {
+        if let limit, limit < 0 {
+            throw DepotError(.invalidPredicate, "The limit \(limit) is negative; use a limit of 0 or more, or none.")
+        }
+        if offset < 0 {
+            throw DepotError(.invalidPredicate, "The offset \(offset) is negative; use an offset of 0 or more.")
+        }
+        self.entity = entity
+        self.filter = try Self.resolve(predicate, in: entity)
+        var sort: [ResolvedSortKey] = []
+        for key in sortKeys {
+            let index = try Self.attributeIndex(key.attribute, in: entity, for: "sort by")
+            sort.append(ResolvedSortKey(attributeIndex: index, ascending: key.ascending))
+        }
+        if !sort.contains(where: { $0.attributeIndex == entity.primaryKeyIndex }) {
+            sort.append(ResolvedSortKey(attributeIndex: entity.primaryKeyIndex, ascending: true))
+        }
+        self.sort = sort
+        self.limit = limit
+        self.offset = offset
+    }
+
+    /// Whether the query asks for every record in primary key order with no limit.
+    public var isFullScanInKeyOrder: Bool {
+        filter == .constant(true) && limit == nil && offset == 0 && sort.count == 1
+            && sort[0].attributeIndex == entity.primaryKeyIndex && sort[0].ascending
+    }
+
+    static func attributeIndex(_ name: String, in entity: EntityDescription, for use: String) throws(DepotError) -> Int {
+        guard let index = entity.index(of: name) else {
+            let known = entity.attributes.map(\.name).joined(separator: ", ")
+            throw DepotError(.invalidPredicate, "\(entity.name) has no attribute '\(name)' to \(use); its attributes are: \(known).")
+        }
+        return index
+    }
+
+    static func coerce(_ value: Value, to attribute: AttributeDescription, entity: EntityDescription) throws(DepotError) -> Value {
+        if value.isNull || value.type == attribute.type { return value }
+        if attribute.type == .double, case .int(let i) = value { return .double(Double(i)) }
+        throw DepotError(.invalidPredicate, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the predicate compares it with \(value.debugLiteral), of type \(value.type?.rawValue ?? "nil"). Use a value of the attribute's type.")
+    }
+
+    static func resolve(_ expression: PredicateExpression, in entity: EntityDescription) throws(DepotError) -> Filter {
+        switch expression {
+        case .constant(let b):
+            return .constant(b)
+        case .invalid(let message):
+            throw DepotError(.invalidPredicate, message)
+        case .compare(let name, let op, let raw):
+            let index = try attributeIndex(name, in: entity, for: "compare")
+            let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+            if value.isNull {
+                switch op {
+                case .equal: return .isNil(index)
+                case .notEqual: return .isNotNil(index)
+                default: return .constant(nil)
+                }
+            }
+            return .compare(index, op, value)
+        case .oneOf(let name, let raws):
+            let index = try attributeIndex(name, in: entity, for: "match against a list")
+            var values: [Value] = []
+            var includesNil = false
+            for raw in raws {
+                let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+                if value.isNull { includesNil = true } else { values.append(value) }
+            }
+            if values.isEmpty { return includesNil ? .isNil(index) : .constant(false) }
+            return .oneOf(index, values, includesNil: includesNil)
+        case .notOneOf(let name, let raws):
+            let index = try attributeIndex(name, in: entity, for: "match against a list")
+            var values: [Value] = []
+            for raw in raws {
+                let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+                if !value.isNull { values.append(value) }
+            }
+            return values.isEmpty ? .isNotNil(index) : .notOneOf(index, values)
+        case .isNil(let name):
+            return .isNil(try attributeIndex(name, in: entity, for: "test for nil"))
+        case .hasPrefix(let name, let prefix):
+            let index = try stringAttribute(name, in: entity, for: "hasPrefix")
+            return .hasPrefix(index, prefix)
+        case .contains(let name, let substring):
+            let index = try stringAttribute(name, in: entity, for: "contains")
+            return .contains(index, substring)
+        case .and(let parts):
+            var out: [Filter] = []
+            for part in parts { out.append(try resolve(part, in: entity)) }
+            return out.count == 1 ? out[0] : .and(out)
+        case .or(let parts):
+            var out: [Filter] = []
+            for part in parts { out.append(try resolve(part, in: entity)) }
+            return out.count == 1 ? out[0] : .or(out)
+        case .not(let inner):
+            return .not(try resolve(inner, in: entity))
+        }
+    }
+
+    static func stringAttribute(_ name: String, in entity: EntityDescription, for use: String) throws(DepotError) -> Int {
+        let index = try attributeIndex(name, in: entity, for: use)
+        guard entity.attributes[index].type == .string else {
+            throw DepotError(.invalidPredicate, "\(use) works on string attributes; \(entity.name).\(name) has type \(entity.attributes[index].type.rawValue).")
+        }
+        return index
+    }
+}

@@ -1,0 +1,115 @@
+/// One attribute of a record, declared with the key path it maps to.
+///
+/// ```swift
+/// Attribute("name", \.name, indexed: true)
+/// ```
+public struct Attribute<Record>: Sendable {
+    public let description: AttributeDescription
+    let keyPath: PartialKeyPath<Record> & Sendable
+    let read: @Sendable (Record) -> Value
+
+    /// Declares an attribute.
+    ///
+    /// - Parameters:
+    ///   - name: The stored name (column or field name).
+    ///   - keyPath: The property it maps to; its type decides the attribute type.
+    ///   - indexed: Whether backends keep an index on it, for fast filtering and sorting.
+    ///   - unique: Whether two records may share a non-nil value.
+    ///   - defaultValue: The value existing records get when this attribute is added later.
+    public init<V: AttributeValue>(
+        _ name: String, _ keyPath: KeyPath<Record, V> & Sendable, indexed: Bool = false,
+        unique: Bool = false, default defaultValue: V? = nil
+    ) {
+        self.description = AttributeDescription(
+            name: name, type: V.attributeType, isOptional: V.isOptional,
+            defaultValue: defaultValue.map(\.value), isIndexed: indexed || unique, isUnique: unique)
+        self.keyPath = keyPath
+        self.read = { $0[keyPath: keyPath].value }
+    }
+}
+
+/// Collects the attributes of an ``Entity`` declaration.
+@resultBuilder
+public enum AttributeListBuilder<Record> {
+    // Gives each line the record type as context, so `\.name` needs no root type.
+    public static func buildExpression(_ attribute: Attribute<Record>) -> Attribute<Record> { attribute }
+    public static func buildBlock(_ attributes: Attribute<Record>...) -> [Attribute<Record>] { attributes }
+}
+
+/// The schema of a ``ManagedRecord``: its entity name, attributes and primary key,
+/// declared once with the key paths the attributes map to.
+///
+/// ```swift
+/// static let entity = Entity<CatRecord>("Cat", primaryKey: \.id) {
+///     Attribute("id", \.id)
+///     Attribute("name", \.name, indexed: true)
+///     Attribute("age", \.age)
+/// }
+/// ```
+///
+/// The declaration cannot fail at compile time for a type mismatch; problems only a run
+/// can see (a primary key path that is not among the attributes, duplicate names) are
+/// reported as ``DepotError/Code/invalidSchema`` when a store first sees the entity.
+public struct Entity<Record: ManagedRecord>: Sendable {
+    /// The backend-neutral schema.
+    public let description: EntityDescription
+    let attributes: [Attribute<Record>]
+    let indexByKeyPath: KeyPathIndex
+    let declarationProblem: DepotError?
+
+    public init(
+        _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable,
+        @AttributeListBuilder<Record> attributes: () -> [Attribute<Record>]
+    ) {
+        let list = attributes()
+        var byKeyPath: [AnyKeyPath: Int] = [:]
+        for (i, a) in list.enumerated() where byKeyPath[a.keyPath] == nil { byKeyPath[a.keyPath] = i }
+        let keyIndex = byKeyPath[primaryKey]
+        self.attributes = list
+        self.indexByKeyPath = KeyPathIndex(byKeyPath)
+        self.description = EntityDescription(
+            name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1)
+        self.declarationProblem =
+            keyIndex == nil
+            ? DepotError(.invalidSchema, "Entity \(name) names a primary key path that is not one of its attributes; declare an Attribute for it.")
+            : nil
+    }
+
+    /// The entity name.
+    public var name: String { description.name }
+
+    /// Checks the declaration.
+    ///
+    /// - Throws: ``DepotError/Code/invalidSchema`` naming the problem.
+    public func validate() throws(DepotError) {
+        if let declarationProblem { throw declarationProblem }
+        try description.validate()
+    }
+
+    /// The name of the attribute a key path maps to, if it is declared.
+    public func attributeName(for keyPath: AnyKeyPath) -> String? {
+        indexByKeyPath.positions[keyPath].map { description.attributes[$0].name }
+    }
+
+    /// Writes a record's values into a row in attribute order.
+    public func encode(_ record: Record, into row: inout Row) {
+        row.removeAll()
+        for attribute in attributes { row.append(attribute.read(record)) }
+    }
+
+    /// The primary key value of a record.
+    public func primaryKey(of record: Record) -> Value {
+        guard attributes.indices.contains(description.primaryKeyIndex) else { return .null }
+        return attributes[description.primaryKeyIndex].read(record)
+    }
+}
+
+/// Key path → attribute position.
+///
+/// `@unchecked Sendable` because `AnyKeyPath` is not `Sendable` in general (a key path can
+/// capture subscript arguments), but these are only compared and hashed, never applied,
+/// and the dictionary is never mutated after `init`.
+final class KeyPathIndex: @unchecked Sendable {
+    let positions: [AnyKeyPath: Int]
+    init(_ positions: [AnyKeyPath: Int]) { self.positions = positions }
+}

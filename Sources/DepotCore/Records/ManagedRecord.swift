@@ -1,0 +1,78 @@
+/// A struct that a store can hold: described by an ``Entity`` and mapped to and from a
+/// ``Row``.
+///
+/// Declaring one takes the entity and an initializer that reads the row in attribute
+/// order; writing the row back comes for free from the entity's key paths. The record is
+/// `Identifiable`: its `id` is the primary key (add a computed `id` when the key has another
+/// name).
+///
+/// ```swift
+/// struct CatRecord: ManagedRecord {
+///     var id: Int64
+///     var name: String
+///     var age: Int
+///
+///     static let entity = Entity<CatRecord>("Cat", primaryKey: \.id) {
+///         Attribute("id", \.id)
+///         Attribute("name", \.name)
+///         Attribute("age", \.age)
+///     }
+///
+///     init(id: Int64, name: String, age: Int) { self.id = id; self.name = name; self.age = age }
+///     init(row: Row) throws { id = try row[0]; name = try row[1]; age = try row[2] }
+/// }
+/// ```
+public protocol ManagedRecord: Identifiable, Sendable where ID: PrimaryKeyValue {
+    /// The record's schema.
+    static var entity: Entity<Self> { get }
+    /// Reads a record from a row whose values are in the entity's attribute order.
+    ///
+    /// - Throws: Any error; Depot reports it as ``DepotError/Code/conversionFailed``
+    ///   naming the entity and the primary key.
+    init(row: Row) throws
+    /// Writes the record's values into `row`, in the entity's attribute order.
+    ///
+    /// The default implementation reads the declared key paths. Implement it by hand only
+    /// when profiling shows the key-path reads matter.
+    func encode(into row: inout Row)
+}
+
+extension ManagedRecord {
+    public func encode(into row: inout Row) {
+        Self.entity.encode(self, into: &row)
+    }
+}
+
+/// A managed record that can become the application's value type.
+public protocol ObjectConvertible<Object> {
+    associatedtype Object
+    /// The application's value for this record.
+    ///
+    /// - Throws: Any error when the record cannot be represented (an unknown enum raw
+    ///   value, say); Depot reports it as ``DepotError/Code/conversionFailed`` with the
+    ///   entity and primary key. A record is never skipped silently.
+    func toObject() throws -> Object
+}
+
+/// An application value that can become its managed record.
+public protocol ManagedConvertible<Managed> {
+    associatedtype Managed: ManagedRecord
+    /// The record that stores this value.
+    ///
+    /// - Throws: Any error when the value cannot be stored; Depot reports it as
+    ///   ``DepotError/Code/conversionFailed``.
+    func toManaged() throws -> Managed
+}
+
+extension ObjectConvertible where Object == Self {
+    public func toObject() -> Self { self }
+}
+
+extension ManagedConvertible where Managed == Self {
+    public func toManaged() -> Self { self }
+}
+
+/// A struct that is its own managed record: `Controller<Cat, Cat>` needs no conversion
+/// code when `Cat` conforms to this.
+public protocol StoredObject: ManagedRecord, ObjectConvertible, ManagedConvertible
+where Object == Self, Managed == Self {}

@@ -1,0 +1,170 @@
+public import Foundation
+
+/// The storage types an attribute can have. Every backend stores each of them natively.
+public enum AttributeType: String, Sendable, Hashable, Codable, CaseIterable {
+    /// A 64-bit signed integer; `Int`, `Int32` and `Int16` map onto it.
+    case int64
+    case double
+    case bool
+    /// UTF-8 text, compared by bytes.
+    case string
+    /// Raw bytes.
+    case data
+    /// A point in time, stored as seconds since 2001-01-01 (`Date`'s own representation),
+    /// so every date round-trips exactly.
+    case date
+    /// A UUID, stored as its 16 bytes.
+    case uuid
+}
+
+/// A Swift type that can be the type of an attribute.
+///
+/// Depot provides conformances for `Int64`, `Int`, `Int32`, `Int16`, `Double`, `Bool`,
+/// `String`, `Data`, `Date`, `UUID`, and `Optional` of each. An application can conform
+/// its own types (a `RawRepresentable` enum, a tagged identifier) by mapping them onto
+/// one of those.
+public protocol AttributeValue: Sendable {
+    /// The storage type.
+    static var attributeType: AttributeType { get }
+    /// Whether `nil` is a possible value (true only for `Optional`).
+    static var isOptional: Bool { get }
+    /// The value in backend-neutral form.
+    var value: Value { get }
+    /// Reads the value back.
+    ///
+    /// - Throws: ``DepotError`` with code ``DepotError/Code/conversionFailed`` when the
+    ///   stored value does not fit (a `null` for a non-optional, an `Int64` out of range
+    ///   for `Int16`).
+    init(value: Value) throws(DepotError)
+}
+
+extension AttributeValue {
+    public static var isOptional: Bool { false }
+}
+
+@usableFromInline
+func mismatch(_ value: Value, _ type: Any.Type) -> DepotError {
+    DepotError(.conversionFailed, "Cannot read \(value.debugLiteral) as \(type): the stored value has another type or is out of range. Check that the record's init(row:) reads attributes in the order the entity declares them.")
+}
+
+extension Int64: AttributeValue {
+    public static var attributeType: AttributeType { .int64 }
+    @inlinable public var value: Value { .int(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .int(let v) = value else { throw mismatch(value, Int64.self) }
+        self = v
+    }
+}
+
+extension Int: AttributeValue {
+    public static var attributeType: AttributeType { .int64 }
+    @inlinable public var value: Value { .int(Int64(self)) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .int(let v) = value, let i = Int(exactly: v) else { throw mismatch(value, Int.self) }
+        self = i
+    }
+}
+
+extension Int32: AttributeValue {
+    public static var attributeType: AttributeType { .int64 }
+    @inlinable public var value: Value { .int(Int64(self)) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .int(let v) = value, let i = Int32(exactly: v) else { throw mismatch(value, Int32.self) }
+        self = i
+    }
+}
+
+extension Int16: AttributeValue {
+    public static var attributeType: AttributeType { .int64 }
+    @inlinable public var value: Value { .int(Int64(self)) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .int(let v) = value, let i = Int16(exactly: v) else { throw mismatch(value, Int16.self) }
+        self = i
+    }
+}
+
+extension Double: AttributeValue {
+    public static var attributeType: AttributeType { .double }
+    @inlinable public var value: Value { .double(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .double(let v) = value else { throw mismatch(value, Double.self) }
+        self = v
+    }
+}
+
+extension Bool: AttributeValue {
+    public static var attributeType: AttributeType { .bool }
+    @inlinable public var value: Value { .bool(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .bool(let v) = value else { throw mismatch(value, Bool.self) }
+        self = v
+    }
+}
+
+extension String: AttributeValue {
+    public static var attributeType: AttributeType { .string }
+    @inlinable public var value: Value { .string(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .string(let v) = value else { throw mismatch(value, String.self) }
+        self = v
+    }
+}
+
+extension Data: AttributeValue {
+    public static var attributeType: AttributeType { .data }
+    @inlinable public var value: Value { .data(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .data(let v) = value else { throw mismatch(value, Data.self) }
+        self = v
+    }
+}
+
+extension Date: AttributeValue {
+    public static var attributeType: AttributeType { .date }
+    @inlinable public var value: Value { .date(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .date(let v) = value else { throw mismatch(value, Date.self) }
+        self = v
+    }
+}
+
+extension UUID: AttributeValue {
+    public static var attributeType: AttributeType { .uuid }
+    @inlinable public var value: Value { .uuid(self) }
+    @inlinable public init(value: Value) throws(DepotError) {
+        guard case .uuid(let v) = value else { throw mismatch(value, UUID.self) }
+        self = v
+    }
+}
+
+extension Optional: AttributeValue where Wrapped: AttributeValue {
+    public static var attributeType: AttributeType { Wrapped.attributeType }
+    public static var isOptional: Bool { true }
+    @inlinable public var value: Value {
+        switch self {
+        case .none: .null
+        case .some(let w): w.value
+        }
+    }
+    @inlinable public init(value: Value) throws(DepotError) {
+        if case .null = value {
+            self = .none
+        } else {
+            self = .some(try Wrapped(value: value))
+        }
+    }
+}
+
+/// A type that can be a primary key: a non-optional integer, string, UUID, data or date.
+///
+/// `Double` and `Bool` are not key types: NaN and a two-valued key make poor identities.
+public protocol PrimaryKeyValue: AttributeValue, Hashable {}
+
+extension Int64: PrimaryKeyValue {}
+extension Int: PrimaryKeyValue {}
+extension Int32: PrimaryKeyValue {}
+extension Int16: PrimaryKeyValue {}
+extension String: PrimaryKeyValue {}
+extension UUID: PrimaryKeyValue {}
+extension Data: PrimaryKeyValue {}
+extension Date: PrimaryKeyValue {}

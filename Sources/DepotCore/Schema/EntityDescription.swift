@@ -1,0 +1,158 @@
+/// The backend-neutral description of one attribute: what a store needs to create a column,
+/// a field or an index. ``Attribute`` declares it for a typed record.
+public struct AttributeDescription: Sendable, Hashable, Codable {
+    /// The attribute's name: letters, digits and `_`, not starting with a digit, at most
+    /// 64 characters. Names are unique per entity regardless of case (SQL identifiers are
+    /// case-insensitive).
+    public var name: String
+    public var type: AttributeType
+    public var isOptional: Bool
+    /// The value given to existing records when the attribute is added to an entity that
+    /// already has records.
+    public var defaultValue: Value?
+    public var isIndexed: Bool
+    public var isUnique: Bool
+
+    public init(
+        name: String, type: AttributeType, isOptional: Bool = false, defaultValue: Value? = nil,
+        isIndexed: Bool = false, isUnique: Bool = false
+    ) {
+        self.name = name
+        self.type = type
+        self.isOptional = isOptional
+        self.defaultValue = defaultValue
+        self.isIndexed = isIndexed
+        self.isUnique = isUnique
+    }
+}
+
+/// The backend-neutral schema of one entity: its name, attributes and primary key.
+///
+/// Stores receive this type; applications normally declare an ``Entity`` on their record
+/// and never build one by hand.
+public struct EntityDescription: Sendable, Hashable, Codable {
+    public var name: String
+    /// Attributes in declaration order; rows carry values in this order.
+    public var attributes: [AttributeDescription]
+    /// The position of the primary key in ``attributes``.
+    public var primaryKeyIndex: Int
+
+    public init(name: String, attributes: [AttributeDescription], primaryKeyIndex: Int) {
+        self.name = name
+        self.attributes = attributes
+        self.primaryKeyIndex = primaryKeyIndex
+    }
+
+    /// Builds a description naming the primary key by attribute name.
+    ///
+    /// - Throws: ``DepotError/Code/invalidSchema`` when no attribute has that name.
+    public init(name: String, attributes: [AttributeDescription], primaryKey: String) throws(DepotError) {
+        guard let index = attributes.firstIndex(where: { $0.name == primaryKey }) else {
+            throw DepotError(.invalidSchema, "Entity \(name) names primary key '\(primaryKey)', but has no attribute of that name. Declare the attribute or name another primary key.")
+        }
+        self.init(name: name, attributes: attributes, primaryKeyIndex: index)
+    }
+
+    /// The primary key attribute.
+    public var primaryKey: AttributeDescription { attributes[primaryKeyIndex] }
+
+    /// The position of the attribute with this exact name.
+    public func index(of attribute: String) -> Int? {
+        attributes.firstIndex { $0.name == attribute }
+    }
+
+    /// Types that may be primary keys.
+    public static let primaryKeyTypes: Set<AttributeType> = [.int64, .string, .uuid, .data, .date]
+
+    /// Checks the description against the rules every backend relies on.
+    ///
+    /// - Throws: ``DepotError/Code/invalidSchema`` naming the first problem found.
+    public func validate() throws(DepotError) {
+        try Self.validateIdentifier(name, what: "Entity name")
+        guard !attributes.isEmpty else {
+            throw DepotError(.invalidSchema, "Entity \(name) declares no attributes; declare at least its primary key.")
+        }
+        guard attributes.indices.contains(primaryKeyIndex) else {
+            throw DepotError(.invalidSchema, "Entity \(name) has no primary key; name one of its attributes as primary key.")
+        }
+        var seen = Set<String>()
+        for attribute in attributes {
+            try Self.validateIdentifier(attribute.name, what: "Attribute name in \(name)")
+            guard seen.insert(attribute.name.lowercased()).inserted else {
+                throw DepotError(.invalidSchema, "Entity \(name) declares attribute '\(attribute.name)' twice (names are compared without case). Rename one of them.")
+            }
+            if let value = attribute.defaultValue {
+                if value.isNull {
+                    if !attribute.isOptional {
+                        throw DepotError(.invalidSchema, "Attribute \(name).\(attribute.name) is not optional, so its default value cannot be nil.")
+                    }
+                } else if value.type != attribute.type {
+                    throw DepotError(.invalidSchema, "Attribute \(name).\(attribute.name) has type \(attribute.type.rawValue), but its default value \(value.debugLiteral) is of another type.")
+                }
+            }
+        }
+        let key = primaryKey
+        guard !key.isOptional else {
+            throw DepotError(.invalidSchema, "The primary key \(name).\(key.name) is optional; a primary key must always have a value.")
+        }
+        guard Self.primaryKeyTypes.contains(key.type) else {
+            throw DepotError(.invalidSchema, "The primary key \(name).\(key.name) has type \(key.type.rawValue), which is not supported for keys; use int64, string, uuid, data or date.")
+        }
+    }
+
+    static func validateIdentifier(_ identifier: String, what: String) throws(DepotError) {
+        let utf8 = identifier.utf8
+        guard let first = utf8.first, utf8.count <= 64 else {
+            throw DepotError(.invalidSchema, "\(what) '\(identifier)' must have 1 to 64 characters.")
+        }
+        func isLetter(_ c: UInt8) -> Bool { (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c == 95 }
+        func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
+        guard isLetter(first), utf8.allSatisfy({ isLetter($0) || isDigit($0) }) else {
+            throw DepotError(.invalidSchema, "\(what) '\(identifier)' may contain only ASCII letters, digits and '_', and must not start with a digit.")
+        }
+        guard !identifier.lowercased().hasPrefix("depot_"), !identifier.lowercased().hasPrefix("sqlite_") else {
+            throw DepotError(.invalidSchema, "\(what) '\(identifier)' uses a reserved prefix (depot_, sqlite_); choose another name.")
+        }
+    }
+}
+
+extension Value: Codable {
+    private enum CodingKeys: String, CodingKey { case type, value }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .null: try c.encode("null", forKey: .type)
+        case .int(let v): try c.encode("int64", forKey: .type); try c.encode(v, forKey: .value)
+        case .double(let v):
+            // JSON has no NaN or infinity: keep the bit pattern.
+            try c.encode("double", forKey: .type); try c.encode(v.bitPattern, forKey: .value)
+        case .bool(let v): try c.encode("bool", forKey: .type); try c.encode(v, forKey: .value)
+        case .string(let v): try c.encode("string", forKey: .type); try c.encode(v, forKey: .value)
+        case .data(let v): try c.encode("data", forKey: .type); try c.encode(v, forKey: .value)
+        case .date(let v):
+            try c.encode("date", forKey: .type)
+            try c.encode(v.timeIntervalSinceReferenceDate.bitPattern, forKey: .value)
+        case .uuid(let v): try c.encode("uuid", forKey: .type); try c.encode(v, forKey: .value)
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        switch try c.decode(String.self, forKey: .type) {
+        case "null": self = .null
+        case "int64": self = .int(try c.decode(Int64.self, forKey: .value))
+        case "double": self = .double(Double(bitPattern: try c.decode(UInt64.self, forKey: .value)))
+        case "bool": self = .bool(try c.decode(Bool.self, forKey: .value))
+        case "string": self = .string(try c.decode(String.self, forKey: .value))
+        case "data": self = .data(try c.decode(Data.self, forKey: .value))
+        case "date":
+            self = .date(Date(timeIntervalSinceReferenceDate: Double(bitPattern: try c.decode(UInt64.self, forKey: .value))))
+        case "uuid": self = .uuid(try c.decode(UUID.self, forKey: .value))
+        case let other:
+            throw DecodingError.dataCorruptedError(forKey: .type, in: c, debugDescription: "unknown value type \(other)")
+        }
+    }
+}
+
+import Foundation

@@ -1,0 +1,139 @@
+/// Reads inside one consistent snapshot of a store.
+///
+/// A transaction is valid only inside the closure it was passed to, and only on the thread
+/// that closure runs on: it is deliberately not `Sendable`.
+public protocol ReadTransaction {
+    /// Visits the rows matching `query`, in the query's order.
+    ///
+    /// - Parameters:
+    ///   - reserve: Called at most once, before the first row, with the number of rows to
+    ///     expect when the backend knows it cheaply; lets callers reserve capacity.
+    ///   - body: Called with each row. The row buffer may be reused for the next row;
+    ///     copy it (it is a value) to keep it.
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws
+
+    /// Reads the row with primary key `key` into `row`; returns whether it exists.
+    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool
+
+    /// The number of rows matching `query`, honouring its offset and limit, without
+    /// decoding them.
+    func count(_ query: Query) throws -> Int
+}
+
+/// Reads and writes inside one write transaction. Reads see the transaction's own writes.
+public protocol WriteTransaction: ReadTransaction {
+    /// Inserts a new row.
+    ///
+    /// - Throws: ``DepotError/Code/duplicateKey`` when the primary key or a unique value
+    ///   exists already.
+    func insert(_ row: Row, into entity: EntityDescription) throws
+
+    /// Inserts the row, or replaces the row with the same primary key in place.
+    ///
+    /// - Returns: `true` when the row was inserted, `false` when it replaced one.
+    /// - Throws: ``DepotError/Code/duplicateKey`` when a unique value belongs to another row.
+    @discardableResult
+    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool
+
+    /// Replaces the row with the same primary key in place (never delete and re-insert).
+    ///
+    /// - Throws: ``DepotError/Code/notFound`` when there is no such row.
+    func update(_ row: Row, in entity: EntityDescription) throws
+
+    /// Deletes the row with primary key `key`; returns whether it existed.
+    @discardableResult
+    func delete(key: Value, from entity: EntityDescription) throws -> Bool
+
+    /// Deletes every row matching `query` (honouring its order, offset and limit);
+    /// returns how many were deleted.
+    @discardableResult
+    func delete(_ query: Query) throws -> Int
+}
+
+/// A storage backend: memory, SQLite, LMDB.
+///
+/// A store is a reference type shared by every controller that uses it. It runs
+/// transactions on its own threads or queues, never on Swift's cooperative pool, and
+/// serializes write transactions: one writer at a time, in submission order. Readers see
+/// a consistent snapshot and never see an open writer's changes.
+///
+/// Backends implement the three `submit…` primitives, ``changes`` and ``close()``; the
+/// async forms come from an extension.
+public protocol Store: AnyObject, Sendable {
+    /// A short name of the backend ("memory", "sqlite", "lmdb"), for logs and reports.
+    var backendName: String { get }
+
+    /// Creates or migrates the storage for these entities, then calls `completion`.
+    ///
+    /// Registering an entity that is already registered with the same description costs
+    /// a lookup. Additive changes are applied (see ``SchemaMigration``); others fail.
+    ///
+    /// - Throws (through `completion`): ``DepotError/Code/invalidSchema``,
+    ///   ``DepotError/Code/schemaMismatch``.
+    func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+
+    /// Runs `body` in a read transaction on the store's own execution resources, then calls
+    /// `completion` with what it returned or threw.
+    func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void)
+
+    /// Runs `body` in a write transaction, after every write submitted before it. The
+    /// transaction commits when `body` returns and rolls back when it throws.
+    func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void)
+
+    /// Runs `body` in a read transaction and returns its result.
+    func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T
+
+    /// Runs `body` in a write transaction and returns its result; commits when it returns,
+    /// rolls back when it throws.
+    func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T
+
+    /// The feed of committed changes.
+    var changes: ChangeFeed { get }
+
+    /// Waits for running work, then releases files and threads. Later calls fail with
+    /// ``DepotError/Code/closed``. Closing twice is harmless.
+    func close() async
+}
+
+extension Store {
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            submitRead(body) { continuation.resume(with: $0) }
+        }
+    }
+
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            submitWrite(body) { continuation.resume(with: $0) }
+        }
+    }
+
+    /// Creates or migrates the storage for these entities.
+    ///
+    /// - Throws: ``DepotError/Code/invalidSchema``, ``DepotError/Code/schemaMismatch``.
+    public func register(_ entities: [EntityDescription]) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            submitRegistration(entities) { continuation.resume(with: $0) }
+        }
+    }
+
+    /// Creates or migrates the storage for these record types.
+    public func register(_ records: any ManagedRecord.Type...) async throws {
+        var descriptions: [EntityDescription] = []
+        for record in records {
+            try record.validatedEntity()
+            descriptions.append(record.entityDescription)
+        }
+        try await register(descriptions)
+    }
+}
+
+extension ManagedRecord {
+    static var entityDescription: EntityDescription { entity.description }
+    static func validatedEntity() throws(DepotError) { try entity.validate() }
+}

@@ -1,0 +1,144 @@
+import DepotCore
+import Dispatch
+import Foundation
+
+/// Operations, rollback, isolation and concurrency.
+enum TransactionChecks {
+    struct Abort: Error, Equatable {}
+
+    static let all: [ConformanceCheck] = [
+        ConformanceCheck("an operation sees its own writes and commits when it returns") { store in
+            let cats = try await seededCats(store)
+            let seen = try await cats.operation { context -> [Int] in
+                try context.insert(Cat(id: 50, name: "Inside", weight: 1, age: 2))
+                let afterInsert = try context.count()
+                try context.update(Cat(id: 5, name: "Renamed", weight: 1, age: 3))
+                let renamed = try context.fetchOne(id: 5)?.name == "Renamed" ? 1 : 0
+                try context.delete(id: 2)
+                let afterDelete = try context.count()
+                let matching = try context.fetchAll(Request(\.age == 2)).count
+                let exists = try context.exists(id: 2) ? 1 : 0
+                return [afterInsert, renamed, afterDelete, matching, exists]
+            }
+            try expectEqual(seen, [11, 1, 10, 1, 0], "reads inside the operation")
+            try await expectEqual(cats.count(), 10, "count after commit")
+            try await expectEqual(cats.fetchOne(id: 50)?.name, "Inside", "inserted record committed")
+            try await expectEqual(cats.fetchOne(id: 5)?.name, "Renamed", "update committed")
+        },
+        ConformanceCheck("an operation that throws rolls back everything and rethrows") { store in
+            let cats = try await seededCats(store)
+            do {
+                try await cats.operation { context in
+                    try context.insert(Cat(id: 60, name: "Doomed", weight: 1, age: 1))
+                    try context.update(Cat(id: 1, name: "Changed", weight: 1, age: 1))
+                    try context.delete(id: 2)
+                    try context.deleteAll(where: \.age == 7)
+                    throw Abort()
+                }
+                throw ConformanceFailure(message: "operation should have thrown", file: #fileID, line: #line)
+            } catch is Abort {}
+            try await expectEqual(cats.fetchAll(), fixtureCats.sorted { $0.id < $1.id }, "every record as before")
+            do {
+                try await cats.operation { context in
+                    try context.insert(Cat(id: 61, name: "Doomed", weight: 1, age: 1))
+                    try context.insert(Cat(id: 5, name: "Duplicate", weight: 1, age: 1))
+                }
+            } catch let error as DepotError where error.code == .duplicateKey {}
+            try await expectEqual(cats.exists(id: 61), false, "a failed write rolls back the whole operation")
+        },
+        ConformanceCheck("a reader started before a write does not see it") { store in
+            let cats = try await seededCats(store)
+            _ = try await cats.count()
+            let entity = CatRecord.entity.description
+            let readerStarted = DispatchSemaphore(value: 0)
+            let writerDone = DispatchSemaphore(value: 0)
+            // The reader blocks inside its transaction (on the store's thread, not the
+            // cooperative pool) until the writer has committed.
+            async let counts: [Int] = withCheckedThrowingContinuation { continuation in
+                store.submitRead({ transaction -> [Int] in
+                    let before = try transaction.count(Query(all: entity))
+                    readerStarted.signal()
+                    _ = writerDone.wait(timeout: .now() + 10)
+                    let after = try transaction.count(Query(all: entity))
+                    var row = Row()
+                    let sees = try transaction.fetchRow(entity, key: .int(70), into: &row) ? 1 : 0
+                    return [before, after, sees]
+                }) { continuation.resume(with: $0) }
+            }
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    readerStarted.wait()
+                    c.resume()
+                }
+            }
+            try await cats.insert(Cat(id: 70, name: "Late", weight: 1, age: 1))
+            try await cats.delete(id: 1)
+            writerDone.signal()
+            try await expectEqual(counts, [10, 10, 0], "the reader's snapshot")
+            try await expectEqual(cats.exists(id: 70), true, "a new reader sees the write")
+        },
+        ConformanceCheck("hundreds of concurrent async calls") { store in
+            let cats = Cats(store: store)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 1...200 {
+                    group.addTask {
+                        try await cats.save(Cat(id: Int64(i), name: "cat\(i)", weight: Double(i), age: i % 16))
+                        _ = try await cats.fetchOne(id: Int64(i))
+                        _ = try await cats.count(Request(\.age == i % 16))
+                    }
+                }
+                try await group.waitForAll()
+            }
+            try await expectEqual(cats.count(), 200, "every save landed")
+            let all = try await cats.fetchAll()
+            try expectEqual(all.map(\.id), (1...200).map(Int64.init), "every cat once")
+            try expect(all.allSatisfy { $0.name == "cat\($0.id)" }, "each cat intact")
+            // Writes race reads: every read sees a consistent count.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for i in 1...100 { try await cats.delete(id: Int64(i)) }
+                }
+                for _ in 0..<4 {
+                    group.addTask {
+                        for _ in 0..<25 {
+                            let total = try await cats.read { context in
+                                (try context.count(), try context.fetchAll().count)
+                            }
+                            try expectEqual(total.0, total.1, "count and fetch in one snapshot")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            try await expectEqual(cats.count(), 100, "deletes landed")
+        },
+        ConformanceCheck("writes submitted in order commit in order") { store in
+            let cats = Cats(store: store)
+            try await cats.save(Cat(id: 1, name: "v0", weight: 1, age: 1))
+            let done = DispatchGroup()
+            for version in 1...50 {
+                done.enter()
+                cats.callbacks.save(Cat(id: 1, name: "v\(version)", weight: 1, age: 1)) { _ in done.leave() }
+            }
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                done.notify(queue: .global()) { c.resume() }
+            }
+            try await expectEqual(cats.fetchOne(id: 1)?.name, "v50", "the last write wins")
+        },
+        ConformanceCheck("a context used after its operation fails cleanly") { store in
+            let cats = try await seededCats(store)
+            final class Box: @unchecked Sendable { var context: Context<Cat, CatRecord>? }
+            let box = Box()
+            try await cats.operation { context in box.context = context }
+            guard let stale = box.context else {
+                throw ConformanceFailure(message: "no context", file: #fileID, line: #line)
+            }
+            do {
+                _ = try stale.fetchAll()
+                throw ConformanceFailure(message: "a stale context must not read", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expect(error.code == .closed, "stale context error \(error)")
+            }
+        },
+    ]
+}
