@@ -13,14 +13,22 @@ let package = Package(
     products: [
         .library(name: "Depot", targets: ["Depot"]),
         .library(name: "DepotCore", targets: ["DepotCore"]),
+        .library(name: "DepotSQLite", targets: ["DepotSQLite"]),
+        .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
     ],
     dependencies: [],
     targets: [
         .target(name: "DepotCore"),
-        .target(name: "Depot", dependencies: ["DepotCore"]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite"]),
+        .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
+        .target(name: "DepotLMDB", dependencies: ["DepotCore", "CLMDB"]),
+        .target(name: "Depot", dependencies: ["DepotCore", "DepotSQLite", "DepotLMDB"]),
         .target(name: "DepotTesting", dependencies: ["DepotCore"]),
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
+        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting"]),
+        .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
         .testTarget(name: "DepotTests", dependencies: ["Depot", "DepotTesting"]),
     ]
 )

@@ -1,0 +1,2 @@
+// The system LMDB (apt: liblmdb-dev; pkg-config: lmdb).
+#include <lmdb.h>

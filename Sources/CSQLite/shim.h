@@ -1,0 +1,2 @@
+// The system SQLite (apt: libsqlite3-dev; pkg-config: sqlite3).
+#include <sqlite3.h>
