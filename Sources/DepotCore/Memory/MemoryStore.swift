@@ -1,4 +1,5 @@
 import Dispatch
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// The in-memory backend: the reference implementation of Depot's semantics, and the
@@ -39,7 +40,7 @@ public final class MemoryStore: Store {
         var running = 0
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let writer = DispatchQueue(label: "depot.memory.writer")
     private let readers = DispatchQueue(label: "depot.memory.readers", attributes: .concurrent)
     private let idle = DispatchGroup()
@@ -53,16 +54,18 @@ public final class MemoryStore: Store {
     // MARK: Work accounting
 
     private func begin() throws(DepotError) -> Snapshot {
-        try state.withLock { (s: inout State) throws(DepotError) -> Snapshot in
-            if s.closed { throw DepotError.closed("memory store") }
+        let snapshot = state.withLockedValue { s -> Snapshot? in
+            if s.closed { return nil }
             s.running += 1
             idle.enter()
             return s.snapshot
         }
+        guard let snapshot else { throw DepotError.closed("memory store") }
+        return snapshot
     }
 
     private func end() {
-        state.withLock { $0.running -= 1 }
+        state.withLockedValue { $0.running -= 1 }
         idle.leave()
     }
 
@@ -80,7 +83,7 @@ public final class MemoryStore: Store {
         _ = try begin()
         defer { end() }
         for entity in entities { try entity.validate() }
-        try state.withLock { (s: inout State) throws(DepotError) in
+        try state.withLockedValue { s in
             for entity in entities {
                 guard let existing = s.snapshot.tables[entity.name] else {
                     s.snapshot.tables[entity.name] = Table(entity: entity)
@@ -147,7 +150,7 @@ public final class MemoryStore: Store {
         }
         let observed = changes.isObserved
         var recorder = ChangeRecorder()
-        state.withLock { s in
+        state.withLockedValue { s in
             for (name, pending) in transaction.pending {
                 // Mutating in place: the committed dictionaries are copied only if a reader
                 // still holds the previous snapshot.
@@ -181,10 +184,10 @@ public final class MemoryStore: Store {
     }
 
     public func close() async {
-        state.withLock { $0.closed = true }
+        state.withLockedValue { $0.closed = true }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             idle.notify(queue: .global()) { continuation.resume() }
         }
-        state.withLock { $0.snapshot = Snapshot() }
+        state.withLockedValue { $0.snapshot = Snapshot() }
     }
 }

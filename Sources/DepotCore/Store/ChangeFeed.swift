@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// One committed change to one record.
@@ -84,7 +85,7 @@ public final class ChangeFeed: Sendable {
         let handler: @Sendable (CommittedChanges) -> Void
     }
 
-    private let subscribers = Mutex<(next: Int, all: [Int: Subscriber])>((0, [:]))
+    private let subscribers = NIOLockedValueBox<(next: Int, all: [Int: Subscriber])>((0, [:]))
     private let observed = Atomic<Int>(0)
     private let sequence = Atomic<UInt64>(0)
 
@@ -98,7 +99,7 @@ public final class ChangeFeed: Sendable {
     public func observe(
         entities: Set<String>? = nil, _ handler: @escaping @Sendable (CommittedChanges) -> Void
     ) -> ChangeSubscription {
-        let id = subscribers.withLock { state in
+        let id = subscribers.withLockedValue { state in
             let id = state.next
             state.next += 1
             state.all[id] = Subscriber(entities: entities, handler: handler)
@@ -117,7 +118,7 @@ public final class ChangeFeed: Sendable {
     }
 
     private func remove(_ id: Int) {
-        let removed = subscribers.withLock { $0.all.removeValue(forKey: id) != nil }
+        let removed = subscribers.withLockedValue { $0.all.removeValue(forKey: id) != nil }
         if removed { observed.subtract(1, ordering: .releasing) }
     }
 
@@ -127,7 +128,7 @@ public final class ChangeFeed: Sendable {
         guard !changes.isEmpty else { return }
         let number = sequence.add(1, ordering: .relaxed).newValue
         let batch = CommittedChanges(sequence: number, changes: changes)
-        let targets = subscribers.withLock { Array($0.all.values) }
+        let targets = subscribers.withLockedValue { Array($0.all.values) }
         if targets.isEmpty { return }
         let touched = batch.entities
         for target in targets where target.entities.map({ !$0.isDisjoint(with: touched) }) ?? true {
@@ -138,15 +139,15 @@ public final class ChangeFeed: Sendable {
 
 /// Keeps a change-feed observation alive; cancelling or releasing it stops delivery.
 public final class ChangeSubscription: Sendable {
-    private let onCancel: Mutex<(@Sendable () -> Void)?>
+    private let onCancel: NIOLockedValueBox<(@Sendable () -> Void)?>
 
     init(_ onCancel: @escaping @Sendable () -> Void) {
-        self.onCancel = Mutex(onCancel)
+        self.onCancel = NIOLockedValueBox(onCancel)
     }
 
     /// Stops delivery. Calling it again does nothing.
     public func cancel() {
-        let action = onCancel.withLock { value -> (@Sendable () -> Void)? in
+        let action = onCancel.withLockedValue { value -> (@Sendable () -> Void)? in
             let action = value
             value = nil
             return action

@@ -1,13 +1,14 @@
 import DepotCore
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// The feed of committed changes.
 enum ChangeFeedChecks {
     final class Collector: Sendable {
-        let batches = Mutex<[CommittedChanges]>([])
-        func add(_ batch: CommittedChanges) { batches.withLock { $0.append(batch) } }
-        var all: [CommittedChanges] { batches.withLock { $0 } }
+        let batches = NIOLockedValueBox<[CommittedChanges]>([])
+        func add(_ batch: CommittedChanges) { batches.withLockedValue { $0.append(batch) } }
+        var all: [CommittedChanges] { batches.withLockedValue { $0 } }
     }
 
     static let all: [ConformanceCheck] = [
