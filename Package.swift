@@ -21,9 +21,17 @@ let package = Package(
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
         // standard library's Mutex uses raw futexes on Linux, which TSan cannot see).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // TreeDictionary: persistent hash tries, so MemoryStore commits copy O(log n) nodes
+        // instead of whole tables while readers hold snapshots.
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
     ],
     targets: [
-        .target(name: "DepotCore", dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .target(
+            name: "DepotCore",
+            dependencies: [
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "HashTreeCollections", package: "swift-collections"),
+            ]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite"]),
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),

@@ -1,4 +1,5 @@
 import Dispatch
+import HashTreeCollections
 import NIOConcurrencyHelpers
 import Synchronization
 
@@ -20,13 +21,42 @@ import Synchronization
 public final class MemoryStore: Store {
     struct Table: Sendable {
         var entity: EntityDescription
-        var rows: [Value: Row] = [:]
+        /// Persistent hash tries: a commit while readers hold a snapshot copies only the
+        /// nodes on the changed paths, not the whole table.
+        var rows: TreeDictionary<Value, Row> = [:]
         /// For each unique attribute position: value → primary key.
-        var unique: [Int: [Value: Value]] = [:]
+        var unique: [Int: TreeDictionary<Value, Value>] = [:]
+        /// The rows in primary key order, computed at most once per committed version.
+        var keyOrder = KeyOrderCache()
 
         init(entity: EntityDescription) {
             self.entity = entity
             for (i, a) in entity.attributes.enumerated() where a.isUnique { unique[i] = [:] }
+        }
+
+        /// The committed rows sorted by primary key.
+        func rowsInKeyOrder() -> [Row] {
+            let key = entity.primaryKeyIndex
+            return keyOrder.rows {
+                var sorted = Array(rows.values)
+                sorted.sort { Value.compare($0[value: key], $1[value: key]) < 0 }
+                return sorted
+            }
+        }
+    }
+
+    /// Lazily computed key order of one committed table version; a commit that changes the
+    /// table replaces the cache, so a cached order never outlives its version.
+    final class KeyOrderCache: Sendable {
+        private let cached = NIOLockedValueBox<[Row]?>(nil)
+
+        func rows(_ compute: () -> [Row]) -> [Row] {
+            cached.withLockedValue { value in
+                if let value { return value }
+                let computed = compute()
+                value = computed
+                return computed
+            }
         }
     }
 
@@ -155,6 +185,7 @@ public final class MemoryStore: Store {
                 // Mutating in place: the committed dictionaries are copied only if a reader
                 // still holds the previous snapshot.
                 guard s.snapshot.tables[name] != nil else { continue }
+                s.snapshot.tables[name]!.keyOrder = KeyOrderCache()
                 for key in pending.order {
                     guard let newRow = pending.rows[key] else { continue }
                     let oldRow = s.snapshot.tables[name]!.rows[key]

@@ -56,13 +56,32 @@ final class MemoryTransaction: WriteTransaction {
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
         let table = try table(query.entity)
-        let merged = rows(of: table)
-        let result: [Row]
-        if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
-            result = merged.sorted(by: query.areInIncreasingOrder)
-        } else {
-            result = query.apply(to: merged)
+        let overlay = pending[table.entity.name]
+        let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == query.entity.primaryKeyIndex && query.sort[0].ascending
+        if inKeyOrder && (overlay?.rows.isEmpty ?? true) {
+            // Stream the cached key order: no sort, and a limit stops the scan early.
+            let ordered = table.rowsInKeyOrder()
+            if query.filter == .constant(true) {
+                let start = min(query.offset, ordered.count)
+                let end = query.limit.map { min(ordered.count, start + $0) } ?? ordered.count
+                reserve(end - start)
+                for row in ordered[start..<end] { try body(row) }
+                return
+            }
+            var skipped = 0
+            var delivered = 0
+            for row in ordered where query.filter.matches(row) {
+                if let limit = query.limit, delivered >= limit { break }
+                if skipped < query.offset {
+                    skipped += 1
+                    continue
+                }
+                try body(row)
+                delivered += 1
+            }
+            return
         }
+        let result = query.apply(to: rows(of: table))
         reserve(result.count)
         for row in result { try body(row) }
     }

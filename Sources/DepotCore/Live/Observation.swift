@@ -1,0 +1,139 @@
+import Dispatch
+import NIOConcurrencyHelpers
+
+/// One delivery of an observed request: the whole current result and how it changed since
+/// the previous delivery.
+public struct ObservedResult<Object: Sendable>: Sendable {
+    /// The records matching the request, in its order.
+    public let objects: [Object]
+    /// The change from the previous delivery. The first delivery lists every record as
+    /// inserted.
+    public let changes: ChangeSet
+    /// Whether this is the first delivery.
+    public let isInitial: Bool
+}
+
+/// A live query: the current result of a request, then a new result with its change set
+/// after every committed write that changes it.
+///
+/// ```swift
+/// for try await update in cats.observe(Request(\.age > 10).sorted(by: \.name)) {
+///     try await socket.send(update.changes)   // push a diff to a client
+/// }
+/// ```
+///
+/// Writes from any controller or context on the same store are seen; a rolled-back
+/// transaction produces nothing; a burst of commits may be coalesced into one delivery,
+/// but the final state is always delivered. Only commits that touch the observed entity
+/// cause work. Cancelling the consuming task ends the sequence and the observation.
+public struct Observation<Object, Managed>: AsyncSequence, Sendable
+where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    public typealias Element = ObservedResult<Object>
+    public typealias Failure = any Error
+
+    public let controller: Controller<Object, Managed>
+    public let request: Request<Managed>
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(controller: controller, request: request)
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let controller: Controller<Object, Managed>
+        let request: Request<Managed>
+        var signals: AsyncStream<Void>.Iterator?
+        var subscription: ChangeSubscription?
+        var previous: [(key: Value, row: Row)] = []
+        var started = false
+
+        init(controller: Controller<Object, Managed>, request: Request<Managed>) {
+            self.controller = controller
+            self.request = request
+        }
+
+        public mutating func next() async throws -> ObservedResult<Object>? {
+            if !started {
+                started = true
+                try await controller.ensureRegistered()
+                // Subscribe before the first read, so no commit falls between them. Keeping
+                // only the newest signal coalesces bursts; a signal after the last commit is
+                // always kept, so the final state is always delivered.
+                let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+                subscription = controller.store.changes.observe(entities: [Managed.entity.name]) { _ in
+                    continuation.yield(())
+                }
+                signals = stream.makeAsyncIterator()
+                let current = try await fetch()
+                previous = current.map { ($0.key, $0.row) }
+                let changes = ChangeSet(inserted: Array(current.indices))
+                return ObservedResult(objects: current.map(\.object), changes: changes, isInitial: true)
+            }
+            while true {
+                guard await signals?.next() != nil, !Task.isCancelled else {
+                    subscription?.cancel()
+                    return nil
+                }
+                let current = try await fetch()
+                let changes = ChangeSet.diff(
+                    from: previous, to: current.map { ($0.key, $0.row) }, key: { $0.key }, same: { $0.row == $1.row })
+                previous = current.map { ($0.key, $0.row) }
+                if changes.isEmpty { continue }
+                return ObservedResult(objects: current.map(\.object), changes: changes, isInitial: false)
+            }
+        }
+
+        private func fetch() async throws -> [(key: Value, row: Row, object: Object)] {
+            let query = try request.resolved()
+            let keyIndex = Managed.entity.description.primaryKeyIndex
+            return try await controller.read { context in
+                var result: [(key: Value, row: Row, object: Object)] = []
+                try context.readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { row in
+                    result.append((row[value: keyIndex], row, try Conversion<Object, Managed>.object(from: row)))
+                }
+                return result
+            }
+        }
+    }
+}
+
+/// Keeps a callback observation running; cancelling or releasing it stops the observation.
+public final class ObservationToken: Sendable {
+    private let task: Task<Void, Never>
+
+    init(task: Task<Void, Never>) { self.task = task }
+
+    /// Stops the observation. Calling it again does nothing.
+    public func cancel() { task.cancel() }
+
+    deinit { task.cancel() }
+}
+
+extension Controller {
+    /// Observes `request`: the current result first, then each change (see ``Observation``).
+    public func observe(_ request: Request<Managed> = .all) -> Observation<Object, Managed> {
+        Observation(controller: self, request: request)
+    }
+
+    /// Observes `request`, calling `handler` on `queue` (the controller's operating queue by
+    /// default) with the current result and then with each change, until the returned token
+    /// is cancelled or released. An error ends the observation after it is delivered.
+    public func observe(
+        _ request: Request<Managed> = .all, on queue: OperatingQueue? = nil,
+        handler: @escaping @Sendable (Result<ObservedResult<Object>, DepotError>) -> Void
+    ) -> ObservationToken {
+        let target = (queue ?? operatingQueue).queue
+        let observation = observe(request)
+        let task = Task {
+            do {
+                for try await update in observation {
+                    target.async { handler(.success(update)) }
+                }
+            } catch is CancellationError {
+            } catch {
+                let failure = DepotError.wrapping(error, code: .backend, context: "Observation failed")
+                target.async { handler(.failure(failure)) }
+            }
+        }
+        return ObservationToken(task: task)
+    }
+}

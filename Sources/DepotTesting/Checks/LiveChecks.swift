@@ -1,0 +1,186 @@
+import DepotCore
+import Dispatch
+import Foundation
+import NIOConcurrencyHelpers
+
+/// Lazy result sets, streaming, and observation with change sets.
+enum LiveChecks {
+    /// Checks a change set against the two results it claims to connect, recomputed here
+    /// independently of ``ChangeSet/diff(from:to:key:same:)``.
+    static func verify(_ changes: ChangeSet, from old: [Cat], to new: [Cat], _ what: String) throws {
+        let oldIDs = Set(old.map(\.id))
+        let newIDs = Set(new.map(\.id))
+        try expectEqual(Set(changes.deleted.map { old[$0].id }), oldIDs.subtracting(newIDs), "\(what): deleted")
+        try expectEqual(Set(changes.inserted.map { new[$0].id }), newIDs.subtracting(oldIDs), "\(what): inserted")
+        let oldByID = Dictionary(uniqueKeysWithValues: old.map { ($0.id, $0) })
+        let changed = Set(new.filter { cat in oldByID[cat.id].map { $0 != cat } ?? false }.map(\.id))
+        try expectEqual(Set(changes.updated.map { new[$0].id }), changed, "\(what): updated")
+        for move in changes.moved {
+            try expectEqual(old[move.from].id, new[move.to].id, "\(what): a move connects the same record")
+        }
+        // Records that did not move keep their relative order.
+        let moved = Set(changes.moved.map { new[$0.to].id })
+        let stayedOld = old.map(\.id).filter { newIDs.contains($0) && !moved.contains($0) }
+        let stayedNew = new.map(\.id).filter { oldIDs.contains($0) && !moved.contains($0) }
+        try expectEqual(stayedNew, stayedOld, "\(what): unmoved records keep their order")
+    }
+
+    final class Deliveries: Sendable {
+        let items = NIOLockedValueBox<[ObservedResult<Cat>]>([])
+        var count: Int { items.withLockedValue { $0.count } }
+        func add(_ item: ObservedResult<Cat>) { items.withLockedValue { $0.append(item) } }
+        var last: ObservedResult<Cat>? { items.withLockedValue { $0.last } }
+    }
+
+    static let all: [ConformanceCheck] = [
+        ConformanceCheck("result sets chain lazily and count without fetching") { store in
+            let cats = try await seededCats(store)
+            let old = cats.results.filter(\.age >= 7).sorted(by: \.age, ascending: false).sorted(by: \.name)
+            try await expectEqual(old.count(), 6, "count")
+            try await expectEqual(old.fetchAll().map(\.id), [8, 1, 6, 10, 2, 3], "order")
+            try await expectEqual(old.first()?.id, 8, "first")
+            try await expectEqual(old.isEmpty(), false, "isEmpty")
+            try await expectEqual(cats.results.filter(\.age > 99).isEmpty(), true, "isEmpty of nothing")
+            try await expectEqual(old[2]?.id, 6, "subscript")
+            try await expectEqual(old[6]?.id, nil, "subscript past the end")
+            try await expectEqual(old.offset(1).limit(2)[1]?.id, 6, "subscript inside offset and limit")
+            try await expectEqual(old.offset(1).limit(2)[2]?.id, nil, "subscript past the limit")
+            try await expectEqual(cats.results.filter(\.age == 1).or(\.age == 15).fetchAll().map(\.id), [7, 8], "or")
+            try await expectEqual(cats.results.filter("age", equalTo: 3).count(), 2, "filter by name")
+        },
+        ConformanceCheck("result set delete and update act on exactly their records") { store in
+            let cats = try await seededCats(store)
+            let removed = try await cats.results.filter(\.age == 7).sorted(by: \.weight).limit(2).delete()
+            try expectEqual(removed, 2, "deleted")
+            try await expectEqual(cats.results.filter(\.age == 7).fetchAll().map(\.id), [3], "the heaviest age-7 cat stays")
+            let renamed = try await cats.results.filter(\.age == 3).update { Cat(id: $0.id, name: $0.name + "!", weight: $0.weight, age: 4) }
+            try expectEqual(renamed, 2, "updated")
+            try await expectEqual(cats.results.filter(\.age == 4).fetchAll().map(\.name), ["Tom!", "tom!"], "updated in place")
+            try await expectEqual(cats.count(), 8, "count unchanged by update")
+            try await expectError(.invalidValue, "update changing a key") {
+                try await cats.results.filter(\.age == 4).update { Cat(id: $0.id + 1000, name: $0.name, weight: $0.weight, age: $0.age) }
+            }
+            try await expectEqual(cats.results.filter(\.age == 4).count(), 2, "nothing written by the refused update")
+        },
+        ConformanceCheck("streaming returns every record once, in order, a batch at a time") { store in
+            let recording = RecordingStore(store)
+            let cats = Controller<Cat, CatRecord>(store: recording)
+            let all = Cat.workload(count: 2_000, seed: 3)
+            try await cats.save(all)
+            var seen: [Int64] = []
+            for try await cat in cats.results.batched(128) { seen.append(cat.id) }
+            try expectEqual(seen, all.map(\.id), "every record once, in key order")
+            try expect(recording.largestFetch <= 128, "a batch holds at most 128 records, held \(recording.largestFetch)")
+            var byAge: [Cat] = []
+            for try await cat in cats.results.sorted(by: \.age, ascending: false).sorted(by: \.name).batched(50) { byAge.append(cat) }
+            let expected = try await cats.fetchAll(Request().sorted(by: \.age, ascending: false).sorted(by: \.name))
+            try expectEqual(byAge.map(\.id), expected.map(\.id), "sorted streaming matches fetchAll")
+            var window: [Int64] = []
+            for try await cat in cats.results.offset(10).limit(250).batched(100) { window.append(cat.id) }
+            try expectEqual(window, Array(all.map(\.id)[10..<260]), "offset and limit across batches")
+        },
+        ConformanceCheck("streaming while a writer commits sees each existing record once") { store in
+            let cats = Cats(store: store)
+            let all = Cat.workload(count: 1_500, seed: 5)
+            try await cats.save(all)
+            let writer = Task {
+                for i in 0..<60 {
+                    try await cats.save(Cat(id: Int64(10_000 + i), name: "new\(i)", weight: 1, age: 1))
+                    try await cats.update(Cat(id: Int64(i * 20 + 1), name: "changed", weight: 2, age: all[i * 20].age))
+                }
+            }
+            var counts: [Int64: Int] = [:]
+            for try await cat in cats.results.batched(64) { counts[cat.id, default: 0] += 1 }
+            try await writer.value
+            for cat in all { try expectEqual(counts[cat.id], 1, "record \(cat.id) seen once") }
+            try expect(counts.values.allSatisfy { $0 == 1 }, "no record seen twice")
+        },
+        ConformanceCheck("observation delivers the result, then exact change sets") { store in
+            let cats = try await seededCats(store)
+            var updates = cats.observe(Request(\.age >= 7).sorted(by: \.weight)).makeAsyncIterator()
+            guard let initial = try await updates.next() else { throw ConformanceFailure(message: "no initial result", file: #fileID, line: #line) }
+            try expect(initial.isInitial, "first delivery is initial")
+            var current = try await cats.fetchAll(Request(\.age >= 7).sorted(by: \.weight))
+            try expectEqual(initial.objects, current, "initial objects")
+            try expectEqual(initial.changes.inserted, Array(current.indices), "initial lists every record as inserted")
+            let steps: [(String, (Cats) async throws -> Void)] = [
+                ("insert", { try await $0.save(Cat(id: 20, name: "Nova", weight: 5.5, age: 9)) }),
+                ("update in place", { try await $0.update(Cat(id: 2, name: "Felix II", weight: 3.25, age: 7)) }),
+                ("move by sort key", { try await $0.update(Cat(id: 10, name: "A", weight: 20, age: 7)) }),
+                ("delete", { try await $0.delete(id: 3) }),
+                ("leave the result", { try await $0.update(Cat(id: 8, name: "Ab", weight: 6, age: 2)) }),
+                ("a mix in one transaction", { cats in
+                    try await cats.operation { context in
+                        try context.insert(Cat(id: 21, name: "Mix", weight: 0.5, age: 8))
+                        try context.delete(id: 1)
+                        try context.update(Cat(id: 6, name: "Tomasz", weight: 1, age: 12))
+                        try context.update(Cat(id: 2, name: "Felix III", weight: 3.25, age: 7))
+                        try context.save(Cat(id: 8, name: "Ab", weight: 6, age: 15))
+                    }
+                }),
+            ]
+            for (what, step) in steps {
+                try await step(cats)
+                guard let update = try await updates.next() else { throw ConformanceFailure(message: "\(what): no delivery", file: #fileID, line: #line) }
+                let next = try await cats.fetchAll(Request(\.age >= 7).sorted(by: \.weight))
+                try expectEqual(update.objects, next, "\(what): objects")
+                try expect(!update.isInitial && !update.changes.isEmpty, "\(what): a change is delivered")
+                try verify(update.changes, from: current, to: next, what)
+                current = next
+            }
+        },
+        ConformanceCheck("observation ignores rollbacks and other entities, and coalesces bursts") { store in
+            let cats = try await seededCats(store)
+            let accounts = Accounts(store: store)
+            var updates = cats.observe().makeAsyncIterator()
+            _ = try await updates.next()
+            do {
+                try await cats.operation { context in
+                    try context.insert(Cat(id: 30, name: "Ghost", weight: 1, age: 1))
+                    throw TransactionChecks.Abort()
+                }
+            } catch is TransactionChecks.Abort {}
+            try await accounts.save(Account(id: "a", owner: "o"))
+            for i in 0..<20 { try await cats.save(Cat(id: Int64(40 + i), name: "burst", weight: 1, age: 1)) }
+            var seen: [ObservedResult<Cat>] = []
+            while let update = try await updates.next() {
+                seen.append(update)
+                if update.objects.count == fixtureCats.count + 20 { break }
+            }
+            try expect(!seen.isEmpty && seen.count <= 20, "a burst of 20 commits gives 1 to 20 deliveries, got \(seen.count)")
+            try expect(seen.allSatisfy { !$0.objects.contains { $0.id == 30 } }, "the rolled-back cat never appears")
+            try expectEqual(seen.last?.objects.count, fixtureCats.count + 20, "the final state is delivered")
+        },
+        ConformanceCheck("callback observation delivers on its queue and stops when cancelled") { store in
+            let cats = try await seededCats(store)
+            let key = DispatchSpecificKey<Bool>()
+            let queue = DispatchQueue(label: "observer")
+            queue.setSpecific(key: key, value: true)
+            let deliveries = Deliveries()
+            let onQueue = NIOLockedValueBox(true)
+            let token = cats.observe(Request(\.age == 1), on: .custom(queue)) { result in
+                if DispatchQueue.getSpecific(key: key) != true { onQueue.withLockedValue { $0 = false } }
+                if case .success(let update) = result { deliveries.add(update) }
+            }
+            try await waitUntil { deliveries.count >= 1 }
+            try await cats.save(Cat(id: 50, name: "Kit", weight: 1, age: 1))
+            try await waitUntil { deliveries.last?.objects.count == 2 }
+            token.cancel()
+            try await Task.sleep(for: .milliseconds(100))
+            let before = deliveries.count
+            try await cats.save(Cat(id: 51, name: "Kat", weight: 1, age: 1))
+            try await Task.sleep(for: .milliseconds(300))
+            try expectEqual(deliveries.count, before, "no delivery after cancel")
+            try expect(onQueue.withLockedValue { $0 }, "every delivery on the given queue")
+        },
+    ]
+
+    /// Polls `condition` for up to ten seconds.
+    static func waitUntil(_ condition: @Sendable () -> Bool) async throws {
+        for _ in 0..<1_000 {
+            if condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw ConformanceFailure(message: "timed out waiting for a delivery", file: #fileID, line: #line)
+    }
+}

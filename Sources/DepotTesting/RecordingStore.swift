@@ -1,0 +1,93 @@
+public import DepotCore
+import NIOConcurrencyHelpers
+
+/// A store that forwards to another and records how reads use it: how many fetches ran and
+/// the most rows any one fetch delivered. Tests use it to show that streaming reads stay
+/// within their batch size, whatever the backend.
+public final class RecordingStore: Store {
+    public let base: any Store
+    private let stats = NIOLockedValueBox((fetches: 0, largestFetch: 0))
+
+    public init(_ base: any Store) { self.base = base }
+
+    /// The number of fetches run through this store.
+    public var fetchCount: Int { stats.withLockedValue { $0.fetches } }
+    /// The most rows one fetch delivered.
+    public var largestFetch: Int { stats.withLockedValue { $0.largestFetch } }
+
+    func record(rows: Int) {
+        stats.withLockedValue {
+            $0.fetches += 1
+            $0.largestFetch = max($0.largestFetch, rows)
+        }
+    }
+
+    public var backendName: String { base.backendName }
+    public var changes: ChangeFeed { base.changes }
+
+    public func submitRegistration(_ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        base.submitRegistration(entities, completion: completion)
+    }
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        base.submitRead({ try body(Recording(base: $0, store: self)) }, completion: completion)
+    }
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        base.submitWrite({ try body(RecordingWrite(base: $0, store: self)) }, completion: completion)
+    }
+
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        try await base.read { try body(Recording(base: $0, store: self)) }
+    }
+
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+        try await base.write { try body(RecordingWrite(base: $0, store: self)) }
+    }
+
+    public func close() async { await base.close() }
+
+    struct Recording: ReadTransaction {
+        let base: any ReadTransaction
+        let store: RecordingStore
+
+        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+            var rows = 0
+            defer { store.record(rows: rows) }
+            try base.fetch(query, reserve: reserve) { row in
+                rows += 1
+                try body(row)
+            }
+        }
+
+        func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+            try base.fetchRow(entity, key: key, into: &row)
+        }
+
+        func count(_ query: Query) throws -> Int { try base.count(query) }
+    }
+
+    struct RecordingWrite: WriteTransaction {
+        let base: any WriteTransaction
+        let store: RecordingStore
+
+        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+            try Recording(base: base, store: store).fetch(query, reserve: reserve, body)
+        }
+
+        func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+            try base.fetchRow(entity, key: key, into: &row)
+        }
+
+        func count(_ query: Query) throws -> Int { try base.count(query) }
+        func insert(_ row: Row, into entity: EntityDescription) throws { try base.insert(row, into: entity) }
+        func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool { try base.upsert(row, into: entity) }
+        func update(_ row: Row, in entity: EntityDescription) throws { try base.update(row, in: entity) }
+        func delete(key: Value, from entity: EntityDescription) throws -> Bool { try base.delete(key: key, from: entity) }
+        func delete(_ query: Query) throws -> Int { try base.delete(query) }
+    }
+}
