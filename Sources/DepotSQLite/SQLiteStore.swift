@@ -20,8 +20,8 @@ import Synchronization
 /// The database runs in WAL mode with one writer connection and a pool of reader
 /// connections: reads run in parallel with each other and with the writer, and every read
 /// operation sees one consistent snapshot. All SQLite calls run on the store's own
-/// dispatch queues, never on Swift's cooperative thread pool. Writes run one at a time, in
-/// the order they were submitted.
+/// threads (one per connection), never on Swift's cooperative thread pool. Writes run one
+/// at a time, in the order they were submitted.
 public final class SQLiteStore: Store {
     /// How hard a commit tries to reach the disk.
     public enum Durability: Sendable, Hashable {
@@ -70,18 +70,30 @@ public final class SQLiteStore: Store {
         var nextSerial = 1
     }
 
+    /// A reader connection and the thread that uses it.
+    final class Reader: Sendable {
+        let connection: Connection
+        let worker: Worker
+
+        init(connection: Connection, worker: Worker) {
+            self.connection = connection
+            self.worker = worker
+        }
+    }
+
     private struct Pool: Sendable {
-        var idle: [Connection]
-        var waiting: [@Sendable (Connection) -> Void] = []
+        /// Idle readers, most recently used last: it is handed out first, while its worker
+        /// is still spinning.
+        var idle: [Reader]
+        var waiting: [@Sendable (Reader) -> Void] = []
         var waitingStart = 0
     }
 
     private let state = Mutex(State())
     private let pool: Mutex<Pool>
     private let writer: Connection
-    private let readers: [Connection]
-    private let writerQueue = DispatchQueue(label: "depot.sqlite.writer", qos: .userInitiated)
-    private let readerQueue = DispatchQueue(label: "depot.sqlite.readers", qos: .userInitiated, attributes: .concurrent)
+    private let writerWorker: Worker
+    private let readers: [Reader]
     private let idle = DispatchGroup()
     private let temporaryDirectory: URL?
 
@@ -180,13 +192,15 @@ public final class SQLiteStore: Store {
             }
             try writer.execute("PRAGMA synchronous = \(Self.synchronous(options, inMemory: temporaryDirectory != nil))")
             let stored = try Self.prepareBookkeeping(writer, file: file)
-            var readers: [Connection] = []
+            var connections: [Connection] = []
             for _ in 0..<options.readers {
                 let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout)
                 try reader.execute("PRAGMA query_only = 1")
-                readers.append(reader)
+                connections.append(reader)
             }
+            let readers = connections.enumerated().map { Reader(connection: $1, worker: Worker(name: "depot.sqlite.reader\($0)")) }
             self.writer = writer
+            self.writerWorker = Worker(name: "depot.sqlite.writer")
             self.readers = readers
             self.pool = Mutex(Pool(idle: readers))
             state.withLock { s in
@@ -259,6 +273,7 @@ public final class SQLiteStore: Store {
     deinit {
         // Jobs hold the store strongly, so nothing runs any more when this runs.
         closeConnections()
+        stopWorkers()
     }
 
     // MARK: Work accounting
@@ -282,7 +297,7 @@ public final class SQLiteStore: Store {
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        writerQueue.async {
+        writerWorker.submit {
             let result = Result { try self.registerNow(entities) }
             self.end()
             completion(result)
@@ -387,29 +402,29 @@ public final class SQLiteStore: Store {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        checkOutReader { connection in
-            let result = Result { try self.readNow(on: connection, body) }
-            self.checkIn(connection)
+        checkOutReader { reader in
+            let result = Result { try self.readNow(on: reader.connection, body) }
+            self.checkIn(reader)
             self.end()
             completion(result)
         }
     }
 
-    /// Runs `job` on the reader queue with a reader connection, now if one is idle,
-    /// otherwise as soon as one is handed back. Nothing blocks a thread while waiting.
-    private func checkOutReader(_ job: @escaping @Sendable (Connection) -> Void) {
-        let connection = pool.withLock { p -> Connection? in
-            if let connection = p.idle.popLast() { return connection }
+    /// Runs `job` on an idle reader's thread now, or on the next reader handed back.
+    /// Nothing blocks a thread while waiting.
+    private func checkOutReader(_ job: @escaping @Sendable (Reader) -> Void) {
+        let reader = pool.withLock { p -> Reader? in
+            if let reader = p.idle.popLast() { return reader }
             p.waiting.append(job)
             return nil
         }
-        if let connection { readerQueue.async { job(connection) } }
+        if let reader { reader.worker.submit { job(reader) } }
     }
 
-    private func checkIn(_ connection: Connection) {
-        let next = pool.withLock { p -> (@Sendable (Connection) -> Void)? in
+    private func checkIn(_ reader: Reader) {
+        let next = pool.withLock { p -> (@Sendable (Reader) -> Void)? in
             guard p.waitingStart < p.waiting.count else {
-                p.idle.append(connection)
+                p.idle.append(reader)
                 return nil
             }
             let job = p.waiting[p.waitingStart]
@@ -420,7 +435,8 @@ public final class SQLiteStore: Store {
             }
             return job
         }
-        if let next { readerQueue.async { next(connection) } }
+        // Still on this reader's thread: run the waiting job next, in order.
+        if let next { reader.worker.submit { next(reader) } }
     }
 
     private func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
@@ -442,7 +458,7 @@ public final class SQLiteStore: Store {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        writerQueue.async {
+        writerWorker.submit {
             let result = Result { try self.writeNow(body) }
             self.end()
             completion(result)
@@ -475,23 +491,30 @@ public final class SQLiteStore: Store {
             return !s.closed
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            idle.notify(queue: writerQueue) { continuation.resume() }
+            idle.notify(queue: .global()) { continuation.resume() }
         }
-        if first {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                writerQueue.async {
-                    self.closeConnections()
-                    continuation.resume()
-                }
+        guard first else { return }
+        // Closing checkpoints the WAL: blocking work, so on the writer's thread.
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let accepted = writerWorker.submit {
+                self.closeConnections()
+                continuation.resume()
             }
+            if !accepted { continuation.resume() }
         }
+        stopWorkers()
     }
 
     /// Readers first: the writer, closing last, checkpoints the WAL into the file.
     private func closeConnections() {
-        for reader in readers { reader.close() }
+        for reader in readers { reader.connection.close() }
         writer.close()
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }
+    }
+
+    private func stopWorkers() {
+        for reader in readers { reader.worker.stop() }
+        writerWorker.stop()
     }
 
     // MARK: Diagnostics
@@ -501,7 +524,7 @@ public final class SQLiteStore: Store {
     func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {
         try await withCheckedThrowingContinuation { continuation in
             do { try begin() } catch { return continuation.resume(throwing: error) }
-            writerQueue.async {
+            writerWorker.submit {
                 let result = Result { () throws(DepotError) -> (String, Int) in
                     let journal = try self.writer.scalarText("PRAGMA journal_mode") ?? ""
                     let synchronous = Int(try self.writer.scalarText("PRAGMA synchronous") ?? "") ?? -1
