@@ -256,7 +256,8 @@ public final class SQLiteStore: Store {
             while try writer.step(statement, "Reading depot_entities") {
                 let name = try writer.column(0, of: statement, as: .string)
                 guard case .string(let json) = try writer.column(1, of: statement, as: .string),
-                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8))
+                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+                    (try? entity.validate()) != nil
                 else {
                     throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
                 }
@@ -473,6 +474,7 @@ public final class SQLiteStore: Store {
         do {
             result = try body(transaction)
             transaction.isFinished = true
+            if !writer.isInTransaction { throw DepotError.rolledBack }
             try writer.run(key: Keys.commit, "COMMIT")
         } catch {
             transaction.isFinished = true

@@ -23,6 +23,9 @@ final class SQLiteTransaction: WriteTransaction {
         if isFinished {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
+        // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
+        // statements run after that would each commit on their own.
+        if !connection.isInTransaction { throw DepotError.rolledBack }
         guard let table = tables[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
@@ -230,5 +233,11 @@ final class SQLiteTransaction: WriteTransaction {
             deleted += 1
         }
         return recording ? deleted : connection.changes
+    }
+}
+
+extension DepotError {
+    static var rolledBack: DepotError {
+        DepotError(.backend, "SQLite rolled this transaction back after an earlier error in it (see that error); nothing of it was kept. Retry the operation.")
     }
 }

@@ -50,7 +50,7 @@ final class Table: Sendable {
         columnList = columns.joined(separator: ", ")
         // Parameters are numbered by attribute position, so every writing statement binds
         // a row with the same loop.
-        let parameters = (1...columns.count).map { "?\($0)" }.joined(separator: ", ")
+        let parameters = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
         let keyParameter = "?\(keyIndex + 1)"
         selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = ?1"
         existsByKey = "SELECT 1 FROM \(name) WHERE \(keyColumn) = ?1"

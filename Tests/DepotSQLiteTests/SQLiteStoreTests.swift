@@ -312,4 +312,35 @@ struct SQLiteStoreTests {
             await store.close()
         }
     }
+
+    @Test func aDamagedEntityDescriptionIsReportedNotTrusted() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("tampered.sqlite").path
+            let store = try SQLiteStore(path: path)
+            _ = try await Cats(store: store).count()
+            await store.close()
+            _ = try sqlite3CLI(path, "UPDATE depot_entities SET description = '{\"name\":\"Cat\",\"attributes\":[],\"primaryKeyIndex\":0}';")
+            await expectDepotError(.storeCorrupted) { try SQLiteStore(path: path) }
+        }
+    }
+
+    @Test func fetchReservesTheRowCountAndLargeInListsWork() async throws {
+        let store = try SQLiteStore.inMemory()
+        let cats = Cats(store: store)
+        try await cats.save(Cat.workload(count: 3000))
+        let entity = CatRecord.entity.description
+        let (reserved, fetched) = try await store.read { t in
+            var reserved: [Int] = []
+            var fetched = 0
+            let query = try Query(entity: entity, predicate: .constant(true), limit: 2500, offset: 1000)
+            try t.fetch(query, reserve: { reserved.append($0) }) { _ in fetched += 1 }
+            return (reserved, fetched)
+        }
+        #expect(reserved == [2000] && fetched == 2000)
+        let ids = (1...5000).map { Int64($0 * 2) }
+        #expect(try await cats.count(Request(.in(\.id, ids))) == 1500)
+        #expect(try await cats.deleteAll(where: .notIn(\.id, ids)) == 1500)
+        #expect(try await cats.count() == 1500)
+        await store.close()
+    }
 }
