@@ -89,8 +89,8 @@ public final class SQLiteStore: Store {
         var waitingStart = 0
     }
 
-    private let state = Mutex(State())
-    private let pool: Mutex<Pool>
+    private let state = Locked(State())
+    private let pool: Locked<Pool>
     private let writer: Connection
     private let writerWorker: Worker
     private let readers: [Reader]
@@ -202,7 +202,7 @@ public final class SQLiteStore: Store {
             self.writer = writer
             self.writerWorker = Worker(name: "depot.sqlite.writer")
             self.readers = readers
-            self.pool = Mutex(Pool(idle: readers))
+            self.pool = Locked(Pool(idle: readers))
             state.withLock { s in
                 for entity in stored {
                     s.tables[entity.name] = Table(entity: entity, serial: s.nextSerial)

@@ -16,7 +16,7 @@ final class Worker: Sendable {
         var stopped = false
     }
 
-    private let jobs = Mutex(Jobs())
+    private let jobs = Locked(Jobs())
     private let pending = Atomic<Int>(0)
     private let parked = Atomic<Bool>(false)
     private let wakeUp = DispatchSemaphore(value: 0)
