@@ -1,8 +1,6 @@
 import CSQLite
 public import DepotCore
-import Dispatch
 import Foundation
-import Synchronization
 
 /// The SQLite backend: one ordinary SQLite database file with one table per entity.
 ///
@@ -39,7 +37,7 @@ public final class SQLiteStore: Store {
         /// How hard a commit tries to reach the disk; ``Durability/normal`` by default.
         public var durability: Durability
         /// The number of reader connections, so the number of reads that run at once;
-        /// 4 by default. At least 1.
+        /// 4 by default. From 1 to ``SQLiteStore/maximumReaders``.
         public var readers: Int
         /// How long a connection waits for a lock held by another process before failing
         /// with ``DepotError/Code/busy``; 5 seconds by default.
@@ -51,6 +49,9 @@ public final class SQLiteStore: Store {
             self.busyTimeout = busyTimeout
         }
     }
+
+    /// The most reader connections a store opens.
+    public static let maximumReaders = 64
 
     /// The version of Depot's layout of the file, kept in `depot_meta`.
     static let formatVersion = 1
@@ -140,7 +141,8 @@ public final class SQLiteStore: Store {
     /// writer. An in-memory store is therefore an ordinary WAL database in a private
     /// temporary directory (in `/dev/shm`, which is memory, when it exists; otherwise the
     /// system's temporary directory), with `synchronous=OFF`; the directory is removed
-    /// when the store closes. It behaves exactly like a file store.
+    /// when the store closes or is released (a crashed process leaves it behind). It
+    /// behaves exactly like a file store.
     ///
     /// - Parameter options: Reader count and busy timeout; durability is ignored.
     /// - Throws: ``DepotError`` with ``DepotError/Code/io`` when the temporary directory
@@ -172,8 +174,8 @@ public final class SQLiteStore: Store {
     }
 
     private init(file: String, temporaryDirectory: URL?, options: Options) throws(DepotError) {
-        guard options.readers >= 1 else {
-            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use at least 1 reader connection.")
+        guard (1...Self.maximumReaders).contains(options.readers) else {
+            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections (each has a thread of its own).")
         }
         guard options.busyTimeout >= .zero else {
             throw DepotError(.invalidConfiguration, "SQLiteStore.Options.busyTimeout is negative; use zero or more.")

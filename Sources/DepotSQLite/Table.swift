@@ -24,7 +24,6 @@ final class Table: Sendable {
     let columnList: String
 
     let selectByKey: String
-    let existsByKey: String
     let insert: String
     let insertUnlessKeyExists: String
     let update: String
@@ -32,7 +31,7 @@ final class Table: Sendable {
     let countAll: String
 
     enum Kind: Int {
-        case selectByKey, existsByKey, insert, insertUnlessKeyExists, update, deleteByKey, countAll
+        case selectByKey, insert, insertUnlessKeyExists, update, deleteByKey, countAll
     }
 
     @inline(__always)
@@ -53,7 +52,6 @@ final class Table: Sendable {
         let parameters = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
         let keyParameter = "?\(keyIndex + 1)"
         selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = ?1"
-        existsByKey = "SELECT 1 FROM \(name) WHERE \(keyColumn) = ?1"
         insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
         insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
         var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = ?\($0 + 1)" }

@@ -300,6 +300,9 @@ struct SQLiteStoreTests {
             await expectDepotError(.invalidConfiguration) {
                 try SQLiteStore(path: directory.appendingPathComponent("x.sqlite").path, options: .init(readers: 0))
             }
+            await expectDepotError(.invalidConfiguration) {
+                try SQLiteStore(path: directory.appendingPathComponent("x.sqlite").path, options: .init(readers: 100_000))
+            }
         }
     }
 
