@@ -1,0 +1,305 @@
+import CSQLite
+import DepotCore
+import Foundation
+
+/// `SQLITE_TRANSIENT` is a macro over a cast that does not import: SQLite copies the bytes
+/// before the bind call returns, so the Swift buffer may go away right after.
+let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// One prepared statement. Finalized when released, so a statement dropped from the cache
+/// (or a one-off one) never outlives its connection's use of it.
+final class Statement {
+    let handle: OpaquePointer
+    /// Whether a caller is stepping it right now; a nested use of the same SQL (a fetch
+    /// inside a fetch's body) then gets a statement of its own instead of resetting this one.
+    var inUse = false
+    let isCached: Bool
+
+    init(handle: OpaquePointer, isCached: Bool) {
+        self.handle = handle
+        self.isCached = isCached
+    }
+
+    deinit { sqlite3_finalize(handle) }
+}
+
+/// One SQLite connection and its statement cache.
+///
+/// `@unchecked Sendable` because the handle is opened in `NOMUTEX` mode: it is safe only
+/// while one thread at a time uses it. The store guarantees that: the writer connection is
+/// used only on the writer queue, and a reader connection only by the one job that has
+/// checked it out of the pool (the pool's mutex orders the hand-overs).
+final class Connection: @unchecked Sendable {
+    private(set) var handle: OpaquePointer?
+    let path: String
+    /// Statements of the fixed per-entity SQL, keyed by entity serial and statement kind.
+    private var fixed: [Int: Statement] = [:]
+    /// Statements of compiled queries, keyed by their SQL text.
+    private var dynamic: [String: Statement] = [:]
+    /// Beyond this many compiled queries the cache is emptied, so queries with varying
+    /// `in` lists cannot grow it without bound.
+    private static let dynamicLimit = 256
+
+    private init(handle: OpaquePointer, path: String) {
+        self.handle = handle
+        self.path = path
+    }
+
+    /// Opens a connection. Does not read or write the file yet.
+    static func open(path: String, create: Bool, busyTimeout: Duration) throws(DepotError) -> Connection {
+        var db: OpaquePointer?
+        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        if create { flags |= SQLITE_OPEN_CREATE }
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) }
+            if let db { sqlite3_close_v2(db) }
+            throw DepotError.sqlite(rc, message: message, context: "Opening the SQLite database at \(path)")
+        }
+        sqlite3_extended_result_codes(db, 1)
+        let (seconds, attoseconds) = busyTimeout.components
+        let milliseconds = max(0, min(Int64(Int32.max), seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000))
+        sqlite3_busy_timeout(db, Int32(milliseconds))
+        return Connection(handle: db, path: path)
+    }
+
+    deinit { close() }
+
+    /// Finalizes every statement, then closes the handle. The last connection to close
+    /// checkpoints the WAL into the database file and removes it.
+    func close() {
+        fixed.removeAll()
+        dynamic.removeAll()
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    // MARK: Errors
+
+    func error(_ code: Int32, _ context: @autoclosure () -> String) -> DepotError {
+        let message = handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
+        return DepotError.sqlite(code, message: message, context: context())
+    }
+
+    private func liveHandle() throws(DepotError) -> OpaquePointer {
+        guard let handle else { throw DepotError(.closed, "The SQLite store has been closed; open a new store to continue.") }
+        return handle
+    }
+
+    // MARK: Statements
+
+    /// Runs SQL without results (DDL, pragmas, transaction control) that is not worth caching.
+    func execute(_ sql: String) throws(DepotError) {
+        let db = try liveHandle()
+        let rc = sqlite3_exec(db, sql, nil, nil, nil)
+        if rc != SQLITE_OK { throw error(rc, "Running \(sql.prefix(120))") }
+    }
+
+    func prepare(_ sql: String, cached: Bool) throws(DepotError) -> Statement {
+        let db = try liveHandle()
+        var statement: OpaquePointer?
+        let flags = cached ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0
+        let rc = sqlite3_prepare_v3(db, sql, -1, flags, &statement, nil)
+        guard rc == SQLITE_OK, let statement else {
+            if let statement { sqlite3_finalize(statement) }
+            throw error(rc, "Preparing \(sql.prefix(120))")
+        }
+        return Statement(handle: statement, isCached: cached)
+    }
+
+    /// A cached statement for fixed SQL, marked in use; give it back with ``release(_:)``.
+    @inline(__always)
+    func statement(key: Int, sql: () -> String) throws(DepotError) -> Statement {
+        if let cached = fixed[key] {
+            if !cached.inUse {
+                cached.inUse = true
+                return cached
+            }
+            let fresh = try prepare(sql(), cached: false)
+            fresh.inUse = true
+            return fresh
+        }
+        let made = try prepare(sql(), cached: true)
+        fixed[key] = made
+        made.inUse = true
+        return made
+    }
+
+    /// A cached statement for compiled SQL, marked in use; give it back with ``release(_:)``.
+    func statement(sql: String) throws(DepotError) -> Statement {
+        if let cached = dynamic[sql] {
+            if !cached.inUse {
+                cached.inUse = true
+                return cached
+            }
+            let fresh = try prepare(sql, cached: false)
+            fresh.inUse = true
+            return fresh
+        }
+        if dynamic.count >= Self.dynamicLimit {
+            // Statements in use stay alive through their caller's reference.
+            dynamic.removeAll(keepingCapacity: true)
+        }
+        let made = try prepare(sql, cached: true)
+        dynamic[sql] = made
+        made.inUse = true
+        return made
+    }
+
+    /// Resets a statement and drops its bindings (so a large bound value is not kept).
+    @inline(__always)
+    func release(_ statement: Statement) {
+        sqlite3_reset(statement.handle)
+        sqlite3_clear_bindings(statement.handle)
+        statement.inUse = false
+    }
+
+    /// Steps a statement: `true` for a row, `false` when done.
+    @inline(__always)
+    func step(_ statement: Statement, _ context: @autoclosure () -> String) throws(DepotError) -> Bool {
+        let rc = sqlite3_step(statement.handle)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        throw error(rc, context())
+    }
+
+    /// Runs a cached statement without bindings or results (BEGIN, COMMIT, ROLLBACK).
+    func run(key: Int, _ sql: String) throws(DepotError) {
+        let statement = try statement(key: key) { sql }
+        defer { release(statement) }
+        while try step(statement, sql) {}
+    }
+
+    /// The first column of the first row of a query, as text.
+    func scalarText(_ sql: String) throws(DepotError) -> String? {
+        let statement = try prepare(sql, cached: false)
+        guard try step(statement, sql) else { return nil }
+        return sqlite3_column_text(statement.handle, 0).map { String(cString: $0) }
+    }
+
+    var changes: Int { handle.map { Int(sqlite3_changes64($0)) } ?? 0 }
+    var isInTransaction: Bool { handle.map { sqlite3_get_autocommit($0) == 0 } ?? false }
+}
+
+// MARK: - Values in and out
+
+/// The 8 bytes that stand for NaN in a REAL column. SQLite turns a bound NaN into NULL, so
+/// NaN is stored as a BLOB instead: SQLite orders every BLOB after every number, which is
+/// exactly Depot's "NaN is greater than +infinity", and two NaN blobs compare equal.
+let nanBlob: [UInt8] = [0x7F, 0xF8, 0, 0, 0, 0, 0, 0]
+
+/// What a bound parameter holds: a value, or raw UTF-8 bytes bound as TEXT (the exclusive
+/// upper bound of a prefix range, which need not be valid UTF-8).
+enum Binding {
+    case value(Value)
+    case textBytes([UInt8])
+    case blobBytes([UInt8])
+    case integer(Int64)
+}
+
+extension Connection {
+    @inline(__always)
+    func bind(_ value: Value, at index: Int32, in statement: Statement) throws(DepotError) {
+        let s = statement.handle
+        let rc: Int32
+        switch value {
+        case .null: rc = sqlite3_bind_null(s, index)
+        case .int(let v): rc = sqlite3_bind_int64(s, index, v)
+        case .bool(let v): rc = sqlite3_bind_int64(s, index, v ? 1 : 0)
+        case .double(let v): rc = bindDouble(v, at: index, in: s)
+        case .date(let v): rc = bindDouble(v.timeIntervalSinceReferenceDate, at: index, in: s)
+        case .string(let v): rc = bindText(v, at: index, in: s)
+        case .data(let v):
+            rc = v.withUnsafeBytes { raw in
+                // A zero-length bind with a nil pointer would store NULL, not an empty blob.
+                guard let base = raw.baseAddress, raw.count > 0 else { return sqlite3_bind_zeroblob(s, index, 0) }
+                return sqlite3_bind_blob64(s, index, base, UInt64(raw.count), sqliteTransient)
+            }
+        case .uuid(let v):
+            rc = withUnsafeBytes(of: v.uuid) { raw in
+                sqlite3_bind_blob64(s, index, raw.baseAddress, UInt64(raw.count), sqliteTransient)
+            }
+        }
+        if rc != SQLITE_OK { throw error(rc, "Binding \(value.debugLiteral)") }
+    }
+
+    @inline(__always)
+    private func bindDouble(_ v: Double, at index: Int32, in s: OpaquePointer) -> Int32 {
+        if v.isNaN {
+            return nanBlob.withUnsafeBytes { sqlite3_bind_blob64(s, index, $0.baseAddress, 8, sqliteTransient) }
+        }
+        return sqlite3_bind_double(s, index, v)
+    }
+
+    @inline(__always)
+    private func bindText(_ v: String, at index: Int32, in s: OpaquePointer) -> Int32 {
+        var v = v
+        return v.withUTF8 { buffer in
+            // The explicit length keeps embedded NUL bytes; a nil pointer would bind NULL.
+            guard let base = buffer.baseAddress, buffer.count > 0 else {
+                return sqlite3_bind_text(s, index, "", 0, sqliteTransient)
+            }
+            return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+                sqlite3_bind_text64(s, index, $0, UInt64(buffer.count), sqliteTransient, UInt8(SQLITE_UTF8))
+            }
+        }
+    }
+
+    func bind(_ binding: Binding, at index: Int32, in statement: Statement) throws(DepotError) {
+        let s = statement.handle
+        let rc: Int32
+        switch binding {
+        case .value(let value):
+            try bind(value, at: index, in: statement)
+            return
+        case .integer(let v):
+            rc = sqlite3_bind_int64(s, index, v)
+        case .textBytes(let bytes):
+            rc = bytes.withUnsafeBytes { raw in
+                guard let base = raw.baseAddress, raw.count > 0 else { return sqlite3_bind_text(s, index, "", 0, sqliteTransient) }
+                return sqlite3_bind_text64(s, index, base.assumingMemoryBound(to: CChar.self), UInt64(raw.count), sqliteTransient, UInt8(SQLITE_UTF8))
+            }
+        case .blobBytes(let bytes):
+            rc = bytes.withUnsafeBytes { raw in
+                guard let base = raw.baseAddress, raw.count > 0 else { return sqlite3_bind_zeroblob(s, index, 0) }
+                return sqlite3_bind_blob64(s, index, base, UInt64(raw.count), sqliteTransient)
+            }
+        }
+        if rc != SQLITE_OK { throw error(rc, "Binding a query parameter") }
+    }
+
+    /// Decodes one column as a value of `type`, reading SQLite's own storage class first.
+    @inline(__always)
+    func column(_ index: Int32, of statement: Statement, as type: AttributeType) throws(DepotError) -> Value {
+        let s = statement.handle
+        let storage = sqlite3_column_type(s, index)
+        if storage == SQLITE_NULL { return .null }
+        switch type {
+        case .int64:
+            return .int(sqlite3_column_int64(s, index))
+        case .bool:
+            return .bool(sqlite3_column_int64(s, index) != 0)
+        case .double:
+            return storage == SQLITE_BLOB ? .double(.nan) : .double(sqlite3_column_double(s, index))
+        case .date:
+            let t = storage == SQLITE_BLOB ? Double.nan : sqlite3_column_double(s, index)
+            return .date(Date(timeIntervalSinceReferenceDate: t))
+        case .string:
+            // column_text before column_bytes: the byte count is of the text form.
+            guard let text = sqlite3_column_text(s, index) else { return .string("") }
+            let count = Int(sqlite3_column_bytes(s, index))
+            return .string(String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self))
+        case .data:
+            guard let blob = sqlite3_column_blob(s, index) else { return .data(Data()) }
+            return .data(Data(bytes: blob, count: Int(sqlite3_column_bytes(s, index))))
+        case .uuid:
+            let count = Int(sqlite3_column_bytes(s, index))
+            guard count == 16, let blob = sqlite3_column_blob(s, index) else {
+                throw DepotError(.storeCorrupted, "A UUID column holds \(count) bytes instead of 16; the database was changed outside Depot.")
+            }
+            var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(start: blob, count: 16)) }
+            return .uuid(UUID(uuid: uuid))
+        }
+    }
+}

@@ -1,0 +1,548 @@
+import CSQLite
+public import DepotCore
+import Foundation
+
+/// The SQLite backend: one ordinary SQLite database file with one table per entity.
+///
+/// Each entity is a real table with typed columns, its primary key, its unique constraints
+/// and the indexes it declares, so the `sqlite3` command line can read and query the file.
+/// Depot's own bookkeeping lives in the tables `depot_meta` and `depot_entities`.
+///
+/// ```swift
+/// let store = try SQLiteStore(path: "/var/lib/app/app.sqlite")
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// try await cats.save(Cat(id: 1, name: "Tom", weight: 4.5, age: 3))
+/// await store.close()
+/// ```
+///
+/// The database runs in WAL mode with one writer connection and a pool of reader
+/// connections: reads run in parallel with each other and with the writer, and every read
+/// operation sees one consistent snapshot. All SQLite calls run on the store's own
+/// threads (one per connection), never on Swift's cooperative thread pool. Writes run one
+/// at a time, in the order they were submitted.
+public final class SQLiteStore: Store {
+    /// How hard a commit tries to reach the disk.
+    public enum Durability: Sendable, Hashable {
+        /// WAL with `synchronous=NORMAL`, the default: a commit survives a crash of the
+        /// process; a power loss or an OS crash may lose the last commits, never corrupt
+        /// the database. Commits cost no fsync.
+        case normal
+        /// WAL with `synchronous=FULL`: every commit is fsynced before it returns, so it
+        /// survives a power loss too. Each commit costs at least one fsync.
+        case full
+    }
+
+    /// How a store is opened.
+    public struct Options: Sendable, Hashable {
+        /// How hard a commit tries to reach the disk; ``Durability/normal`` by default.
+        public var durability: Durability
+        /// The number of reader connections, so the number of reads that run at once;
+        /// 4 by default. From 1 to ``SQLiteStore/maximumReaders``.
+        public var readers: Int
+        /// How long a connection waits for a lock held by another process before failing
+        /// with ``DepotError/Code/busy``; 5 seconds by default.
+        public var busyTimeout: Duration
+
+        public init(durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5)) {
+            self.durability = durability
+            self.readers = readers
+            self.busyTimeout = busyTimeout
+        }
+    }
+
+    /// The most reader connections a store opens.
+    public static let maximumReaders = 64
+
+    /// The version of Depot's layout of the file, kept in `depot_meta`.
+    static let formatVersion = 1
+
+    public var backendName: String { "sqlite" }
+    public let changes = ChangeFeed()
+    /// The database file (for an in-memory store, its private temporary file).
+    public let path: String
+    /// Whether the store is a private temporary database, removed when it closes.
+    public let isInMemory: Bool
+    /// The options the store was opened with.
+    public let options: Options
+
+    private struct State: Sendable {
+        var closed = false
+        var tables: [String: Table] = [:]
+        var nextSerial = 1
+    }
+
+    /// A reader connection and the thread that uses it.
+    final class Reader: Sendable {
+        let connection: Connection
+        let worker: Worker
+
+        init(connection: Connection, worker: Worker) {
+            self.connection = connection
+            self.worker = worker
+        }
+    }
+
+    private struct Pool: Sendable {
+        /// Idle readers, most recently used last: it is handed out first, while its worker
+        /// is still spinning.
+        var idle: [Reader]
+        var waiting: [@Sendable (Reader) -> Void] = []
+        var waitingStart = 0
+    }
+
+    private let state = Locked(State())
+    private let pool: Locked<Pool>
+    private let writer: Connection
+    private let writerWorker: Worker
+    private let readers: [Reader]
+    private let idle = DispatchGroup()
+    private let temporaryDirectory: URL?
+
+    // MARK: Opening
+
+    /// Opens the SQLite database at `path`, creating the file and its directory if missing.
+    ///
+    /// ```swift
+    /// let store = try SQLiteStore(path: "data/app.sqlite", options: .init(durability: .full))
+    /// ```
+    ///
+    /// The file is checked before anything is written to it: a file that is not an SQLite
+    /// database, or whose schema cannot be read, is refused and left untouched.
+    ///
+    /// - Parameters:
+    ///   - path: The database file.
+    ///   - options: Durability, reader count and busy timeout.
+    /// - Throws: ``DepotError`` with ``DepotError/Code/storeCorrupted`` for a file that is
+    ///   not a database or is damaged, ``DepotError/Code/invalidConfiguration`` for bad
+    ///   options or a path that is a directory, ``DepotError/Code/io`` or
+    ///   ``DepotError/Code/permissionDenied`` when the file cannot be opened or created,
+    ///   ``DepotError/Code/busy`` when another process holds a lock past the timeout.
+    public convenience init(path: String, options: Options = .init()) throws(DepotError) {
+        guard !path.isEmpty else {
+            throw DepotError(.invalidConfiguration, "The SQLite store path is empty; give a file path, or use SQLiteStore.inMemory().")
+        }
+        let url = URL(fileURLWithPath: path)
+        try Self.createDirectory(url.deletingLastPathComponent())
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
+        }
+        try self.init(file: url.path, temporaryDirectory: nil, options: options)
+    }
+
+    /// Opens a private database that lives as long as the store.
+    ///
+    /// ```swift
+    /// let store = try SQLiteStore.inMemory()
+    /// ```
+    ///
+    /// SQLite's own `:memory:` databases are private to one connection, and shared-cache
+    /// or `memdb` databases lock whole tables or have no WAL, so readers would wait for the
+    /// writer. An in-memory store is therefore an ordinary WAL database in a private
+    /// temporary directory (in `/dev/shm`, which is memory, when it exists; otherwise the
+    /// system's temporary directory), with `synchronous=OFF`; the directory is removed
+    /// when the store closes or is released (a crashed process leaves it behind). It
+    /// behaves exactly like a file store.
+    ///
+    /// - Parameter options: Reader count and busy timeout; durability is ignored.
+    /// - Throws: ``DepotError`` with ``DepotError/Code/io`` when the temporary directory
+    ///   cannot be created, ``DepotError/Code/invalidConfiguration`` for bad options.
+    public static func inMemory(options: Options = .init()) throws(DepotError) -> SQLiteStore {
+        var base = FileManager.default.temporaryDirectory
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: "/dev/shm", isDirectory: &isDirectory), isDirectory.boolValue,
+            FileManager.default.isWritableFile(atPath: "/dev/shm")
+        {
+            base = URL(fileURLWithPath: "/dev/shm")
+        }
+        let directory = base.appendingPathComponent("depot-sqlite-\(UUID().uuidString)", isDirectory: true)
+        try createDirectory(directory)
+        do {
+            return try SQLiteStore(file: directory.appendingPathComponent("memory.sqlite").path, temporaryDirectory: directory, options: options)
+        } catch {
+            try? FileManager.default.removeItem(at: directory)
+            throw error
+        }
+    }
+
+    private static func createDirectory(_ url: URL) throws(DepotError) {
+        do {
+            try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        } catch {
+            throw DepotError(.io, "Cannot create the directory \(url.path) for the SQLite store: \(error). Check the path and its permissions.")
+        }
+    }
+
+    private init(file: String, temporaryDirectory: URL?, options: Options) throws(DepotError) {
+        guard (1...Self.maximumReaders).contains(options.readers) else {
+            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections (each has a thread of its own).")
+        }
+        guard options.busyTimeout >= .zero else {
+            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.busyTimeout is negative; use zero or more.")
+        }
+        self.path = file
+        self.isInMemory = temporaryDirectory != nil
+        self.options = options
+        self.temporaryDirectory = temporaryDirectory
+
+        let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
+        do throws(DepotError) {
+            try Self.checkReadable(writer)
+            let journal = try writer.scalarText("PRAGMA journal_mode = WAL")
+            guard journal?.lowercased() == "wal" else {
+                throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
+            }
+            try writer.execute("PRAGMA synchronous = \(Self.synchronous(options, inMemory: temporaryDirectory != nil))")
+            let stored = try Self.prepareBookkeeping(writer, file: file)
+            var connections: [Connection] = []
+            for _ in 0..<options.readers {
+                let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout)
+                try reader.execute("PRAGMA query_only = 1")
+                connections.append(reader)
+            }
+            let readers = connections.enumerated().map { Reader(connection: $1, worker: Worker(name: "depot.sqlite.reader\($0)")) }
+            self.writer = writer
+            self.writerWorker = Worker(name: "depot.sqlite.writer")
+            self.readers = readers
+            self.pool = Locked(Pool(idle: readers))
+            state.withLock { s in
+                for entity in stored {
+                    s.tables[entity.name] = Table(entity: entity, serial: s.nextSerial)
+                    s.nextSerial += 1
+                }
+            }
+        } catch {
+            writer.close()
+            throw error
+        }
+    }
+
+    private static func synchronous(_ options: Options, inMemory: Bool) -> String {
+        if inMemory { return "OFF" }
+        switch options.durability {
+        case .normal: return "NORMAL"
+        case .full: return "FULL"
+        }
+    }
+
+    /// Reads the schema before anything writes: setting WAL mode writes the header, and a
+    /// file that is not a database must stay byte for byte as it was.
+    private static func checkReadable(_ connection: Connection) throws(DepotError) {
+        do {
+            _ = try connection.scalarText("SELECT count(*) FROM sqlite_master")
+        } catch {
+            let primary = (error.nativeCode ?? 0) & 0xFF
+            if primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT {
+                throw DepotError(.storeCorrupted, "\(connection.path) is not an SQLite database, or it is damaged (\(error.message)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: error.nativeCode)
+            }
+            throw error
+        }
+    }
+
+    /// Creates Depot's bookkeeping tables when missing and reads the stored entities.
+    private static func prepareBookkeeping(_ writer: Connection, file: String) throws(DepotError) -> [EntityDescription] {
+        try writer.execute("BEGIN IMMEDIATE")
+        do throws(DepotError) {
+            try writer.execute(
+                """
+                CREATE TABLE IF NOT EXISTS depot_meta (key TEXT PRIMARY KEY NOT NULL, value ANY) WITHOUT ROWID;
+                INSERT OR IGNORE INTO depot_meta (key, value) VALUES ('format', \(formatVersion));
+                CREATE TABLE IF NOT EXISTS depot_entities (name TEXT PRIMARY KEY NOT NULL, description TEXT NOT NULL) WITHOUT ROWID;
+                """)
+            let format = try writer.scalarText("SELECT value FROM depot_meta WHERE key = 'format'")
+            guard let format, let version = Int(format), version <= formatVersion else {
+                throw DepotError(.schemaMismatch, "\(file) was written with Depot's SQLite format \(format ?? "unknown"), newer than this version's \(formatVersion); open it with a newer Depot.")
+            }
+            let statement = try writer.prepare("SELECT name, description FROM depot_entities ORDER BY name", cached: false)
+            var entities: [EntityDescription] = []
+            while try writer.step(statement, "Reading depot_entities") {
+                let name = try writer.column(0, of: statement, as: .string)
+                guard case .string(let json) = try writer.column(1, of: statement, as: .string),
+                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+                    (try? entity.validate()) != nil
+                else {
+                    throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
+                }
+                entities.append(entity)
+            }
+            try writer.execute("COMMIT")
+            return entities
+        } catch {
+            try? writer.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    deinit {
+        // Jobs hold the store strongly, so nothing runs any more when this runs.
+        closeConnections()
+        stopWorkers()
+    }
+
+    // MARK: Work accounting
+
+    private func begin() throws(DepotError) {
+        try state.withLock { (s: inout State) throws(DepotError) in
+            if s.closed { throw DepotError.closedStore }
+            idle.enter()
+        }
+    }
+
+    private func end() {
+        idle.leave()
+    }
+
+    private var tables: [String: Table] { state.withLock { $0.tables } }
+
+    // MARK: Registration
+
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        writerWorker.submit {
+            let result = Result { try self.registerNow(entities) }
+            self.end()
+            completion(result)
+        }
+    }
+
+    private func registerNow(_ entities: [EntityDescription]) throws(DepotError) {
+        for entity in entities { try entity.validate() }
+        var current = tables
+        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) { return }
+        let serial = state.withLock { s in
+            defer { s.nextSerial += entities.count }
+            return s.nextSerial
+        }
+        try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        do throws(DepotError) {
+            for (offset, entity) in entities.enumerated() {
+                if let existing = current[entity.name] {
+                    if existing.entity == entity { continue }
+                    let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
+                    try migrate(migration)
+                } else {
+                    try create(entity)
+                }
+                try storeDescription(entity)
+                current[entity.name] = Table(entity: entity, serial: serial + offset)
+            }
+            try writer.run(key: Keys.commit, "COMMIT")
+        } catch {
+            rollback(writer)
+            throw error
+        }
+        state.withLock { $0.tables = current }
+    }
+
+    private func create(_ entity: EntityDescription) throws(DepotError) {
+        // SQLite names are case-insensitive: refuse to adopt a table Depot did not create.
+        let statement = try writer.prepare("SELECT name FROM sqlite_master WHERE name = ?1 COLLATE NOCASE", cached: false)
+        try writer.bind(.string(entity.name), at: 1, in: statement)
+        if try writer.step(statement, "Looking up table \(entity.name)") {
+            let existing = try writer.column(0, of: statement, as: .string)
+            throw DepotError(.invalidSchema, "The database already has a table or index named \(existing.debugLiteral) that Depot did not create for entity \(entity.name) (SQLite compares names without case). Rename the entity.")
+        }
+        try writer.execute(DDL.createTable(entity))
+        for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
+            try writer.execute(DDL.createIndex(attribute, in: entity))
+        }
+    }
+
+    private func migrate(_ migration: SchemaMigration) throws(DepotError) {
+        let entity = migration.declared
+        for attribute in migration.addedAttributes {
+            let (sql, needsFill) = DDL.addColumn(attribute, to: entity)
+            try writer.execute(sql)
+            if needsFill {
+                let fill = try writer.prepare("UPDATE \(quoted(entity.name)) SET \(quoted(attribute.name)) = ?1", cached: false)
+                try writer.bind(SchemaMigration.fillValue(for: attribute), at: 1, in: fill)
+                while try writer.step(fill, "Filling \(entity.name).\(attribute.name) with its default") {}
+            }
+        }
+        for attribute in migration.droppedIndexes {
+            try writer.execute(DDL.dropIndex(attribute, in: entity))
+        }
+        for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
+            try writer.execute(DDL.createIndex(attribute, in: entity))
+        }
+    }
+
+    private func storeDescription(_ entity: EntityDescription) throws(DepotError) {
+        let json: String
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
+        } catch {
+            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
+        }
+        let statement = try writer.prepare("INSERT OR REPLACE INTO depot_entities (name, description) VALUES (?1, ?2)", cached: false)
+        try writer.bind(.string(entity.name), at: 1, in: statement)
+        try writer.bind(.string(json), at: 2, in: statement)
+        while try writer.step(statement, "Storing the description of \(entity.name)") {}
+    }
+
+    // MARK: Transactions
+
+    /// Statement-cache keys for transaction control (entity serials start at 1, so these
+    /// never collide with per-entity keys).
+    enum Keys {
+        static let begin = 0
+        static let beginImmediate = 1
+        static let commit = 2
+        static let rollback = 3
+        static let pin = 4
+    }
+
+    private func rollback(_ connection: Connection) {
+        if connection.isInTransaction { try? connection.run(key: Keys.rollback, "ROLLBACK") }
+    }
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        checkOutReader { reader in
+            let result = Result { try self.readNow(on: reader.connection, body) }
+            self.checkIn(reader)
+            self.end()
+            completion(result)
+        }
+    }
+
+    /// Runs `job` on an idle reader's thread now, or on the next reader handed back.
+    /// Nothing blocks a thread while waiting.
+    private func checkOutReader(_ job: @escaping @Sendable (Reader) -> Void) {
+        let reader = pool.withLock { p -> Reader? in
+            if let reader = p.idle.popLast() { return reader }
+            p.waiting.append(job)
+            return nil
+        }
+        if let reader { reader.worker.submit { job(reader) } }
+    }
+
+    private func checkIn(_ reader: Reader) {
+        let next = pool.withLock { p -> (@Sendable (Reader) -> Void)? in
+            guard p.waitingStart < p.waiting.count else {
+                p.idle.append(reader)
+                return nil
+            }
+            let job = p.waiting[p.waitingStart]
+            p.waitingStart += 1
+            if p.waitingStart == p.waiting.count {
+                p.waiting.removeAll(keepingCapacity: true)
+                p.waitingStart = 0
+            }
+            return job
+        }
+        // Still on this reader's thread: run the waiting job next, in order.
+        if let next { reader.worker.submit { next(reader) } }
+    }
+
+    private func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+        let tables = self.tables
+        try connection.run(key: Keys.begin, "BEGIN")
+        let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false, recording: false)
+        defer {
+            transaction.isFinished = true
+            rollback(connection)
+        }
+        // A deferred transaction takes its snapshot at its first read: read now, so the
+        // snapshot is the one of the moment the operation started.
+        try connection.run(key: Keys.pin, "SELECT 1 FROM sqlite_master LIMIT 1")
+        return try body(transaction)
+    }
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        writerWorker.submit {
+            let result = Result { try self.writeNow(body) }
+            self.end()
+            completion(result)
+        }
+    }
+
+    private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        let tables = self.tables
+        try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recording: changes.isObserved)
+        let result: T
+        do {
+            result = try body(transaction)
+            transaction.isFinished = true
+            if !writer.isInTransaction { throw DepotError.rolledBack }
+            try writer.run(key: Keys.commit, "COMMIT")
+        } catch {
+            transaction.isFinished = true
+            rollback(writer)
+            throw error
+        }
+        if let recorder = transaction.recorder, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        return result
+    }
+
+    // MARK: Closing
+
+    public func close() async {
+        let first = state.withLock { s in
+            defer { s.closed = true }
+            return !s.closed
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            idle.notify(queue: .global()) { continuation.resume() }
+        }
+        guard first else { return }
+        // Closing checkpoints the WAL: blocking work, so on the writer's thread.
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let accepted = writerWorker.submit {
+                self.closeConnections()
+                continuation.resume()
+            }
+            if !accepted { continuation.resume() }
+        }
+        stopWorkers()
+    }
+
+    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
+    private func closeConnections() {
+        for reader in readers { reader.connection.close() }
+        writer.close()
+        if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }
+    }
+
+    private func stopWorkers() {
+        for reader in readers { reader.worker.stop() }
+        writerWorker.stop()
+    }
+
+    // MARK: Diagnostics
+
+    /// The journal mode and synchronous level the writer connection runs with, as SQLite
+    /// reports them (`PRAGMA journal_mode`, `PRAGMA synchronous`: 0 off, 1 normal, 2 full).
+    func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {
+        try await withCheckedThrowingContinuation { continuation in
+            do { try begin() } catch { return continuation.resume(throwing: error) }
+            writerWorker.submit {
+                let result = Result { () throws(DepotError) -> (String, Int) in
+                    let journal = try self.writer.scalarText("PRAGMA journal_mode") ?? ""
+                    let synchronous = Int(try self.writer.scalarText("PRAGMA synchronous") ?? "") ?? -1
+                    return (journal, synchronous)
+                }
+                self.end()
+                continuation.resume(with: result.map { (journalMode: $0.0, synchronous: $0.1) })
+            }
+        }
+    }
+}
+
+extension DepotError {
+    static var closedStore: DepotError {
+        DepotError(.closed, "The SQLite store has been closed; open a new store to continue.")
+    }
+}

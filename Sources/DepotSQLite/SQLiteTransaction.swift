@@ -1,0 +1,243 @@
+import CSQLite
+import DepotCore
+
+/// A read or write transaction on one connection. The store begins and ends the SQL
+/// transaction around the closure; this object only runs statements inside it.
+final class SQLiteTransaction: WriteTransaction {
+    let connection: Connection
+    let tables: [String: Table]
+    let writable: Bool
+    /// Collects changes for the feed; `nil` when nobody observes the feed.
+    var recorder: ChangeRecorder?
+    var isFinished = false
+
+    init(connection: Connection, tables: [String: Table], writable: Bool, recording: Bool) {
+        self.connection = connection
+        self.tables = tables
+        self.writable = writable
+        self.recorder = recording ? ChangeRecorder() : nil
+    }
+
+    @inline(__always)
+    private func table(_ entity: EntityDescription) throws(DepotError) -> Table {
+        if isFinished {
+            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+        }
+        // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
+        // statements run after that would each commit on their own.
+        if !connection.isInTransaction { throw DepotError.rolledBack }
+        guard let table = tables[entity.name] else {
+            throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+        }
+        try table.check(entity)
+        return table
+    }
+
+    @inline(__always)
+    private func decode(_ statement: Statement, table: Table, into row: inout Row) throws(DepotError) {
+        row.removeAll()
+        for (i, type) in table.types.enumerated() {
+            row.append(try connection.column(Int32(i), of: statement, as: type))
+        }
+    }
+
+    private func bind(_ bindings: [Binding], to statement: Statement) throws(DepotError) {
+        for (i, binding) in bindings.enumerated() {
+            try connection.bind(binding, at: Int32(i + 1), in: statement)
+        }
+    }
+
+    // MARK: ReadTransaction
+
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+        let table = try table(query.entity)
+        if query.limit == 0 { return }
+        if query.filter == .constant(true) {
+            // Counting a table walks its b-tree without decoding a row; much cheaper than
+            // growing the caller's array step by step.
+            let total = try countAll(table)
+            let expected = max(0, total - query.offset)
+            reserve(query.limit.map { min($0, expected) } ?? expected)
+        } else if let limit = query.limit, limit <= 4096 {
+            reserve(limit)
+        }
+        let compiled = try QueryCompiler.select(query, table: table)
+        let statement = try connection.statement(sql: compiled.sql)
+        defer { connection.release(statement) }
+        try bind(compiled.bindings, to: statement)
+        var row = Row(capacity: table.types.count)
+        while try connection.step(statement, "Fetching \(table.entity.name) records") {
+            try decode(statement, table: table, into: &row)
+            try body(row)
+        }
+    }
+
+    private func countAll(_ table: Table) throws(DepotError) -> Int {
+        let statement = try connection.statement(key: table.key(.countAll)) { table.countAll }
+        defer { connection.release(statement) }
+        guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
+        return Int(sqlite3_column_int64(statement.handle, 0))
+    }
+
+    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+        let table = try table(entity)
+        // A key of another type is in no row (SQLite's affinity would otherwise turn the
+        // integer 5 into the text '5').
+        guard key.type == table.keyType else { return false }
+        let statement = try connection.statement(key: table.key(.selectByKey)) { table.selectByKey }
+        defer { connection.release(statement) }
+        try connection.bind(key, at: 1, in: statement)
+        guard try connection.step(statement, "Reading a \(entity.name) record") else { return false }
+        try decode(statement, table: table, into: &row)
+        return true
+    }
+
+    func count(_ query: Query) throws -> Int {
+        let table = try table(query.entity)
+        if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
+            return try countAll(table)
+        }
+        let compiled = try QueryCompiler.count(query, table: table)
+        let statement = try connection.statement(sql: compiled.sql)
+        defer { connection.release(statement) }
+        try bind(compiled.bindings, to: statement)
+        guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
+        return Int(sqlite3_column_int64(statement.handle, 0))
+    }
+
+    // MARK: WriteTransaction
+
+    private func writableTable(_ entity: EntityDescription) throws(DepotError) -> Table {
+        let table = try table(entity)
+        if !writable {
+            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+        }
+        return table
+    }
+
+    /// Binds every attribute of `row` at its position, checking it against the schema the
+    /// way the memory store does (SQLite itself would store a text in an INTEGER column).
+    @inline(__always)
+    private func bindRow(_ row: Row, table: Table, to statement: Statement) throws(DepotError) {
+        let entity = table.entity
+        guard row.count == table.types.count else {
+            throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(table.types.count) attributes.")
+        }
+        for i in 0..<table.types.count {
+            let value = row[value: i]
+            if let type = value.type {
+                if type != table.types[i] {
+                    throw DepotError(.conversionFailed, "\(entity.name).\(entity.attributes[i].name) has type \(table.types[i].rawValue), but the row holds \(value.debugLiteral).")
+                }
+            } else if !entity.attributes[i].isOptional {
+                throw DepotError(.conversionFailed, "\(entity.name).\(entity.attributes[i].name) is not optional but the row has nil for it.")
+            }
+            try connection.bind(value, at: Int32(i + 1), in: statement)
+        }
+    }
+
+    /// Runs a bound writing statement, turning constraint failures into Depot's words.
+    @inline(__always)
+    private func runWrite(_ statement: Statement, row: Row, table: Table, what: String) throws(DepotError) {
+        let rc = sqlite3_step(statement.handle)
+        if rc == SQLITE_DONE || rc == SQLITE_ROW { return }
+        throw constraintError(rc, row: row, table: table, what: what)
+    }
+
+    private func constraintError(_ rc: Int32, row: Row, table: Table, what: String) -> DepotError {
+        let key = row[value: table.keyIndex]
+        let entity = table.entity.name
+        switch rc {
+        case 1555:  // SQLITE_CONSTRAINT_PRIMARYKEY
+            return DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.", nativeCode: rc)
+        case 2067:  // SQLITE_CONSTRAINT_UNIQUE: SQLite's message names the column.
+            let detail = connection.handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? "UNIQUE constraint failed"
+            if let attribute = table.entity.attributes.first(where: { detail.hasSuffix(".\($0.name)") }) {
+                let value = table.entity.index(of: attribute.name).map { row[value: $0] } ?? .null
+                return DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(value.debugLiteral), and \(attribute.name) is declared unique (\(detail)).", nativeCode: rc)
+            }
+            return DepotError(.duplicateKey, "\(what) the \(entity) with primary key \(key.debugLiteral) would duplicate a unique value (\(detail)).", nativeCode: rc)
+        default:
+            return connection.error(rc, "\(what) the \(entity) with primary key \(key.debugLiteral)")
+        }
+    }
+
+    func insert(_ row: Row, into entity: EntityDescription) throws {
+        let table = try writableTable(entity)
+        let statement = try connection.statement(key: table.key(.insert)) { table.insert }
+        defer { connection.release(statement) }
+        try bindRow(row, table: table, to: statement)
+        try runWrite(statement, row: row, table: table, what: "Inserting")
+        recorder?.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
+    }
+
+    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+        let table = try writableTable(entity)
+        // Insert unless the key exists, then update in place: one statement for a new
+        // row, and `changes` says which case it was (an upsert's DO UPDATE would not).
+        let inserted: Bool
+        do {
+            let statement = try connection.statement(key: table.key(.insertUnlessKeyExists)) { table.insertUnlessKeyExists }
+            defer { connection.release(statement) }
+            try bindRow(row, table: table, to: statement)
+            try runWrite(statement, row: row, table: table, what: "Saving")
+            inserted = connection.changes > 0
+        }
+        if !inserted {
+            let statement = try connection.statement(key: table.key(.update)) { table.update }
+            defer { connection.release(statement) }
+            try bindRow(row, table: table, to: statement)
+            try runWrite(statement, row: row, table: table, what: "Saving")
+        }
+        recorder?.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
+        return inserted
+    }
+
+    func update(_ row: Row, in entity: EntityDescription) throws {
+        let table = try writableTable(entity)
+        let statement = try connection.statement(key: table.key(.update)) { table.update }
+        defer { connection.release(statement) }
+        try bindRow(row, table: table, to: statement)
+        try runWrite(statement, row: row, table: table, what: "Updating")
+        let key = row[value: table.keyIndex]
+        if connection.changes == 0 {
+            throw DepotError(.notFound, "No \(entity.name) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
+        }
+        recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
+    }
+
+    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+        let table = try writableTable(entity)
+        guard key.type == table.keyType else { return false }
+        let statement = try connection.statement(key: table.key(.deleteByKey)) { table.deleteByKey }
+        defer { connection.release(statement) }
+        try connection.bind(key, at: 1, in: statement)
+        _ = try connection.step(statement, "Deleting the \(entity.name) with primary key \(key.debugLiteral)")
+        let deleted = connection.changes > 0
+        if deleted { recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false) }
+        return deleted
+    }
+
+    func delete(_ query: Query) throws -> Int {
+        let table = try writableTable(query.entity)
+        if query.limit == 0 { return 0 }
+        let recording = recorder != nil
+        let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)
+        let statement = try connection.statement(sql: compiled.sql)
+        defer { connection.release(statement) }
+        try bind(compiled.bindings, to: statement)
+        var deleted = 0
+        while try connection.step(statement, "Deleting \(table.entity.name) records") {
+            let key = try connection.column(0, of: statement, as: table.keyType)
+            recorder?.record(entity: table.entity.name, key: key, existedBefore: true, existsAfter: false)
+            deleted += 1
+        }
+        return recording ? deleted : connection.changes
+    }
+}
+
+extension DepotError {
+    static var rolledBack: DepotError {
+        DepotError(.backend, "SQLite rolled this transaction back after an earlier error in it (see that error); nothing of it was kept. Retry the operation.")
+    }
+}

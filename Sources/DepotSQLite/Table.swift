@@ -1,0 +1,185 @@
+import DepotCore
+import Foundation
+
+/// Quotes an SQL identifier. Entity and attribute names are validated to letters, digits
+/// and `_` before they get here; quoting anyway means a name can never become syntax.
+func quoted(_ identifier: String) -> String {
+    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}
+
+/// A registered entity and the SQL that reads and writes its table, built once.
+///
+/// Column lists always follow the declared attribute order, which is the row order,
+/// whatever order `ALTER TABLE` left the physical columns in.
+final class Table: Sendable {
+    let entity: EntityDescription
+    /// Unique per registration in this process: keys the connections' statement caches,
+    /// so a migrated entity never reuses a statement built for its old columns.
+    let serial: Int
+    let types: [AttributeType]
+    let keyIndex: Int
+    let keyType: AttributeType
+    let name: String
+    let keyColumn: String
+    let columnList: String
+
+    let selectByKey: String
+    let insert: String
+    let insertUnlessKeyExists: String
+    let update: String
+    let deleteByKey: String
+    let countAll: String
+
+    enum Kind: Int {
+        case selectByKey, insert, insertUnlessKeyExists, update, deleteByKey, countAll
+    }
+
+    @inline(__always)
+    func key(_ kind: Kind) -> Int { serial &* 16 &+ kind.rawValue }
+
+    init(entity: EntityDescription, serial: Int) {
+        self.entity = entity
+        self.serial = serial
+        types = entity.attributes.map(\.type)
+        keyIndex = entity.primaryKeyIndex
+        keyType = entity.primaryKey.type
+        name = quoted(entity.name)
+        keyColumn = quoted(entity.primaryKey.name)
+        let columns = entity.attributes.map { quoted($0.name) }
+        columnList = columns.joined(separator: ", ")
+        // Parameters are numbered by attribute position, so every writing statement binds
+        // a row with the same loop.
+        let parameters = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+        let keyParameter = "?\(keyIndex + 1)"
+        selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = ?1"
+        insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
+        insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
+        var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = ?\($0 + 1)" }
+        if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
+        update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
+        deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = ?1"
+        countAll = "SELECT count(*) FROM \(name)"
+    }
+
+    /// Checks that a request's description of the entity matches the registered one in the
+    /// ways that matter to reading rows: the number of attributes and their types.
+    @inline(__always)
+    func check(_ described: EntityDescription) throws(DepotError) {
+        if described.attributes.count != types.count {
+            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(types.count) attributes, but this request describes \(described.attributes.count); use the record type that registered it.")
+        }
+        for (i, attribute) in described.attributes.enumerated() where attribute.type != types[i] {
+            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(entity.attributes[i].name) of type \(types[i].rawValue), but this request describes \(attribute.name) of type \(attribute.type.rawValue); use the record type that registered it.")
+        }
+    }
+}
+
+// MARK: - DDL
+
+enum DDL {
+    static func columnType(_ type: AttributeType) -> String {
+        switch type {
+        case .int64, .bool: "INTEGER"
+        case .double, .date: "REAL"
+        case .string: "TEXT"
+        case .data, .uuid: "BLOB"
+        }
+    }
+
+    static func indexName(_ entity: String, _ attribute: String) -> String {
+        quoted("depot_idx_\(entity)_\(attribute)")
+    }
+
+    /// The table, with the primary key, NOT NULL and UNIQUE constraints. An integer key is
+    /// the rowid itself; other keys make a WITHOUT ROWID table clustered on the key.
+    static func createTable(_ entity: EntityDescription) -> String {
+        var columns: [String] = []
+        for (i, attribute) in entity.attributes.enumerated() {
+            var column = "\(quoted(attribute.name)) \(columnType(attribute.type))"
+            if i == entity.primaryKeyIndex {
+                column += " PRIMARY KEY NOT NULL"
+            } else {
+                if !attribute.isOptional { column += " NOT NULL" }
+                if attribute.isUnique { column += " UNIQUE" }
+            }
+            columns.append(column)
+        }
+        let rowid = entity.primaryKey.type == .int64 ? "" : " WITHOUT ROWID"
+        return "CREATE TABLE \(quoted(entity.name)) (\n  \(columns.joined(separator: ",\n  "))\n)\(rowid)"
+    }
+
+    /// Whether an attribute needs an index of its own (the key and unique attributes
+    /// already have one).
+    static func wantsIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> Bool {
+        attribute.isIndexed && !attribute.isUnique && attribute.name != entity.primaryKey.name
+    }
+
+    static func createIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
+        "CREATE INDEX IF NOT EXISTS \(indexName(entity.name, attribute.name)) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
+    }
+
+    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
+        "DROP INDEX IF EXISTS \(indexName(entity.name, attribute.name))"
+    }
+
+    /// `ALTER TABLE … ADD COLUMN` for a new attribute, and whether existing rows must then
+    /// be given `fill` by a bound `UPDATE`.
+    ///
+    /// `ALTER TABLE` takes no parameters and its DEFAULT only a literal, so a default is
+    /// written as a literal only when the literal is exact (integers, integral doubles,
+    /// strings without NUL, bytes in hex). Any other default gets a placeholder literal of
+    /// the right type, then the real value is bound into every existing row.
+    static func addColumn(_ attribute: AttributeDescription, to entity: EntityDescription) -> (sql: String, needsFill: Bool) {
+        let fill = SchemaMigration.fillValue(for: attribute)
+        var sql = "ALTER TABLE \(quoted(entity.name)) ADD COLUMN \(quoted(attribute.name)) \(columnType(attribute.type))"
+        if fill.isNull { return (sql, false) }
+        if !attribute.isOptional { sql += " NOT NULL" }
+        if let literal = exactLiteral(fill) {
+            return (sql + " DEFAULT " + literal, false)
+        }
+        return (sql + " DEFAULT " + placeholderLiteral(attribute.type), true)
+    }
+
+    static func placeholderLiteral(_ type: AttributeType) -> String {
+        switch type {
+        case .int64, .bool, .double, .date: "0"
+        case .string: "''"
+        case .data, .uuid: "X''"
+        }
+    }
+
+    /// An SQL literal that reads back as exactly `value`, or nil when there is none.
+    static func exactLiteral(_ value: Value) -> String? {
+        switch value {
+        case .null: return "NULL"
+        case .int(let v): return String(v)
+        case .bool(let v): return v ? "1" : "0"
+        case .double(let v): return integralLiteral(v)
+        case .date(let v): return integralLiteral(v.timeIntervalSinceReferenceDate)
+        case .string(let s):
+            if s.utf8.contains(0) { return nil }
+            return "'" + s.replacingOccurrences(of: "'", with: "''") + "'"
+        case .data(let d): return hexLiteral(d)
+        case .uuid(let u): return withUnsafeBytes(of: u.uuid) { hexLiteral($0) }
+        }
+    }
+
+    /// Doubles are written only when integral and within ±2^53, where the decimal text
+    /// is exact whatever SQLite's float parser does.
+    private static func integralLiteral(_ v: Double) -> String? {
+        guard v.isFinite, v == v.rounded(), abs(v) <= 9_007_199_254_740_992 else { return nil }
+        return String(Int64(v)) + ".0"
+    }
+
+    private static func hexLiteral(_ bytes: some Collection<UInt8>) -> String {
+        let digits = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = Array("X'".utf8)
+        out.reserveCapacity(bytes.count * 2 + 3)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        out.append(UInt8(ascii: "'"))
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,37 @@
+import DepotCore
+import DepotSQLite
+import DepotTesting
+import Foundation
+import Testing
+
+/// The shared conformance suite against a file-backed and an in-memory SQLite store, each
+/// check on a fresh store.
+@Suite("SQLiteStore conformance")
+struct SQLiteConformanceTests {
+    @Test(arguments: ConformanceSuite.checks)
+    func fileBacked(_ check: ConformanceCheck) async throws {
+        try await withTemporaryDirectory { directory in
+            let store = try SQLiteStore(path: directory.appendingPathComponent("nested/store.sqlite").path)
+            do {
+                try await check.run(on: store)
+            } catch {
+                await store.close()
+                throw error
+            }
+            await store.close()
+        }
+    }
+
+    @Test(arguments: ConformanceSuite.checks)
+    func inMemory(_ check: ConformanceCheck) async throws {
+        let store = try SQLiteStore.inMemory()
+        do {
+            try await check.run(on: store)
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+        #expect(!FileManager.default.fileExists(atPath: store.path), "the private database is removed on close")
+    }
+}
