@@ -211,8 +211,10 @@ final class LMDBTransaction: WriteTransaction {
                 if dupSort {
                     // Keys descend, but a key's duplicates (primary keys) ascend: that is
                     // the primary-key tie-break of a descending sort.
+                    // MDB_SET rather than MDB_FIRST_DUP: after MDB_LAST, LMDB 0.9 leaves the
+                    // cursor flagged at its end, and MDB_NEXT_DUP would stop after one item.
                     let current = key
-                    rc = mdb_cursor_get(cursor, &key, &data, MDB_FIRST_DUP)
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_SET)
                     while rc == 0 {
                         if try !body(current, data) { return false }
                         rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT_DUP)
