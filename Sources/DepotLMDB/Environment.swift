@@ -70,6 +70,16 @@ final class Environment: @unchecked Sendable {
     /// Set once during open, before the environment is shared.
     var metaDBI: MDB_dbi = 0
     private let closed = Atomic<Bool>(false)
+    /// Read transactions reset after use. Renewing one skips the allocation and the
+    /// reader-table lock of `mdb_txn_begin`: with `MDB_NOTLS` a reset transaction keeps its
+    /// reader slot. A reset transaction holds no snapshot, so it does not block a resize.
+    private let idleReaders = Mutex<[ReaderHandle]>([])
+    private static let idleReaderLimit = 16
+
+    struct ReaderHandle: @unchecked Sendable {
+        // Owned by exactly one party at a time: the pool (under its lock) or one reader.
+        let txn: OpaquePointer
+    }
     /// How long a resize waits for open transactions before the write fails.
     static let resizeTimeout: TimeInterval = 15
     /// Growth stops here (the map is virtual address space, not disk).
@@ -108,8 +118,35 @@ final class Environment: @unchecked Sendable {
         if rc != 0 { throw DepotError.lmdb(rc, context: "Adopting the new map size of \(path)") }
     }
 
+    /// Begins a read transaction, renewing an idle one when there is one.
+    func beginReader() -> (Int32, OpaquePointer?) {
+        if let idle = idleReaders.withLock({ $0.popLast() }) {
+            let rc = mdb_txn_renew(idle.txn)
+            if rc == 0 { return (0, idle.txn) }
+            mdb_txn_abort(idle.txn)
+            if rc == MDB_MAP_RESIZED { return (rc, nil) }
+        }
+        var begun: OpaquePointer?
+        let rc = mdb_txn_begin(pointer, nil, UInt32(MDB_RDONLY), &begun)
+        return (rc, rc == 0 ? begun : nil)
+    }
+
+    /// Ends a read transaction, keeping its handle for the next reader.
+    func endReader(_ txn: OpaquePointer) {
+        mdb_txn_reset(txn)
+        let kept = idleReaders.withLock { idle -> Bool in
+            guard idle.count < Self.idleReaderLimit else { return false }
+            idle.append(ReaderHandle(txn: txn))
+            return true
+        }
+        if !kept { mdb_txn_abort(txn) }
+    }
+
     func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        for idle in idleReaders.withLock({ idle in defer { idle.removeAll() }; return idle }) {
+            mdb_txn_abort(idle.txn)
+        }
         mdb_env_close(pointer)
         OpenDirectories.release(path)
     }

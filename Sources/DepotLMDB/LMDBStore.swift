@@ -275,11 +275,11 @@ public final class LMDBStore: Store {
         let env = environment
         for _ in 0..<8 {
             env.gate.enter()
-            var begun: OpaquePointer?
-            let (rc, snapshot) = catalog.withLock { entities in
-                (mdb_txn_begin(env.pointer, nil, UInt32(MDB_RDONLY), &begun), entities)
+            let (rc, begun, snapshot) = catalog.withLock { entities in
+                let (rc, txn) = env.beginReader()
+                return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
             }
-            if rc == 0, let txn = begun { return (txn, snapshot) }
+            if rc == 0, let txn = begun?.txn { return (txn, snapshot) }
             env.gate.leave()
             if rc == MDB_MAP_RESIZED {
                 try env.adoptMapSize()
@@ -295,7 +295,7 @@ public final class LMDBStore: Store {
         defer { end() }
         let (txn, snapshot) = try beginRead()
         defer {
-            mdb_txn_abort(txn)
+            environment.endReader(txn)
             environment.gate.leave()
         }
         let transaction = LMDBTransaction(

@@ -435,17 +435,21 @@ final class LMDBTransaction: WriteTransaction {
         }
     }
 
+    /// Built only when an error needs it, so a write allocates no text.
+    private func writeContext(_ entity: EntityDescription) -> String {
+        "Writing a \(entity.name) record in \(storeName)"
+    }
+
     /// Writes one row; returns whether a row with its key existed.
     private func write(_ row: Row, _ handles: EntityHandles, mode: WriteMode) throws -> Bool {
         let entity = handles.entity
         try validate(row, for: entity)
         try encodeKeys(row, handles)
         let key = row[value: entity.primaryKeyIndex]
-        let context = "Writing a \(entity.name) record in \(storeName)"
         // Every check runs before the first write, so a refused row leaves the transaction
         // as it was even when the caller catches the error and goes on.
         var existed = false
-        if let old = try get(handles.main, keyBuffer, context: context) {
+        if let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) {
             existed = true
             if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
         }
@@ -454,20 +458,20 @@ final class LMDBTransaction: WriteTransaction {
         for (n, index) in handles.indexes.enumerated() where index.isUnique {
             let value = row[value: index.position]
             if value.isNull { continue }
-            if let owner = try get(index.dbi, indexKeys[n], context: context), Self.compare(owner, keyBuffer) != 0 {
+            if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(entity)), Self.compare(owner, keyBuffer) != 0 {
                 throw DepotError.lmdbDuplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
             }
         }
         RecordFormat.encode(row, into: &valueBuffer)
-        try put(handles.main, keyBuffer, valueBuffer, context: context)
+        try put(handles.main, keyBuffer, valueBuffer, context: self.writeContext(entity))
         for (n, index) in handles.indexes.enumerated() {
             if existed {
                 oldIndexKey.removeAll(keepingCapacity: true)
                 KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
                 if oldIndexKey == indexKeys[n] { continue }
-                try del(index.dbi, oldIndexKey, keyBuffer, context: context)
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
             }
-            try put(index.dbi, indexKeys[n], keyBuffer, context: context)
+            try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(entity))
         }
         recorder?.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
         return existed
@@ -495,17 +499,16 @@ final class LMDBTransaction: WriteTransaction {
         keyBuffer.removeAll(keepingCapacity: true)
         KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
         guard keyBuffer.count <= maxKeySize else { return false }
-        let context = "Deleting a \(entity.name) record in \(storeName)"
-        guard let old = try get(handles.main, keyBuffer, context: context) else { return false }
+        guard let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) else { return false }
         if !handles.indexes.isEmpty {
             try decode(old, handles, into: &oldRow)
             for index in handles.indexes {
                 oldIndexKey.removeAll(keepingCapacity: true)
                 KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
-                try del(index.dbi, oldIndexKey, keyBuffer, context: context)
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
             }
         }
-        try del(handles.main, keyBuffer, nil, context: context)
+        try del(handles.main, keyBuffer, nil, context: self.writeContext(entity))
         recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
         return true
     }

@@ -109,6 +109,11 @@ enum QueryPlanner {
             switch conjunct {
             case .constant(true):
                 alwaysTrue += 1
+            case .compare(let i, .equal, let value) where isAccessible(i):
+                // Equality is a one-point lookup, the most selective access.
+                guard let k = key(i, value), access[i]?.points == nil else { continue }
+                access[i, default: Access()].points = [k]
+                access[i, default: Access()].pointConjuncts += 1
             case .compare(let i, let op, let value) where isAccessible(i) && op != .notEqual:
                 guard let k = key(i, value) else { continue }
                 let range: KeyRange
