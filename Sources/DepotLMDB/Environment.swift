@@ -51,7 +51,7 @@ final class TransactionGate: @unchecked Sendable {
 /// The directories open in this process: LMDB forbids opening one environment twice in a
 /// process (closing either would drop the other's file locks).
 enum OpenDirectories {
-    private static let paths = Mutex<Set<String>>([])
+    private static let paths = Locked<Set<String>>([])
 
     static func claim(_ path: String) -> Bool { paths.withLock { $0.insert(path).inserted } }
     static func release(_ path: String) { _ = paths.withLock { $0.remove(path) } }
@@ -73,7 +73,7 @@ final class Environment: @unchecked Sendable {
     /// Read transactions reset after use. Renewing one skips the allocation and the
     /// reader-table lock of `mdb_txn_begin`: with `MDB_NOTLS` a reset transaction keeps its
     /// reader slot. A reset transaction holds no snapshot, so it does not block a resize.
-    private let idleReaders = Mutex<[ReaderHandle]>([])
+    private let idleReaders = Locked<[ReaderHandle]>([])
     private static let idleReaderLimit = 16
 
     struct ReaderHandle: @unchecked Sendable {

@@ -79,11 +79,11 @@ public final class LMDBStore: Store {
     public var backendName: String { "lmdb" }
 
     let environment: Environment
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
-    private let catalog = Mutex<[String: EntityHandles]>([:])
+    private let catalog = Locked<[String: EntityHandles]>([:])
     private let writer = DispatchQueue(label: "depot.lmdb.writer")
     private let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
     private let idle = DispatchGroup()
