@@ -41,6 +41,7 @@ final class LMDBTransaction: WriteTransaction {
     /// whole transaction, whatever the closure did with the error.
     var mapFull = false
 
+    private var lastHandles: EntityHandles?
     private var keyBuffer: [UInt8] = []
     private var valueBuffer: [UInt8] = []
     private var indexKeys: [[UInt8]] = []
@@ -71,12 +72,19 @@ final class LMDBTransaction: WriteTransaction {
         if isFinished {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
+        // Most transactions touch one entity many times: skip the dictionary lookup.
+        if let last = lastHandles, last.entity.name == entity.name,
+            last.entity.attributes.count == entity.attributes.count
+        {
+            return last
+        }
         guard let handles = catalog[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
         guard handles.entity.attributes.count == entity.attributes.count else {
             throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(handles.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
         }
+        lastHandles = handles
         return handles
     }
 
