@@ -1,0 +1,199 @@
+import CLMDB
+import DepotCore
+import Foundation
+
+/// The metadata database: the store's format and, per entity, the registered description.
+///
+/// Keys are readable with `mdb_dump`: `format` holds the layout version as text;
+/// `entity:<Name>` holds a JSON ``StoredEntity``.
+enum Catalog {
+    static let metaName = "depot_meta"
+    static let formatKey = Array("format".utf8)
+    /// Version of the layout: key encodings, database names, metadata.
+    static let formatVersion = 1
+
+    static func entityKey(_ name: String) -> [UInt8] { Array("entity:\(name)".utf8) }
+
+    static func indexName(entity: String, attribute: String) -> String { "\(entity).idx.\(attribute)" }
+
+    /// Whether an attribute has an index database: indexed or unique, and not the primary
+    /// key (the entity's own database is its index).
+    static func needsIndex(_ position: Int, in entity: EntityDescription) -> Bool {
+        let attribute = entity.attributes[position]
+        return position != entity.primaryKeyIndex && (attribute.isIndexed || attribute.isUnique)
+    }
+}
+
+/// What the metadata database holds for one entity.
+struct StoredEntity: Codable {
+    /// Incremented by every schema change; every stored row is rewritten to the current one.
+    var schemaVersion: Int
+    /// The version of ``RecordFormat`` the rows are written in.
+    var recordFormat: Int
+    var entity: EntityDescription
+}
+
+extension LMDBTransaction {
+    func openDatabase(_ name: String, flags: Int32) throws(DepotError) -> MDB_dbi? {
+        var dbi: MDB_dbi = 0
+        let rc = mdb_dbi_open(txn, name, UInt32(flags), &dbi)
+        if rc == MDB_NOTFOUND { return nil }
+        if rc == MDB_DBS_FULL {
+            throw DepotError(.invalidConfiguration, "The LMDB store at \(storeName) cannot open database \(name): every one of its named databases is in use. Open the store with a larger maxDatabases (one per entity, one per index, one for metadata).", nativeCode: rc)
+        }
+        if rc != 0 { throw fail(rc, "Opening the database \(name) in \(storeName)") }
+        return dbi
+    }
+
+    private func requireDatabase(_ name: String, flags: Int32, entity: String) throws(DepotError) -> MDB_dbi {
+        guard let dbi = try openDatabase(name, flags: flags) else {
+            throw corrupted("The database \(name) is missing", entity: entity)
+        }
+        return dbi
+    }
+
+    private func clear(_ dbi: MDB_dbi, name: String) throws(DepotError) {
+        let rc = mdb_drop(txn, dbi, 0)
+        if rc != 0 { throw fail(rc, "Emptying the database \(name) in \(storeName)") }
+    }
+
+    func readStoredEntity(_ name: String) throws(DepotError) -> StoredEntity? {
+        guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else {
+            return nil
+        }
+        let bytes = Data(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+        guard let stored = try? JSONDecoder().decode(StoredEntity.self, from: bytes), stored.entity.name == name else {
+            throw corrupted("The stored schema cannot be read", entity: name)
+        }
+        guard stored.recordFormat == Int(RecordFormat.version) else {
+            throw DepotError(.storeCorrupted, "The \(name) records in the LMDB store at \(storeName) use record format \(stored.recordFormat), which this version of Depot does not read (it reads format \(RecordFormat.version)).")
+        }
+        return stored
+    }
+
+    private func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        guard let json = try? encoder.encode(stored) else {
+            throw DepotError(.invalidSchema, "The schema of \(stored.entity.name) cannot be encoded for storage.")
+        }
+        try put(metaDBI, Catalog.entityKey(stored.entity.name), Array(json), context: "Writing the schema of \(stored.entity.name)")
+    }
+
+    /// Creates, opens or migrates the databases of `entity`.
+    ///
+    /// - Throws: ``DepotError/Code/schemaMismatch`` for a change ``SchemaMigration``
+    ///   refuses; ``DepotError/Code/invalidValue`` when an existing value is too long for a
+    ///   new index.
+    func register(_ entity: EntityDescription, current: EntityHandles?) throws -> EntityHandles {
+        if let current, current.entity == entity { return current }
+        let dupSort = Int32(MDB_DUPSORT)
+        guard let stored = try readStoredEntity(entity.name) else {
+            guard let main = try openDatabase(entity.name, flags: Int32(MDB_CREATE)) else {
+                throw corrupted("The database cannot be created", entity: entity.name)
+            }
+            if try entries(main) > 0 {
+                throw corrupted("Records exist without a stored schema", entity: entity.name)
+            }
+            var indexes: [IndexHandle] = []
+            for (i, attribute) in entity.attributes.enumerated() where Catalog.needsIndex(i, in: entity) {
+                let name = Catalog.indexName(entity: entity.name, attribute: attribute.name)
+                let dbi = try requireDatabase(name, flags: Int32(MDB_CREATE) | dupSort, entity: entity.name)
+                // A database left by an index dropped earlier may still hold entries.
+                try clear(dbi, name: name)
+                indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
+            }
+            try writeStoredEntity(StoredEntity(schemaVersion: 1, recordFormat: Int(RecordFormat.version), entity: entity))
+            return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: 1)
+        }
+
+        let main = try requireDatabase(entity.name, flags: 0, entity: entity.name)
+        if stored.entity == entity {
+            var indexes: [IndexHandle] = []
+            for (i, attribute) in entity.attributes.enumerated() where Catalog.needsIndex(i, in: entity) {
+                let name = Catalog.indexName(entity: entity.name, attribute: attribute.name)
+                let dbi = try requireDatabase(name, flags: dupSort, entity: entity.name)
+                indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
+            }
+            return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
+        }
+
+        let migration = try SchemaMigration.plan(from: stored.entity, to: entity)
+        let storedIndexed = Set(
+            stored.entity.attributes.indices.filter { Catalog.needsIndex($0, in: stored.entity) }
+                .map { stored.entity.attributes[$0].name })
+        var indexes: [IndexHandle] = []
+        var built: [IndexHandle] = []
+        for (i, attribute) in entity.attributes.enumerated() where Catalog.needsIndex(i, in: entity) {
+            let name = Catalog.indexName(entity: entity.name, attribute: attribute.name)
+            let index: IndexHandle
+            if storedIndexed.contains(attribute.name) {
+                index = IndexHandle(position: i, dbi: try requireDatabase(name, flags: dupSort, entity: entity.name), isUnique: attribute.isUnique)
+            } else {
+                let dbi = try requireDatabase(name, flags: Int32(MDB_CREATE) | dupSort, entity: entity.name)
+                try clear(dbi, name: name)
+                index = IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique)
+                built.append(index)
+            }
+            indexes.append(index)
+        }
+        for name in storedIndexed {
+            guard let i = entity.index(of: name), Catalog.needsIndex(i, in: entity) else {
+                // Emptied rather than deleted: deleting would close the handle under readers
+                // that still use the previous schema's snapshot.
+                let indexName = Catalog.indexName(entity: entity.name, attribute: name)
+                if let dbi = try openDatabase(indexName, flags: dupSort) { try clear(dbi, name: indexName) }
+                continue
+            }
+        }
+        let rewrite = stored.entity.attributes.count != entity.attributes.count
+            || migration.sourceIndex.enumerated().contains { $0.element != $0.offset }
+        if rewrite || !built.isEmpty {
+            let storedHandles = EntityHandles(entity: stored.entity, main: main, indexes: [], schemaVersion: stored.schemaVersion)
+            let newHandles = EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
+            try rewriteRows(from: storedHandles, to: newHandles, migration: migration, rewrite: rewrite, building: built)
+        }
+        try writeStoredEntity(StoredEntity(schemaVersion: stored.schemaVersion + 1, recordFormat: Int(RecordFormat.version), entity: entity))
+        return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
+    }
+
+    /// Rewrites every row into the declared attribute order and fills new indexes.
+    private func rewriteRows(
+        from stored: EntityHandles, to declared: EntityHandles, migration: SchemaMigration, rewrite: Bool,
+        building: [IndexHandle]
+    ) throws {
+        let entity = declared.entity
+        let context = "Migrating \(entity.name) in \(storeName)"
+        var row = Row()
+        var key: [UInt8] = []
+        var value: [UInt8] = []
+        var indexKey: [UInt8] = []
+        try withCursor(declared.main) { cursor in
+            var k = MDB_val()
+            var v = MDB_val()
+            var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
+            while rc == 0 {
+                try decode(v, stored, into: &row)
+                let migrated = rewrite ? migration.migrate(row) : row
+                // Copied out of the map: rewriting the record may move it within its page.
+                key = Array(UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size))
+                for index in building {
+                    indexKey.removeAll(keepingCapacity: true)
+                    KeyEncoding.appendIndexKey(migrated[value: index.position], to: &indexKey)
+                    if indexKey.count > maxKeySize {
+                        let name = entity.attributes[index.position].name
+                        throw DepotError(.invalidValue, "Cannot index \(entity.name).\(name): the stored value \(migrated[value: index.position].debugLiteral) takes \(indexKey.count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Nothing was changed.")
+                    }
+                    try put(index.dbi, indexKey, key, context: context)
+                }
+                if rewrite {
+                    RecordFormat.encode(migrated, into: &value)
+                    let rc = Self.withVal(key) { kv in Self.withVal(value) { vv in mdb_cursor_put(cursor, &kv, &vv, UInt32(MDB_CURRENT)) } }
+                    if rc != 0 { throw fail(rc, context) }
+                }
+                rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+            }
+            if rc != MDB_NOTFOUND { throw fail(rc, context) }
+        }
+    }
+}

@@ -1,0 +1,446 @@
+import CLMDB
+public import DepotCore
+import Dispatch
+import Foundation
+import Synchronization
+
+/// The LMDB backend: one LMDB environment per directory, one named database per entity
+/// and per index, memory-mapped reads.
+///
+/// Read transactions run concurrently on the store's reader queue and see a snapshot;
+/// write transactions run one at a time on the store's writer queue, in submission order.
+/// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
+/// doubles it and reruns the transaction, so a commit never fails for map size.
+///
+/// ```swift
+/// let store = try LMDBStore(directory: "/var/lib/app/cats")
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// try await cats.save(Cat(id: 1, name: "Tom", weight: 4.2, age: 3))
+/// let old = try await cats.fetchAll(Request(\.age > 10).sorted(by: \.name))
+/// await store.close()
+/// ```
+///
+/// A write closure may run more than once: when the map fills up mid-transaction, the
+/// transaction is rolled back, the map grows and the closure runs again from the start.
+/// Keep write closures free of side effects outside the transaction.
+///
+/// The directory is readable with LMDB's tools: `mdb_stat -a <directory>` lists the
+/// databases, `mdb_dump -s <Entity> <directory>` dumps one. See <doc:DepotLMDB> for the
+/// layout.
+public final class LMDBStore: Store {
+    /// How durable a commit is once the write call returns.
+    public enum Durability: Sendable, Hashable {
+        /// LMDB's default: every commit is flushed to disk (data and metadata) before it
+        /// returns. Nothing acknowledged is lost, even on power failure.
+        case full
+        /// `MDB_NOMETASYNC`: data pages are flushed on commit, the metadata page only on
+        /// the next commit. A system crash or power failure may lose the last commit; the
+        /// store stays consistent. A process crash loses nothing.
+        case relaxed
+        /// `MDB_NOSYNC`: nothing is flushed on commit; the operating system writes pages
+        /// when it likes. A process crash loses nothing, but a system crash or power
+        /// failure may lose recent commits **and may corrupt the store** (the file system
+        /// may reorder writes). Only for data you can rebuild.
+        case unsafe
+    }
+
+    /// How a store opens its environment.
+    public struct Options: Sendable, Hashable {
+        /// The initial size of the memory map in bytes (64 MiB by default). It is address
+        /// space, not disk: the file grows with the data. When it fills up, the store
+        /// doubles it.
+        public var mapSize: Int
+        /// The most read transactions open at once, across every process using the
+        /// directory (LMDB's default, 126).
+        public var maxReaders: Int
+        /// The most named databases: one per entity, one per indexed or unique attribute,
+        /// plus one for the schema.
+        public var maxDatabases: Int
+        /// How durable a commit is; ``Durability/full`` by default.
+        public var durability: Durability
+
+        public init(mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full) {
+            self.mapSize = mapSize
+            self.maxReaders = maxReaders
+            self.maxDatabases = maxDatabases
+            self.durability = durability
+        }
+    }
+
+    private struct State: Sendable {
+        var closed = false
+    }
+
+    /// The directory that holds the environment (`data.mdb`, `lock.mdb`).
+    public let directory: String
+    /// The options the store was opened with.
+    public let options: Options
+    public let changes = ChangeFeed()
+    public var backendName: String { "lmdb" }
+
+    let environment: Environment
+    private let state = Locked(State())
+    /// The registered entities. Changed only by registration, whose commit and publication
+    /// happen under this lock, as does the start of every read transaction: so a reader's
+    /// snapshot and its schema always belong together.
+    private let catalog = Locked<[String: EntityHandles]>([:])
+    private let writer = DispatchQueue(label: "depot.lmdb.writer")
+    private let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
+    private let idle = DispatchGroup()
+
+    /// Opens the store in `directory`, creating the directory and an empty environment when
+    /// they do not exist.
+    ///
+    /// Stale reader slots left by crashed processes are cleared on open. An existing
+    /// `data.mdb` is first checked in read-only mode, so a damaged or foreign file is
+    /// refused without being modified.
+    ///
+    /// - Parameters:
+    ///   - directory: The environment's directory.
+    ///   - options: Map size, reader and database limits, durability.
+    /// - Throws: ``DepotError`` — ``DepotError/Code/storeCorrupted`` when the directory holds
+    ///   a damaged or foreign `data.mdb`; ``DepotError/Code/invalidConfiguration`` for a
+    ///   bad option or a path that is a file; ``DepotError/Code/busy`` when the directory is
+    ///   already open in this process; ``DepotError/Code/permissionDenied`` or
+    ///   ``DepotError/Code/io`` when the files cannot be created.
+    public init(directory: String, options: Options = .init()) throws {
+        guard options.mapSize > 0, options.maxReaders > 0, options.maxDatabases > 1,
+            options.maxReaders <= Int(UInt32.max), options.maxDatabases <= Int(UInt32.max)
+        else {
+            throw DepotError(.invalidConfiguration, "LMDBStore options must be positive (mapSize \(options.mapSize), maxReaders \(options.maxReaders), maxDatabases \(options.maxDatabases) of at least 2).")
+        }
+        let fileManager = FileManager.default
+        var isDirectory: ObjCBool = false
+        if fileManager.fileExists(atPath: directory, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw DepotError(.invalidConfiguration, "\(directory) is a file; an LMDB store needs a directory of its own.")
+            }
+        } else {
+            do {
+                try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            } catch {
+                throw DepotError(.permissionDenied, "Cannot create the store directory \(directory): \(error.localizedDescription).")
+            }
+        }
+        let path = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path
+        guard OpenDirectories.claim(path) else {
+            throw DepotError(.busy, "The LMDB store at \(path) is already open in this process; share that LMDBStore instead of opening the directory twice.")
+        }
+        let pointer: OpaquePointer
+        do {
+            let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+            if let size = (try? fileManager.attributesOfItem(atPath: dataFile))?[.size] as? NSNumber, size.intValue > 0 {
+                try Self.validate(path: path, options: options)
+            }
+            var flags = Int32(MDB_NOTLS)
+            switch options.durability {
+            case .full: break
+            case .relaxed: flags |= Int32(MDB_NOMETASYNC)
+            case .unsafe: flags |= Int32(MDB_NOSYNC)
+            }
+            pointer = try Self.openEnvironment(path: path, options: options, flags: flags)
+        } catch {
+            OpenDirectories.release(path)
+            throw error
+        }
+        let environment = Environment(pointer: pointer, path: path)
+        var dead: Int32 = 0
+        _ = mdb_reader_check(pointer, &dead)
+        environment.metaDBI = try Self.prepareMetadata(environment)
+        self.environment = environment
+        self.directory = path
+        self.options = options
+    }
+
+    private static func openEnvironment(path: String, options: Options, flags: Int32) throws(DepotError) -> OpaquePointer {
+        var created: OpaquePointer?
+        var rc = mdb_env_create(&created)
+        guard rc == 0, let env = created else { throw DepotError.lmdb(rc, context: "Creating an LMDB environment for \(path)") }
+        let readOnly = flags & Int32(MDB_RDONLY) != 0
+        rc = mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases))
+        if rc == 0 { rc = mdb_env_set_maxreaders(env, UInt32(options.maxReaders)) }
+        if rc == 0 && !readOnly {
+            let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
+            let rounded = (options.mapSize / page + (options.mapSize % page == 0 ? 0 : 1)) * page
+            rc = mdb_env_set_mapsize(env, max(rounded, 16 * page))
+        }
+        if rc == 0 { rc = mdb_env_open(env, path, UInt32(flags), 0o644) }
+        if rc != 0 {
+            mdb_env_close(env)
+            if rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED {
+                throw DepotError(.storeCorrupted, "\(path)/data.mdb is not an LMDB environment this version of LMDB can read (\(String(cString: mdb_strerror(rc)))). It was not modified; point the store at another directory or restore the file.", nativeCode: rc)
+            }
+            throw DepotError.lmdb(rc, context: "Opening the LMDB environment at \(path)")
+        }
+        return env
+    }
+
+    /// Checks an existing environment without writing to it: LMDB must read it, and it must
+    /// be a Depot store (or empty) of a format this version reads.
+    private static func validate(path: String, options: Options) throws(DepotError) {
+        let env = try openEnvironment(path: path, options: options, flags: Int32(MDB_RDONLY) | Int32(MDB_NOTLS))
+        defer { mdb_env_close(env) }
+        var begun: OpaquePointer?
+        var rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
+        guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+        defer { mdb_txn_abort(txn) }
+        var meta: MDB_dbi = 0
+        rc = mdb_dbi_open(txn, Catalog.metaName, 0, &meta)
+        if rc == MDB_NOTFOUND {
+            var main: MDB_dbi = 0
+            var stat = MDB_stat()
+            rc = mdb_dbi_open(txn, nil, 0, &main)
+            if rc == 0 { rc = mdb_stat(txn, main, &stat) }
+            if rc != 0 { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+            if stat.ms_entries > 0 {
+                throw DepotError(.storeCorrupted, "\(path) holds an LMDB environment that is not a Depot store (it has no \(Catalog.metaName) database). It was not modified; use another directory.")
+            }
+            return
+        }
+        if rc == MDB_INCOMPATIBLE {
+            throw DepotError(.storeCorrupted, "\(path) holds an LMDB environment whose \(Catalog.metaName) is not a Depot metadata database. It was not modified; use another directory.", nativeCode: rc)
+        }
+        if rc != 0 { throw DepotError.lmdb(rc, context: "Reading the metadata of the LMDB store at \(path)") }
+        var key = MDB_val()
+        var value = MDB_val()
+        rc = Catalog.formatKey.withUnsafeBytes { raw in
+            key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+            return mdb_get(txn, meta, &key, &value)
+        }
+        if rc == MDB_NOTFOUND { return }
+        if rc != 0 { throw DepotError.lmdb(rc, context: "Reading the metadata of the LMDB store at \(path)") }
+        let format = String(decoding: UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size), as: UTF8.self)
+        guard format == String(Catalog.formatVersion) else {
+            throw DepotError(.storeCorrupted, "The LMDB store at \(path) has layout format '\(format.prefix(16))', but this version of Depot reads format \(Catalog.formatVersion). It was not modified.")
+        }
+    }
+
+    /// Opens (creating when new) the metadata database and records the layout format.
+    private static func prepareMetadata(_ environment: Environment) throws(DepotError) -> MDB_dbi {
+        for _ in 0..<64 {
+            var begun: OpaquePointer?
+            var rc = mdb_txn_begin(environment.pointer, nil, 0, &begun)
+            if rc == MDB_MAP_RESIZED {
+                try environment.adoptMapSize()
+                continue
+            }
+            guard rc == 0, let txn = begun else {
+                throw DepotError.lmdb(rc, context: "Opening the LMDB store at \(environment.path)")
+            }
+            var meta: MDB_dbi = 0
+            rc = mdb_dbi_open(txn, Catalog.metaName, UInt32(MDB_CREATE), &meta)
+            if rc == 0 {
+                var key = MDB_val()
+                var value = MDB_val()
+                let format = Array(String(Catalog.formatVersion).utf8)
+                rc = Catalog.formatKey.withUnsafeBytes { k in
+                    format.withUnsafeBytes { v in
+                        key = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+                        value = MDB_val(mv_size: v.count, mv_data: UnsafeMutableRawPointer(mutating: v.baseAddress))
+                        return mdb_put(txn, meta, &key, &value, UInt32(MDB_NOOVERWRITE))
+                    }
+                }
+                if rc == MDB_KEYEXIST { rc = 0 }
+            }
+            if rc != 0 {
+                mdb_txn_abort(txn)
+            } else {
+                rc = mdb_txn_commit(txn)
+            }
+            if rc == MDB_MAP_FULL {
+                try environment.grow()
+                continue
+            }
+            if rc != 0 { throw DepotError.lmdb(rc, context: "Preparing the metadata of the LMDB store at \(environment.path)") }
+            return meta
+        }
+        throw DepotError(.storeFull, "The LMDB store at \(environment.path) could not grow its map to hold its metadata.")
+    }
+
+    // MARK: Work accounting
+
+    private func begin() throws(DepotError) {
+        try state.withLock { (s: inout State) throws(DepotError) in
+            if s.closed { throw DepotError.lmdbClosed("LMDB store at \(directory)") }
+            idle.enter()
+        }
+    }
+
+    private func end() { idle.leave() }
+
+    // MARK: Transactions
+
+    /// Begins a read transaction and takes the catalog that belongs to its snapshot.
+    private func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles]) {
+        let env = environment
+        for _ in 0..<8 {
+            env.gate.enter()
+            let (rc, begun, snapshot) = catalog.withLock { entities in
+                let (rc, txn) = env.beginReader()
+                return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
+            }
+            if rc == 0, let txn = begun?.txn { return (txn, snapshot) }
+            env.gate.leave()
+            if rc == MDB_MAP_RESIZED {
+                try env.adoptMapSize()
+                continue
+            }
+            throw DepotError.lmdb(rc, context: "Beginning a read transaction in the LMDB store at \(directory)")
+        }
+        throw DepotError(.busy, "The LMDB store at \(directory) kept being resized by another process; retry the read.")
+    }
+
+    private func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
+        try begin()
+        defer { end() }
+        let (txn, snapshot) = try beginRead()
+        defer {
+            environment.endReader(txn)
+            environment.gate.leave()
+        }
+        let transaction = LMDBTransaction(
+            txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
+            metaDBI: environment.metaDBI, storeName: directory, recording: false)
+        defer { transaction.isFinished = true }
+        return try body(transaction)
+    }
+
+    /// Runs `body` in a write transaction and commits it; on `MDB_MAP_FULL` (from any
+    /// operation or from the commit) rolls back, grows the map and runs `body` again.
+    /// `publish` turns the result into catalog entries, published atomically with the
+    /// commit.
+    private func runWrite<T>(
+        catalog snapshot: [String: EntityHandles], recording: Bool,
+        publish: ((T) -> [String: EntityHandles])? = nil, _ body: (LMDBTransaction) throws -> T
+    ) throws -> (T, ChangeRecorder?) {
+        let env = environment
+        var attempts = 0
+        while true {
+            attempts += 1
+            guard attempts <= 64 else {
+                throw DepotError(.storeFull, "The LMDB store at \(directory) could not grow its map enough for this transaction.", nativeCode: MDB_MAP_FULL)
+            }
+            env.gate.enter()
+            var begun: OpaquePointer?
+            var rc = mdb_txn_begin(env.pointer, nil, 0, &begun)
+            guard rc == 0, let txn = begun else {
+                env.gate.leave()
+                if rc == MDB_MAP_RESIZED {
+                    try env.adoptMapSize()
+                    continue
+                }
+                throw DepotError.lmdb(rc, context: "Beginning a write transaction in the LMDB store at \(directory)")
+            }
+            let transaction = LMDBTransaction(
+                txn: txn, catalog: snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
+                storeName: directory, recording: recording)
+            let result: T
+            do {
+                result = try body(transaction)
+            } catch {
+                transaction.isFinished = true
+                mdb_txn_abort(txn)
+                env.gate.leave()
+                if transaction.mapFull {
+                    try env.grow()
+                    continue
+                }
+                throw error
+            }
+            transaction.isFinished = true
+            if transaction.mapFull {
+                // The closure caught the error and returned; LMDB has poisoned the
+                // transaction anyway, so rerun it in a larger map.
+                mdb_txn_abort(txn)
+                env.gate.leave()
+                try env.grow()
+                continue
+            }
+            if let publish {
+                let published = publish(result)
+                rc = catalog.withLock { entities in
+                    let rc = mdb_txn_commit(txn)
+                    if rc == 0 { entities.merge(published) { $1 } }
+                    return rc
+                }
+            } else {
+                rc = mdb_txn_commit(txn)
+            }
+            env.gate.leave()
+            if rc == MDB_MAP_FULL {
+                try env.grow()
+                continue
+            }
+            if rc != 0 { throw DepotError.lmdb(rc, context: "Committing a write transaction in the LMDB store at \(directory)") }
+            return (result, transaction.recorder)
+        }
+    }
+
+    private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        try begin()
+        defer { end() }
+        let snapshot = catalog.withLock { $0 }
+        let observed = changes.isObserved
+        let (result, recorder) = try runWrite(catalog: snapshot, recording: observed) { try body($0) }
+        if let recorder, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        return result
+    }
+
+    private func registerNow(_ entities: [EntityDescription]) throws {
+        try begin()
+        defer { end() }
+        for entity in entities { try entity.validate() }
+        let snapshot = catalog.withLock { $0 }
+        if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) { return }
+        _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
+            var updated: [String: EntityHandles] = [:]
+            for entity in entities {
+                updated[entity.name] = try transaction.register(entity, current: updated[entity.name] ?? snapshot[entity.name])
+            }
+            return updated
+        }
+    }
+
+    // MARK: Store
+
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        writer.async {
+            completion(Result { try self.registerNow(entities) })
+        }
+    }
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        readers.async {
+            completion(Result { try self.readNow(body) })
+        }
+    }
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        writer.async {
+            completion(Result { try self.writeNow(body) })
+        }
+    }
+
+    /// Waits for running transactions, then closes the environment. Later calls fail with
+    /// ``DepotError/Code/closed``; closing twice is harmless. A store that is never closed
+    /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
+    /// when the store is released.
+    public func close() async {
+        state.withLock { $0.closed = true }
+        let environment = self.environment
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            idle.notify(queue: .global()) {
+                environment.close()
+                continuation.resume()
+            }
+        }
+    }
+}

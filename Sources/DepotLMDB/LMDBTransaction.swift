@@ -1,0 +1,536 @@
+import CLMDB
+import DepotCore
+import Foundation
+
+/// An index database of one attribute: `MDB_DUPSORT`, index key → primary keys.
+struct IndexHandle: Sendable, Equatable {
+    let position: Int
+    let dbi: MDB_dbi
+    let isUnique: Bool
+}
+
+/// The open databases of one registered entity.
+struct EntityHandles: Sendable {
+    let entity: EntityDescription
+    let main: MDB_dbi
+    let indexes: [IndexHandle]
+    let schemaVersion: Int
+
+    @inline(__always)
+    func index(at position: Int) -> IndexHandle? {
+        for index in indexes where index.position == position { return index }
+        return nil
+    }
+}
+
+/// A read or write transaction over one `MDB_txn`.
+///
+/// Only valid inside the closure it was passed to: the store ends the LMDB transaction
+/// when the closure returns and sets ``isFinished``, after which every call throws
+/// ``DepotError/Code/closed`` instead of touching the freed handle.
+final class LMDBTransaction: WriteTransaction {
+    let txn: OpaquePointer
+    let catalog: [String: EntityHandles]
+    let writable: Bool
+    let maxKeySize: Int
+    let metaDBI: MDB_dbi
+    let storeName: String
+    var recorder: ChangeRecorder?
+    var isFinished = false
+    /// Set when LMDB reported `MDB_MAP_FULL`; the store then grows the map and reruns the
+    /// whole transaction, whatever the closure did with the error.
+    var mapFull = false
+
+    private var lastHandles: EntityHandles?
+    private var keyBuffer: [UInt8] = []
+    private var valueBuffer: [UInt8] = []
+    private var indexKeys: [[UInt8]] = []
+    private var oldIndexKey: [UInt8] = []
+    private var oldRow = Row()
+
+    init(
+        txn: OpaquePointer, catalog: [String: EntityHandles], writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
+        storeName: String, recording: Bool
+    ) {
+        self.txn = txn
+        self.catalog = catalog
+        self.writable = writable
+        self.maxKeySize = maxKeySize
+        self.metaDBI = metaDBI
+        self.storeName = storeName
+        self.recorder = recording ? ChangeRecorder() : nil
+    }
+
+    // MARK: Plumbing
+
+    func fail(_ rc: Int32, _ context: @autoclosure () -> String) -> DepotError {
+        if rc == MDB_MAP_FULL { mapFull = true }
+        return DepotError.lmdb(rc, context: context())
+    }
+
+    func handles(for entity: EntityDescription) throws(DepotError) -> EntityHandles {
+        if isFinished {
+            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+        }
+        // Most transactions touch one entity many times: skip the dictionary lookup.
+        if let last = lastHandles, last.entity.name == entity.name,
+            last.entity.attributes.count == entity.attributes.count
+        {
+            return last
+        }
+        guard let handles = catalog[entity.name] else {
+            throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+        }
+        guard handles.entity.attributes.count == entity.attributes.count else {
+            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(handles.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
+        }
+        lastHandles = handles
+        return handles
+    }
+
+    func corrupted(_ what: String, entity: String) -> DepotError {
+        DepotError(.storeCorrupted, "\(what) in the \(entity) database of the LMDB store at \(storeName); the file is damaged or was written by something else. Restore it from a backup.")
+    }
+
+    @inline(__always)
+    func decode(_ value: MDB_val, _ handles: EntityHandles, into row: inout Row) throws(DepotError) {
+        let buffer = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+        guard RecordFormat.decode(buffer, entity: handles.entity, into: &row) else {
+            throw corrupted("A record cannot be decoded as \(handles.entity.name)", entity: handles.entity.name)
+        }
+    }
+
+    /// `memcmp` order with the shorter key first on a common prefix: LMDB's default order.
+    @inline(__always)
+    static func compare(_ value: MDB_val, _ bytes: [UInt8]) -> Int {
+        bytes.withUnsafeBytes { b in
+            let common = min(value.mv_size, b.count)
+            if common > 0, let base = value.mv_data, let other = b.baseAddress {
+                let r = memcmp(base, other, common)
+                if r != 0 { return r < 0 ? -1 : 1 }
+            }
+            return value.mv_size == b.count ? 0 : (value.mv_size < b.count ? -1 : 1)
+        }
+    }
+
+    @inline(__always)
+    static func withVal<R>(_ bytes: [UInt8], _ body: (inout MDB_val) throws -> R) rethrows -> R {
+        try bytes.withUnsafeBytes { raw in
+            var v = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+            return try body(&v)
+        }
+    }
+
+    /// Reads `key` in `dbi`; the returned value points into the map and is valid until the
+    /// next write of this transaction.
+    func get(_ dbi: MDB_dbi, _ key: [UInt8], context: @autoclosure () -> String) throws(DepotError) -> MDB_val? {
+        var data = MDB_val()
+        let rc = Self.withVal(key) { k in mdb_get(txn, dbi, &k, &data) }
+        if rc == 0 { return data }
+        if rc == MDB_NOTFOUND { return nil }
+        throw fail(rc, context())
+    }
+
+    func put(_ dbi: MDB_dbi, _ key: [UInt8], _ value: [UInt8], flags: UInt32 = 0, context: @autoclosure () -> String) throws(DepotError) {
+        let rc = Self.withVal(key) { k in Self.withVal(value) { v in mdb_put(txn, dbi, &k, &v, flags) } }
+        if rc != 0 { throw fail(rc, context()) }
+    }
+
+    /// Deletes `key` (and, in a DUPSORT database, only the pair with `value`).
+    @discardableResult
+    func del(_ dbi: MDB_dbi, _ key: [UInt8], _ value: [UInt8]?, context: @autoclosure () -> String) throws(DepotError) -> Bool {
+        let rc: Int32
+        if let value {
+            rc = Self.withVal(key) { k in Self.withVal(value) { v in mdb_del(txn, dbi, &k, &v) } }
+        } else {
+            rc = Self.withVal(key) { k in mdb_del(txn, dbi, &k, nil) }
+        }
+        if rc == MDB_NOTFOUND { return false }
+        if rc != 0 { throw fail(rc, context()) }
+        return true
+    }
+
+    func entries(_ dbi: MDB_dbi) throws(DepotError) -> Int {
+        var stat = MDB_stat()
+        let rc = mdb_stat(txn, dbi, &stat)
+        if rc != 0 { throw fail(rc, "Reading database statistics in \(storeName)") }
+        return stat.ms_entries
+    }
+
+    func withCursor<R>(_ dbi: MDB_dbi, _ body: (OpaquePointer) throws -> R) throws -> R {
+        var cursor: OpaquePointer?
+        let rc = mdb_cursor_open(txn, dbi, &cursor)
+        guard rc == 0, let cursor else { throw fail(rc, "Opening a cursor in \(storeName)") }
+        defer { mdb_cursor_close(cursor) }
+        return try body(cursor)
+    }
+
+    /// Visits the entries of `range` (each duplicate of a DUPSORT key, in ascending order)
+    /// forwards or backwards. Returns `false` when `body` stopped the scan.
+    func scan(
+        _ cursor: OpaquePointer, dupSort: Bool, range: KeyRange, descending: Bool,
+        _ body: (MDB_val, MDB_val) throws -> Bool
+    ) throws -> Bool {
+        var key = MDB_val()
+        var data = MDB_val()
+        var rc: Int32
+        func seek(_ bound: [UInt8]) -> Int32 {
+            bound.withUnsafeBytes { raw in
+                key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+                return mdb_cursor_get(cursor, &key, &data, MDB_SET_RANGE)
+            }
+        }
+        if !descending {
+            if let lower = range.lower {
+                rc = seek(lower)
+                if rc == 0 && !range.lowerInclusive && Self.compare(key, lower) == 0 {
+                    rc = mdb_cursor_get(cursor, &key, &data, dupSort ? MDB_NEXT_NODUP : MDB_NEXT)
+                }
+            } else {
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+            }
+            while rc == 0 {
+                if let upper = range.upper {
+                    let c = Self.compare(key, upper)
+                    if c > 0 || (c == 0 && !range.upperInclusive) { return true }
+                }
+                if try !body(key, data) { return false }
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
+            }
+        } else {
+            if let upper = range.upper {
+                rc = seek(upper)
+                if rc == MDB_NOTFOUND {
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
+                } else if rc == 0 {
+                    let c = Self.compare(key, upper)
+                    if c > 0 || (c == 0 && !range.upperInclusive) {
+                        rc = mdb_cursor_get(cursor, &key, &data, dupSort ? MDB_PREV_NODUP : MDB_PREV)
+                    }
+                }
+            } else {
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
+            }
+            while rc == 0 {
+                if let lower = range.lower {
+                    let c = Self.compare(key, lower)
+                    if c < 0 || (c == 0 && !range.lowerInclusive) { return true }
+                }
+                if dupSort {
+                    // Keys descend, but a key's duplicates (primary keys) ascend: that is
+                    // the primary-key tie-break of a descending sort.
+                    // MDB_SET rather than MDB_FIRST_DUP: after MDB_LAST, LMDB 0.9 leaves the
+                    // cursor flagged at its end, and MDB_NEXT_DUP would stop after one item.
+                    let current = key
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_SET)
+                    while rc == 0 {
+                        if try !body(current, data) { return false }
+                        rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT_DUP)
+                    }
+                    if rc != MDB_NOTFOUND { break }
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_PREV_NODUP)
+                } else {
+                    if try !body(key, data) { return false }
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_PREV)
+                }
+            }
+        }
+        if rc != MDB_NOTFOUND { throw fail(rc, "Scanning a database in \(storeName)") }
+        return true
+    }
+
+    /// Visits the candidate rows of `plan`, decoded into one reused row. `body` returns
+    /// `false` to stop.
+    func visit(_ plan: Plan, _ handles: EntityHandles, _ body: (Row) throws -> Bool) throws {
+        let dbi: MDB_dbi
+        let dupSort: Bool
+        switch plan.source {
+        case .primary: (dbi, dupSort) = (handles.main, false)
+        case .index(let index): (dbi, dupSort) = (index.dbi, true)
+        }
+        var row = Row(capacity: handles.entity.attributes.count)
+        let ranges = plan.ranges ?? [.all]
+        try withCursor(dbi) { cursor in
+            for range in (plan.descending ? ranges.reversed() : ranges) {
+                let more = try scan(cursor, dupSort: dupSort, range: range, descending: plan.descending) { _, data in
+                    if dupSort {
+                        var primaryKey = data
+                        var value = MDB_val()
+                        let rc = mdb_get(txn, handles.main, &primaryKey, &value)
+                        if rc == MDB_NOTFOUND {
+                            throw corrupted("An index entry points to a missing record", entity: handles.entity.name)
+                        }
+                        if rc != 0 { throw fail(rc, "Reading a \(handles.entity.name) record in \(storeName)") }
+                        try decode(value, handles, into: &row)
+                    } else {
+                        try decode(data, handles, into: &row)
+                    }
+                    return try body(row)
+                }
+                if !more { return }
+            }
+        }
+    }
+
+    /// Counts the entries of an exact plan without decoding a record.
+    func countEntries(_ plan: Plan, _ handles: EntityHandles, stopAt: Int?) throws -> Int {
+        let dbi: MDB_dbi
+        let dupSort: Bool
+        switch plan.source {
+        case .primary: (dbi, dupSort) = (handles.main, false)
+        case .index(let index): (dbi, dupSort) = (index.dbi, true)
+        }
+        var n = 0
+        try withCursor(dbi) { cursor in
+            for range in plan.ranges ?? [.all] {
+                let more = try scan(cursor, dupSort: dupSort, range: range, descending: false) { _, _ in
+                    n += 1
+                    return stopAt.map { n < $0 } ?? true
+                }
+                if !more { return }
+            }
+        }
+        return n
+    }
+
+    // MARK: ReadTransaction
+
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+        let handles = try handles(for: query.entity)
+        if case .constant(let b) = query.filter, b != true { return }
+        if query.limit == 0 { return }
+        let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
+        let filter = query.filter
+        if plan.ordered {
+            let limit = query.limit ?? Int.max
+            if plan.exact && plan.ranges == nil {
+                let total = try entries(handles.main)
+                reserve(min(max(0, total - query.offset), limit))
+            }
+            var skipped = 0
+            var emitted = 0
+            try visit(plan, handles) { row in
+                if !plan.exact && !filter.matches(row) { return true }
+                if skipped < query.offset {
+                    skipped += 1
+                    return true
+                }
+                try body(row)
+                emitted += 1
+                return emitted < limit
+            }
+            return
+        }
+        var rows: [Row] = []
+        if let limit = query.limit {
+            // Bounded top-N: a sorted window of offset + limit rows, so a small limit over
+            // many candidates costs O(n log k) and keeps k rows.
+            let window = query.offset + limit
+            try visit(plan, handles) { row in
+                guard plan.exact || filter.matches(row) else { return true }
+                if rows.count == window {
+                    guard let last = rows.last, query.areInIncreasingOrder(row, last) else { return true }
+                    rows.removeLast()
+                }
+                var low = 0
+                var high = rows.count
+                while low < high {
+                    let mid = (low + high) / 2
+                    if query.areInIncreasingOrder(row, rows[mid]) { high = mid } else { low = mid + 1 }
+                }
+                rows.insert(row, at: low)
+                return true
+            }
+        } else {
+            if plan.exact && plan.ranges == nil { rows.reserveCapacity(try entries(handles.main)) }
+            try visit(plan, handles) { row in
+                if plan.exact || filter.matches(row) { rows.append(row) }
+                return true
+            }
+            rows.sort(by: query.areInIncreasingOrder)
+        }
+        guard query.offset < rows.count else { return }
+        let end = query.limit.map { min(rows.count, query.offset + $0) } ?? rows.count
+        reserve(end - query.offset)
+        for i in query.offset..<end { try body(rows[i]) }
+    }
+
+    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+        let handles = try handles(for: entity)
+        guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
+        keyBuffer.removeAll(keepingCapacity: true)
+        KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
+        guard keyBuffer.count <= maxKeySize else { return false }
+        guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
+            return false
+        }
+        try decode(value, handles, into: &row)
+        return true
+    }
+
+    func count(_ query: Query) throws -> Int {
+        let handles = try handles(for: query.entity)
+        if case .constant(let b) = query.filter, b != true { return 0 }
+        let window = query.limit.map { query.offset + $0 }
+        let matched: Int
+        if query.filter == .constant(true) {
+            matched = try entries(handles.main)
+        } else {
+            let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: false)
+            if plan.exact {
+                matched = try countEntries(plan, handles, stopAt: window)
+            } else {
+                var n = 0
+                let filter = query.filter
+                try visit(plan, handles) { row in
+                    if filter.matches(row) { n += 1 }
+                    return window.map { n < $0 } ?? true
+                }
+                matched = n
+            }
+        }
+        let afterOffset = max(0, matched - query.offset)
+        return query.limit.map { min($0, afterOffset) } ?? afterOffset
+    }
+
+    // MARK: WriteTransaction
+
+    private enum WriteMode { case insert, upsert, update }
+
+    private func checkWritable() throws(DepotError) {
+        if isFinished {
+            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+        }
+        if !writable {
+            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+        }
+    }
+
+    private func validate(_ row: Row, for entity: EntityDescription) throws(DepotError) {
+        guard row.count == entity.attributes.count else {
+            throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(entity.attributes.count) attributes.")
+        }
+        for (i, attribute) in entity.attributes.enumerated() {
+            let value = row[value: i]
+            if value.isNull {
+                if !attribute.isOptional {
+                    throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) is not optional but the row has nil for it.")
+                }
+            } else if value.type != attribute.type {
+                throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the row holds \(value.debugLiteral).")
+            }
+        }
+    }
+
+    /// Encodes the primary key into `keyBuffer` and every index key into `indexKeys`,
+    /// refusing values over LMDB's key limit before anything is written.
+    private func encodeKeys(_ row: Row, _ handles: EntityHandles) throws(DepotError) {
+        let entity = handles.entity
+        keyBuffer.removeAll(keepingCapacity: true)
+        KeyEncoding.appendPrimaryKey(row[value: entity.primaryKeyIndex], to: &keyBuffer)
+        if keyBuffer.count > maxKeySize {
+            throw DepotError(.invalidValue, "The primary key \(entity.name).\(entity.primaryKey.name) = \(row[value: entity.primaryKeyIndex].debugLiteral) takes \(keyBuffer.count) bytes as an LMDB key, over LMDB's limit of \(maxKeySize) bytes. Use a shorter key; nothing was written.")
+        }
+        while indexKeys.count < handles.indexes.count { indexKeys.append([]) }
+        for (n, index) in handles.indexes.enumerated() {
+            indexKeys[n].removeAll(keepingCapacity: true)
+            let value = row[value: index.position]
+            KeyEncoding.appendIndexKey(value, to: &indexKeys[n])
+            if indexKeys[n].count > maxKeySize {
+                let name = entity.attributes[index.position].name
+                throw DepotError(.invalidValue, "\(entity.name).\(name) is indexed, and its value \(value.debugLiteral) takes \(indexKeys[n].count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Store a shorter value or remove the index; nothing was written.")
+            }
+        }
+    }
+
+    /// Built only when an error needs it, so a write allocates no text.
+    private func writeContext(_ entity: EntityDescription) -> String {
+        "Writing a \(entity.name) record in \(storeName)"
+    }
+
+    /// Writes one row; returns whether a row with its key existed.
+    private func write(_ row: Row, _ handles: EntityHandles, mode: WriteMode) throws -> Bool {
+        let entity = handles.entity
+        try validate(row, for: entity)
+        try encodeKeys(row, handles)
+        let key = row[value: entity.primaryKeyIndex]
+        // Every check runs before the first write, so a refused row leaves the transaction
+        // as it was even when the caller catches the error and goes on.
+        var existed = false
+        if let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) {
+            existed = true
+            if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
+        }
+        if mode == .insert && existed { throw DepotError.lmdbDuplicateKey(entity: entity.name, key: key) }
+        if mode == .update && !existed { throw DepotError.lmdbNotFound(entity: entity.name, key: key) }
+        for (n, index) in handles.indexes.enumerated() where index.isUnique {
+            let value = row[value: index.position]
+            if value.isNull { continue }
+            if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(entity)), Self.compare(owner, keyBuffer) != 0 {
+                throw DepotError.lmdbDuplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
+            }
+        }
+        RecordFormat.encode(row, into: &valueBuffer)
+        try put(handles.main, keyBuffer, valueBuffer, context: self.writeContext(entity))
+        for (n, index) in handles.indexes.enumerated() {
+            if existed {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
+                if oldIndexKey == indexKeys[n] { continue }
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+            }
+            try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(entity))
+        }
+        recorder?.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
+        return existed
+    }
+
+    func insert(_ row: Row, into entity: EntityDescription) throws {
+        try checkWritable()
+        _ = try write(row, try handles(for: entity), mode: .insert)
+    }
+
+    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+        try checkWritable()
+        return !(try write(row, try handles(for: entity), mode: .upsert))
+    }
+
+    func update(_ row: Row, in entity: EntityDescription) throws {
+        try checkWritable()
+        _ = try write(row, try handles(for: entity), mode: .update)
+    }
+
+    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+        try checkWritable()
+        let handles = try handles(for: entity)
+        guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
+        keyBuffer.removeAll(keepingCapacity: true)
+        KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
+        guard keyBuffer.count <= maxKeySize else { return false }
+        guard let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) else { return false }
+        if !handles.indexes.isEmpty {
+            try decode(old, handles, into: &oldRow)
+            for index in handles.indexes {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+            }
+        }
+        try del(handles.main, keyBuffer, nil, context: self.writeContext(entity))
+        recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
+        return true
+    }
+
+    func delete(_ query: Query) throws -> Int {
+        try checkWritable()
+        let handles = try handles(for: query.entity)
+        // Collect first: deleting under an open cursor would move it.
+        var keys: [Value] = []
+        try fetch(query, reserve: { keys.reserveCapacity($0) }) { row in
+            keys.append(row[value: handles.entity.primaryKeyIndex])
+        }
+        var deleted = 0
+        for key in keys where try delete(key: key, from: query.entity) { deleted += 1 }
+        return deleted
+    }
+}
