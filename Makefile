@@ -5,7 +5,7 @@
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan
+.PHONY: deps test test-tsan bench bench-smoke benchmarks
 
 # Installs libsqlite3-dev, liblmdb-dev and the command-line tools the tests use.
 deps:
@@ -27,3 +27,15 @@ test: deps
 # The same tests under Thread Sanitizer, in a build folder of their own.
 test-tsan: deps
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+
+# The main job: every backend beside the raw engines, release build, about a minute.
+bench: deps
+	$(SWIFT) run -c release depot-bench --output depot-bench-report
+
+# A small run that proves the benchmark still works and its checksums hold (CI).
+bench-smoke: deps
+	$(SWIFT) run -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+
+# The package-benchmark suites (regression tracking, GRDB comparison), from Benchmarks/.
+benchmarks: deps
+	cd Benchmarks && $(SWIFT) package --disable-sandbox benchmark

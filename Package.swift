@@ -15,15 +15,20 @@ let package = Package(
         .library(name: "DepotCore", targets: ["DepotCore"]),
         .library(name: "DepotSQLite", targets: ["DepotSQLite"]),
         .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
+        .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
     ],
     dependencies: [
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
         // standard library's Mutex uses raw futexes on Linux, which TSan cannot see).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         // TreeDictionary: persistent hash tries, so MemoryStore commits copy O(log n) nodes
         // instead of whole tables while readers hold snapshots.
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.8.0"),
     ],
     targets: [
         .target(
@@ -37,11 +42,26 @@ let package = Package(
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .target(name: "DepotLMDB", dependencies: ["DepotCore", "CLMDB"]),
         .target(name: "Depot", dependencies: ["DepotCore", "DepotSQLite", "DepotLMDB"]),
+        .executableTarget(
+            name: "depot-bench",
+            dependencies: [
+                "Depot", "DepotTesting", "CSQLite", "CLMDB",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
+        .target(
+            name: "DepotServiceLifecycle",
+            dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(name: "DepotTesting", dependencies: ["DepotCore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
         .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting"]),
         .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
         .testTarget(name: "DepotTests", dependencies: ["Depot", "DepotTesting"]),
+        .testTarget(
+            name: "DepotServiceLifecycleTests",
+            dependencies: [
+                "DepotServiceLifecycle", "DepotTesting", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
     ]
 )
 

@@ -261,7 +261,7 @@ public final class LMDBStore: Store {
 
     private func begin() throws(DepotError) {
         try state.withLock { (s: inout State) throws(DepotError) in
-            if s.closed { throw DepotError.lmdbClosed("LMDB store at \(directory)") }
+            if s.closed { throw DepotError.closed("LMDB store at \(directory)") }
             idle.enter()
         }
     }

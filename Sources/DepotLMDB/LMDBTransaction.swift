@@ -461,13 +461,13 @@ final class LMDBTransaction: WriteTransaction {
             existed = true
             if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
         }
-        if mode == .insert && existed { throw DepotError.lmdbDuplicateKey(entity: entity.name, key: key) }
-        if mode == .update && !existed { throw DepotError.lmdbNotFound(entity: entity.name, key: key) }
+        if mode == .insert && existed { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+        if mode == .update && !existed { throw DepotError.notFound(entity: entity.name, key: key) }
         for (n, index) in handles.indexes.enumerated() where index.isUnique {
             let value = row[value: index.position]
             if value.isNull { continue }
             if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(entity)), Self.compare(owner, keyBuffer) != 0 {
-                throw DepotError.lmdbDuplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
+                throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
             }
         }
         RecordFormat.encode(row, into: &valueBuffer)

@@ -1,5 +1,6 @@
 // The README's example, kept here so CI compiles and runs it. Keep the two in step.
 import Depot
+import Foundation
 import Testing
 
 // --- README example begins ---
@@ -29,8 +30,8 @@ struct PetRecord: ManagedRecord, ObjectConvertible {
     func toObject() -> Pet { Pet(id: id, name: name, age: age) }
 }
 
-func readmeExample(store: any Store) async throws -> [Pet] {
-    let pets = Controller<Pet, PetRecord>(store: store)
+func readmeExample(url: String) async throws -> [Pet] {
+    let pets = Controller<Pet, PetRecord>(store: try openStore(url: url))
     try await pets.save([Pet(id: 1, name: "Tom", age: 3), Pet(id: 2, name: "Felix", age: 12)])
     return try await pets.fetchAll(Request(\.age > 10).sorted(by: \.name))
 }
@@ -38,8 +39,11 @@ func readmeExample(store: any Store) async throws -> [Pet] {
 
 @Suite("README example")
 struct ReadmeExampleTests {
-    @Test func exampleRunsOnTheMemoryStore() async throws {
-        let old = try await readmeExample(store: MemoryStore())
+    @Test(arguments: ["sqlite://DIR/pets.sqlite", "lmdb://DIR/pets", "memory:"])
+    func exampleRunsOnEveryBackend(template: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-readme-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let old = try await readmeExample(url: template.replacingOccurrences(of: "DIR", with: directory.path))
         #expect(old == [Pet(id: 2, name: "Felix", age: 12)])
     }
 }

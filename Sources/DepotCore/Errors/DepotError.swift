@@ -82,20 +82,21 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+// The messages every backend gives for the same failures, so they read alike.
 extension DepotError {
-    static func notFound(entity: String, key: Value) -> DepotError {
+    public static func notFound(entity: String, key: Value) -> DepotError {
         DepotError(.notFound, "No \(entity) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
     }
 
-    static func duplicateKey(entity: String, key: Value) -> DepotError {
+    public static func duplicateKey(entity: String, key: Value) -> DepotError {
         DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
     }
 
-    static func duplicateUnique(entity: String, attribute: String, value: Value) -> DepotError {
+    public static func duplicateUnique(entity: String, attribute: String, value: Value) -> DepotError {
         DepotError(.duplicateKey, "Another \(entity) already has \(attribute) = \(value.debugLiteral), and \(attribute) is declared unique.")
     }
 
-    static func closed(_ store: String) -> DepotError {
+    public static func closed(_ store: String) -> DepotError {
         DepotError(.closed, "The \(store) has been closed; open a new store to continue.")
     }
 

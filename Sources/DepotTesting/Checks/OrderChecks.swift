@@ -47,6 +47,14 @@ enum OrderChecks {
             try await expectEqual(ids(Request(\.double > 1e301)), [1, 2], "NaN is greater than infinity")
             try await expectEqual(ids(Request(\.double == .nan)), [1], "NaN equals NaN")
         },
+        ConformanceCheck("descending sort on an indexed attribute with ties at its largest value") { store in
+            let cats = try await seededCats(store)
+            try await cats.save([Cat(id: 11, name: "Old", weight: 1, age: 15), Cat(id: 12, name: "Older", weight: 1, age: 15)])
+            let byAge = try await cats.fetchAll(Request().sorted(by: \.age, ascending: false)).map(\.id)
+            try expectEqual(byAge, [8, 11, 12, 1, 6, 2, 3, 10, 5, 9, 7, 4], "age descending, ties by id")
+            let oldest = try await cats.fetchAll(Request(\.age >= 12).sorted(by: \.age, ascending: false).limit(4)).map(\.id)
+            try expectEqual(oldest, [8, 11, 12, 1], "filtered, descending, limited")
+        },
         ConformanceCheck("limit and offset") { store in
             let cats = try await seededCats(store)
             let byAge = Request<CatRecord>().sorted(by: \.age)

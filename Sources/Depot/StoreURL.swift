@@ -1,0 +1,199 @@
+public import DepotCore
+import Foundation
+
+/// A store location and its options, parsed from a URL string, so that an application
+/// switches backends in configuration rather than in code.
+///
+/// | URL | store |
+/// |---|---|
+/// | `memory:` | a ``MemoryStore`` |
+/// | `sqlite:///var/lib/app/app.sqlite` | an SQLite file (absolute path) |
+/// | `sqlite:data/app.sqlite` | an SQLite file (relative to the working directory) |
+/// | `sqlite::memory:` | a private SQLite database that lives as long as the store |
+/// | `lmdb:///var/lib/app/db` | an LMDB environment in a directory |
+///
+/// Options are query items, e.g. `sqlite:///srv/app.sqlite?durability=full&readers=8`.
+/// Every option is typed and validated; an unknown scheme or option, or a bad value, is a
+/// ``DepotError`` with code ``DepotError/Code/invalidConfiguration`` that names the problem
+/// and lists what is accepted.
+public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
+    /// The backends a URL can name.
+    public enum Backend: String, Sendable, Hashable, CaseIterable {
+        case memory, sqlite, lmdb
+    }
+
+    /// One option a backend accepts.
+    public struct OptionSpec: Sendable {
+        public let name: String
+        public let kind: Kind
+        public let help: String
+
+        public enum Kind: Sendable {
+            case choice([String])
+            case integer(ClosedRange<Int>)
+            /// Bytes, with an optional unit: B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB in powers
+            /// of 1000).
+            case size
+            /// A duration: a number with ms, s or m (seconds when no unit).
+            case duration
+        }
+    }
+
+    /// The options each backend accepts.
+    public static let options: [Backend: [OptionSpec]] = [
+        .memory: [],
+        .sqlite: [
+            OptionSpec(name: "durability", kind: .choice(["normal", "full"]), help: "normal: WAL + synchronous=NORMAL (default); full: fsync at every commit"),
+            OptionSpec(name: "readers", kind: .integer(1...64), help: "reader connections in the pool (default 4)"),
+            OptionSpec(name: "busyTimeout", kind: .duration, help: "how long to wait for a lock held by another process (default 5s)"),
+        ],
+        .lmdb: [
+            OptionSpec(name: "mapSize", kind: .size, help: "initial map size; the map grows when full (default 64MiB)"),
+            OptionSpec(name: "maxReaders", kind: .integer(1...4096), help: "reader slots (default 126)"),
+            OptionSpec(name: "durability", kind: .choice(["full", "relaxed", "unsafe"]), help: "full: durable commits (default); relaxed: MDB_NOMETASYNC, a system crash may lose the last commit; unsafe: MDB_NOSYNC, a system crash may lose recent commits and corrupt the store"),
+        ],
+    ]
+
+    /// The backend.
+    public let backend: Backend
+    /// The file or directory path; `nil` for `memory:` and `sqlite::memory:`.
+    public let path: String?
+    /// The options given, validated, by name.
+    public let options: [String: String]
+
+    public var description: String {
+        var text = "\(backend.rawValue):"
+        if let path { text += path.hasPrefix("/") ? "//\(path)" : path } else if backend == .sqlite { text += ":memory:" }
+        if !options.isEmpty {
+            text += "?" + options.keys.sorted().map { "\($0)=\(options[$0] ?? "")" }.joined(separator: "&")
+        }
+        return text
+    }
+
+    /// Parses and validates a store URL.
+    ///
+    /// - Throws: ``DepotError/Code/invalidConfiguration`` naming the problem.
+    public init(_ string: String) throws(DepotError) {
+        let text = string.trimmingCharacters(in: .whitespaces)
+        guard let colon = text.firstIndex(of: ":") else {
+            throw Self.problem("'\(text)' has no scheme. Use one of: \(Self.schemes).")
+        }
+        let scheme = String(text[..<colon]).lowercased()
+        guard let backend = Backend(rawValue: scheme) else {
+            throw Self.problem("Unknown store scheme '\(scheme)' in '\(text)'. Use one of: \(Self.schemes).")
+        }
+        var rest = String(text[text.index(after: colon)...])
+        var query: String?
+        if let mark = rest.firstIndex(of: "?") {
+            query = String(rest[rest.index(after: mark)...])
+            rest = String(rest[..<mark])
+        }
+        self.backend = backend
+        self.path = try Self.parsePath(rest, backend: backend, original: text)
+        self.options = try Self.parseOptions(query, backend: backend)
+    }
+
+    static var schemes: String {
+        "memory:, sqlite:///absolute/path.sqlite, sqlite:relative/path.sqlite, sqlite::memory:, lmdb:///absolute/dir, lmdb:relative/dir"
+    }
+
+    static func problem(_ message: String) -> DepotError {
+        DepotError(.invalidConfiguration, message)
+    }
+
+    private static func parsePath(_ raw: String, backend: Backend, original: String) throws(DepotError) -> String? {
+        switch backend {
+        case .memory:
+            guard raw.isEmpty else { throw problem("memory: takes no path; '\(original)' has '\(raw)'. Write memory:") }
+            return nil
+        case .sqlite where raw == ":memory:":
+            return nil
+        case .sqlite, .lmdb:
+            var path = raw
+            if path.hasPrefix("//") {
+                path.removeFirst(2)
+                guard path.hasPrefix("/") else {
+                    throw problem("'\(original)' names a host; stores are local. Use \(backend.rawValue):///absolute/path or \(backend.rawValue):relative/path.")
+                }
+            }
+            guard let decoded = path.removingPercentEncoding, !decoded.isEmpty else {
+                throw problem("'\(original)' has no path (or a malformed %-escape). Use \(backend.rawValue):///absolute/path or \(backend.rawValue):relative/path.")
+            }
+            guard !decoded.utf8.contains(0) else { throw problem("The path in '\(original)' contains a NUL byte.") }
+            return decoded
+        }
+    }
+
+    private static func parseOptions(_ query: String?, backend: Backend) throws(DepotError) -> [String: String] {
+        guard let query, !query.isEmpty else { return [:] }
+        let specs = options[backend] ?? []
+        let accepted = specs.isEmpty ? "none" : specs.map { "\($0.name) (\($0.help))" }.joined(separator: "; ")
+        var result: [String: String] = [:]
+        for item in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = String(parts[0]).removingPercentEncoding ?? String(parts[0])
+            let value = parts.count > 1 ? (String(parts[1]).removingPercentEncoding ?? String(parts[1])) : ""
+            guard let spec = specs.first(where: { $0.name == name }) else {
+                throw problem("Unknown option '\(name)' for \(backend.rawValue) stores. Accepted options: \(accepted).")
+            }
+            guard result[name] == nil else { throw problem("Option '\(name)' is given twice.") }
+            _ = try validate(value, for: spec, backend: backend)
+            result[name] = value
+        }
+        return result
+    }
+
+    @discardableResult
+    static func validate(_ value: String, for spec: OptionSpec, backend: Backend) throws(DepotError) -> Int? {
+        switch spec.kind {
+        case .choice(let choices):
+            guard choices.contains(value) else {
+                throw problem("Option \(spec.name)=\(value) is not valid for \(backend.rawValue); use one of: \(choices.joined(separator: ", ")).")
+            }
+            return nil
+        case .integer(let range):
+            guard let number = Int(value), range.contains(number) else {
+                throw problem("Option \(spec.name)=\(value) must be a whole number from \(range.lowerBound) to \(range.upperBound).")
+            }
+            return number
+        case .size:
+            guard let bytes = parseSize(value), bytes > 0 else {
+                throw problem("Option \(spec.name)=\(value) is not a size; write e.g. 65536, 64KiB, 512MiB or 1GiB.")
+            }
+            return bytes
+        case .duration:
+            guard let duration = parseDuration(value) else {
+                throw problem("Option \(spec.name)=\(value) is not a duration; write e.g. 500ms, 5s or 2m.")
+            }
+            return Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+        }
+    }
+
+    /// Parses `65536`, `64KiB`, `1GiB`, `10MB`.
+    public static func parseSize(_ text: String) -> Int? {
+        let units: [(String, Int)] = [
+            ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10),
+            ("TB", 1_000_000_000_000), ("GB", 1_000_000_000), ("MB", 1_000_000), ("KB", 1_000), ("B", 1),
+        ]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            guard let number = Int(text.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)), number >= 0 else { return nil }
+            let (product, overflow) = number.multipliedReportingOverflow(by: factor)
+            return overflow ? nil : product
+        }
+        return Int(text)
+    }
+
+    /// Parses `500ms`, `5s`, `2m`, or a number of seconds.
+    public static func parseDuration(_ text: String) -> Duration? {
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60)]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            guard let number = Double(text.dropLast(suffix.count)), number >= 0, number.isFinite, number * factor < 86_400 else { return nil }
+            return .milliseconds(Int64((number * factor * 1000).rounded()))
+        }
+        guard let seconds = Double(text), seconds >= 0, seconds < 86_400 else { return nil }
+        return .milliseconds(Int64((seconds * 1000).rounded()))
+    }
+
+    /// The value of an option, or `nil` when it was not given.
+    public subscript(option name: String) -> String? { options[name] }
+}

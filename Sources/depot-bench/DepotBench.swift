@@ -1,0 +1,139 @@
+import ArgumentParser
+import Depot
+import Foundation
+
+@main
+struct DepotBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "depot-bench",
+        abstract: "Compares Depot's backends with each other and with the raw engines, on this machine.",
+        discussion: """
+            Runs the workloads of PERFORMANCE.md through Depot's public API on each backend and \
+            through the raw SQLite and LMDB C APIs, interleaved in one process. Every run checks a \
+            checksum of what it read; a failed check exits non-zero. Build with -c release: a debug \
+            build says nothing about speed.
+            """)
+
+    @Option(help: "Number of cats in the populated store and in W1.")
+    var records = 100_000
+
+    @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb.")
+    var backends = "memory,sqlite,raw-sqlite,lmdb,raw-lmdb"
+
+    @Option(help: "Comma-separated workloads: W1, W2, W3, W4, W4p, W5, W6.")
+    var workloads = "W1,W2,W3,W4,W4p,W5,W6"
+
+    @Option(help: "Measured runs per workload and subject, after one warm-up run.")
+    var repetitions = 5
+
+    @Option(help: "SQLite durability for Depot and raw SQLite alike: normal (WAL, synchronous=NORMAL) or full (synchronous=FULL). LMDB always commits durably.")
+    var durability = "normal"
+
+    @Option(help: "Where stores are created (a temporary directory, removed afterwards, by default).")
+    var directory: String?
+
+    @Option(help: "Where to write results.json, report.md and chart.svg.")
+    var output: String?
+
+    func validate() throws {
+        guard records >= 1_000 else { throw ValidationError("--records must be at least 1000 (W3 and W6 use 1,000 cats).") }
+        guard repetitions >= 1 else { throw ValidationError("--repetitions must be at least 1.") }
+        guard ["normal", "full"].contains(durability) else { throw ValidationError("--durability is normal or full.") }
+    }
+
+    func run() async throws {
+        let selectedWorkloads = try parseList(workloads, allowed: Workload.allCases.map(\.rawValue)).compactMap(Workload.init(rawValue:))
+        let selectedBackends = try parseList(backends, allowed: Report.backendOrder)
+        let kinds = try selectedBackends.map(subjectKind)
+
+        let workDirectory: URL
+        let temporary = directory == nil
+        if let directory {
+            workDirectory = URL(fileURLWithPath: directory, isDirectory: true)
+        } else {
+            workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-bench-\(UUID().uuidString)")
+        }
+        try FileManager.default.createDirectory(at: workDirectory, withIntermediateDirectories: true)
+        defer { if temporary { try? FileManager.default.removeItem(at: workDirectory) } }
+
+        #if DEBUG
+            let build = "debug"
+            printErr("warning: this is a debug build; figures say nothing about speed. Use: swift run -c release depot-bench")
+        #else
+            let build = "release"
+        #endif
+
+        let runner = Runner(
+            kinds: kinds, workloads: selectedWorkloads, records: records, repetitions: repetitions,
+            directory: workDirectory, progress: { printErr("[depot-bench] \($0)") })
+        let results = try await runner.run()
+        let durabilityText =
+            "SQLite WAL + synchronous=\(durability == "full" ? "FULL" : "NORMAL") (Depot and raw); LMDB durable commits (Depot and raw)"
+        let report = Report(
+            records: records, repetitions: repetitions, build: build, durability: durabilityText,
+            date: ISO8601DateFormatter().string(from: Date()), machine: machineDescription(),
+            results: results, targets: Targets.check(results))
+        print(report.table)
+
+        if let output {
+            let folder = URL(fileURLWithPath: output, isDirectory: true)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+            try encoder.encode(report).write(to: folder.appendingPathComponent("results.json"))
+            try Data(report.markdown.utf8).write(to: folder.appendingPathComponent("report.md"))
+            try Data(report.chart.utf8).write(to: folder.appendingPathComponent("chart.svg"))
+            print("\nReport written to \(folder.path)/{results.json,report.md,chart.svg}")
+        }
+        if results.contains(where: { !$0.checksumOK }) {
+            throw BenchError("a checksum did not match: a subject read something other than what was written")
+        }
+    }
+
+    private func parseList(_ text: String, allowed: [String]) throws -> [String] {
+        let items = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        for item in items where !allowed.contains(item) {
+            throw ValidationError("unknown '\(item)'; choose from \(allowed.joined(separator: ", "))")
+        }
+        return allowed.filter(items.contains)
+    }
+
+    private func subjectKind(_ name: String) throws -> SubjectKind {
+        let synchronous = durability == "full" ? "FULL" : "NORMAL"
+        switch name {
+        case "raw-sqlite":
+            return SubjectKind(name: name, rawCounterpart: nil) { RawSQLiteSubject(synchronous: synchronous) }
+        case "raw-lmdb":
+            return SubjectKind(name: name, rawCounterpart: nil) { RawLMDBSubject() }
+        default:
+            let url = try storeURL(for: name)
+            let raw = name == "memory" ? nil : "raw-\(name)"
+            return SubjectKind(name: name, rawCounterpart: raw) {
+                DepotSubject(name: name, rawCounterpart: raw) { directory in
+                    try openStore(url: url(directory))
+                }
+            }
+        }
+    }
+
+    /// The store URL for a backend in a directory: the same URL form applications use.
+    private func storeURL(for backend: String) throws -> (URL) -> String {
+        switch backend {
+        case "memory": return { _ in "memory:" }
+        case "sqlite": return { [durability] in "sqlite://\($0.appendingPathComponent("depot.sqlite").path)?durability=\(durability)" }
+        case "lmdb": return { "lmdb://\($0.path)" }
+        default: throw ValidationError("unknown backend \(backend)")
+        }
+    }
+}
+
+func printErr(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+func machineDescription() -> String {
+    let info = ProcessInfo.processInfo
+    let memory = Double(info.physicalMemory) / 1_073_741_824
+    return String(format: "%d cores, %.0f GiB, %@", info.activeProcessorCount, memory, info.operatingSystemVersionString)
+}

@@ -1,0 +1,234 @@
+import CLMDB
+import DepotTesting
+import Dispatch
+import Foundation
+
+/// LMDB through its C API, written as fast as we can: one database, keys as big-endian
+/// sign-flipped integers (memcmp order), values as `age, weight, name bytes`, decoded
+/// straight from the map. The yardstick for `lmdb`. Durable commits (LMDB's defaults).
+final class RawLMDBSubject: BenchSubject {
+    let name = "raw-lmdb"
+    let rawCounterpart: String? = nil
+    private var env: OpaquePointer?
+    private var dbi = MDB_dbi(0)
+
+    private func check(_ code: Int32, _ what: String) throws {
+        guard code == MDB_SUCCESS else { throw BenchError("raw-lmdb \(what): \(String(cString: mdb_strerror(code)))") }
+    }
+
+    func open(at directory: URL) async throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "env create")
+        self.env = env
+        try check(mdb_env_set_mapsize(env, 1 << 31), "set map size")
+        try check(mdb_env_set_maxreaders(env, 126), "set max readers")
+        try check(mdb_env_open(env, directory.path, UInt32(MDB_NOTLS), 0o644), "env open")
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &txn), "txn begin")
+        try check(mdb_dbi_open(txn, nil, UInt32(MDB_CREATE), &dbi), "dbi open")
+        try check(mdb_txn_commit(txn), "commit")
+    }
+
+    func close() async {
+        mdb_env_close(env)
+        env = nil
+    }
+
+    @inline(__always)
+    private static func key(_ id: Int64) -> UInt64 { (UInt64(bitPattern: id) ^ (1 << 63)).bigEndian }
+
+    private func put(_ cat: Cat, in txn: OpaquePointer?, buffer: inout [UInt8]) throws {
+        buffer.removeAll(keepingCapacity: true)
+        withUnsafeBytes(of: Int64(cat.age).littleEndian) { buffer.append(contentsOf: $0) }
+        withUnsafeBytes(of: cat.weight.bitPattern.littleEndian) { buffer.append(contentsOf: $0) }
+        buffer.append(contentsOf: cat.name.utf8)
+        var keyBytes = Self.key(cat.id)
+        try withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
+            try buffer.withUnsafeMutableBytes { valueBuffer in
+                var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+                var value = MDB_val(mv_size: valueBuffer.count, mv_data: valueBuffer.baseAddress)
+                try check(mdb_put(txn, dbi, &key, &value, 0), "put")
+            }
+        }
+    }
+
+    private func write(_ body: (OpaquePointer?) throws -> Void) throws {
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &txn), "txn begin")
+        do {
+            try body(txn)
+            try check(mdb_txn_commit(txn), "commit")
+        } catch {
+            mdb_txn_abort(txn)
+            throw error
+        }
+    }
+
+    private func read<T>(_ body: (OpaquePointer?) throws -> T) throws -> T {
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "read txn begin")
+        defer { mdb_txn_abort(txn) }
+        return try body(txn)
+    }
+
+    func saveAll(_ cats: [Cat]) async throws {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(64)
+        try write { txn in for cat in cats { try put(cat, in: txn, buffer: &buffer) } }
+    }
+
+    @inline(__always)
+    private static func cat(key: MDB_val, value: MDB_val) -> Cat {
+        let raw = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+        let keyBits = UInt64(bigEndian: UnsafeRawPointer(key.mv_data).loadUnaligned(as: UInt64.self))
+        let id = Int64(bitPattern: keyBits ^ (1 << 63))
+        let age = Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: Int64.self))
+        let weight = Double(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[16...]), as: UTF8.self)
+        return Cat(id: id, name: name, weight: weight, age: Int(age))
+    }
+
+    private func scan(_ visit: (Cat) -> Void) throws {
+        try read { txn in
+            var stat = MDB_stat()
+            mdb_stat(txn, dbi, &stat)
+            var cursor: OpaquePointer?
+            try check(mdb_cursor_open(txn, dbi, &cursor), "cursor open")
+            defer { mdb_cursor_close(cursor) }
+            var key = MDB_val()
+            var value = MDB_val()
+            var code = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+            while code == MDB_SUCCESS {
+                visit(Self.cat(key: key, value: value))
+                code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+            }
+        }
+    }
+
+    func fetchAll() async throws -> [Cat] {
+        var cats: [Cat] = []
+        try read { txn in
+            var stat = MDB_stat()
+            mdb_stat(txn, dbi, &stat)
+            cats.reserveCapacity(Int(stat.ms_entries))
+        }
+        try scan { cats.append($0) }
+        return cats
+    }
+
+    func saveEach(_ cats: [Cat]) async throws {
+        var buffer: [UInt8] = []
+        for cat in cats { try write { txn in try put(cat, in: txn, buffer: &buffer) } }
+    }
+
+    private func lookUp(_ id: Int64, in txn: OpaquePointer?) throws -> Cat {
+        var keyBytes = Self.key(id)
+        return try withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
+            var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+            var value = MDB_val()
+            try check(mdb_get(txn, dbi, &key, &value), "get \(id)")
+            return Self.cat(key: key, value: value)
+        }
+    }
+
+    func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64 {
+        try read { txn in
+            var sum: Int64 = 0
+            for id in ids { sum &+= checksum(try lookUp(id, in: txn)) }
+            return sum
+        }
+    }
+
+    /// Each lookup in its own read transaction, called synchronously.
+    func lookUpEach(_ ids: [Int64]) async throws -> Int64 {
+        var sum: Int64 = 0
+        for id in ids { sum &+= try read { txn in checksum(try lookUp(id, in: txn)) } }
+        return sum
+    }
+
+    /// A full scan keeping the first 100 by (name, id): LMDB has no secondary index here.
+    func oldestByName() async throws -> [Int64] {
+        var top: [Cat] = []
+        top.reserveCapacity(101)
+        func before(_ a: Cat, _ b: Cat) -> Bool {
+            if a.name.utf8.lexicographicallyPrecedes(b.name.utf8) { return true }
+            return a.name.utf8.elementsEqual(b.name.utf8) && a.id < b.id
+        }
+        try scan { cat in
+            guard cat.age > 10 else { return }
+            if top.count == 100, let last = top.last, !before(cat, last) { return }
+            let position = top.firstIndex { before(cat, $0) } ?? top.count
+            top.insert(cat, at: position)
+            if top.count > 100 { top.removeLast() }
+        }
+        return top.map(\.id)
+    }
+
+    func count() async throws -> Int {
+        try read { txn in
+            var stat = MDB_stat()
+            try check(mdb_stat(txn, dbi, &stat), "stat")
+            return Int(stat.ms_entries)
+        }
+    }
+
+    func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let share = lookups.count / readers
+        let results = ResultBox(readers)
+        let group = DispatchGroup()
+        let worker = UnsafeLMDBHandle(env: env, dbi: dbi)
+        for reader in 0..<readers {
+            let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                results.set(reader, Result { try worker.lookUpEach(mine) })
+            }
+        }
+        try await saveEach(writes)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { c.resume() } }
+        return try results.merged()
+    }
+}
+
+/// The environment handle shared with reader threads in W6.
+///
+/// `@unchecked Sendable`: an LMDB environment opened with MDB_NOTLS may be used from any
+/// thread, and each reader thread opens its own read transactions.
+final class UnsafeLMDBHandle: @unchecked Sendable {
+    let env: OpaquePointer?
+    let dbi: MDB_dbi
+
+    init(env: OpaquePointer?, dbi: MDB_dbi) {
+        self.env = env
+        self.dbi = dbi
+    }
+
+    func lookUpEach(_ ids: [Int64]) throws -> ([UInt64], Int64) {
+        var latencies: [UInt64] = []
+        latencies.reserveCapacity(ids.count)
+        var sum: Int64 = 0
+        for id in ids {
+            let start = DispatchTime.now().uptimeNanoseconds
+            var txn: OpaquePointer?
+            guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS else { throw BenchError("raw-lmdb: txn") }
+            var keyBytes = (UInt64(bitPattern: id) ^ (1 << 63)).bigEndian
+            let found: Cat? = withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
+                var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+                var value = MDB_val()
+                guard mdb_get(txn, dbi, &key, &value) == MDB_SUCCESS else { return nil }
+                let raw = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+                let age = Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: Int64.self))
+                let weight = Double(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+                let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[16...]), as: UTF8.self)
+                return Cat(id: id, name: name, weight: weight, age: Int(age))
+            }
+            mdb_txn_abort(txn)
+            guard let cat = found else { throw BenchError("raw-lmdb: cat \(id) missing") }
+            latencies.append(DispatchTime.now().uptimeNanoseconds - start)
+            sum &+= checksum(cat)
+        }
+        return (latencies, sum)
+    }
+}

@@ -1,0 +1,188 @@
+import Foundation
+
+/// One target of PERFORMANCE.md, checked against measured figures.
+struct TargetCheck: Codable {
+    let workload: String
+    let backend: String
+    let target: String
+    let measured: String
+    let met: Bool?
+
+    var line: String {
+        let verdict = met.map { $0 ? "met" : "NOT met" } ?? "not measured"
+        return "target \(workload) \(backend): \(target) — measured \(measured) — \(verdict)"
+    }
+}
+
+enum Targets {
+    /// Ratio limits per backend and workload, from PERFORMANCE.md.
+    static let ratios: [String: [String: Double]] = [
+        "sqlite": ["W1": 1.3, "W2": 1.25, "W4": 1.3, "W5": 1.1, "W3": 1.1],
+        "lmdb": ["W1": 1.5, "W2": 2.0, "W4": 1.5, "W5": 1.5, "W3": 1.1],
+    ]
+
+    static func check(_ results: [Measurement]) -> [TargetCheck] {
+        var checks: [TargetCheck] = []
+        func find(_ backend: String, _ workload: String) -> Measurement? {
+            results.first { $0.backend == backend && $0.workload == workload && !$0.samplesMs.isEmpty }
+        }
+        for backend in ["sqlite", "lmdb"] {
+            for workload in ["W1", "W2", "W3", "W4", "W5"] {
+                guard let limit = ratios[backend]?[workload] else { continue }
+                let m = find(backend, workload)
+                let ratio = m?.ratioToRaw
+                checks.append(
+                    TargetCheck(
+                        workload: workload, backend: backend, target: String(format: "≤ %.2f× raw", limit),
+                        measured: ratio.map { String(format: "%.2f×", $0) } ?? "–", met: ratio.map { $0 <= limit }))
+            }
+            if let depot = find(backend, "W4p"), let raw = find("raw-\(backend)", "W4p"),
+                let a = depot.perCallMicroseconds, let b = raw.perCallMicroseconds
+            {
+                checks.append(
+                    TargetCheck(
+                        workload: "W4p", backend: backend, target: "≤ 5 µs per call above raw",
+                        measured: String(format: "%.2f µs above raw (%.2f vs %.2f µs)", a - b, a, b), met: a - b <= 5))
+            } else {
+                checks.append(TargetCheck(workload: "W4p", backend: backend, target: "≤ 5 µs per call above raw", measured: "–", met: nil))
+            }
+        }
+        for (workload, floor) in [("W1", 5_000_000.0), ("W2", 10_000_000.0)] {
+            let rate = find("memory", workload)?.objectsPerSecond
+            checks.append(
+                TargetCheck(
+                    workload: workload, backend: "memory", target: String(format: "≥ %.0fM objects/s", floor / 1_000_000),
+                    measured: rate.map { String(format: "%.2fM objects/s", $0 / 1_000_000) } ?? "–", met: rate.map { $0 >= floor }))
+        }
+        return checks
+    }
+}
+
+/// Everything a run produced, in the shape `results.json` promises.
+struct Report: Codable {
+    let records: Int
+    let repetitions: Int
+    let build: String
+    let durability: String
+    let date: String
+    let machine: String
+    let results: [Measurement]
+    let targets: [TargetCheck]
+
+    static let backendOrder = ["memory", "sqlite", "raw-sqlite", "lmdb", "raw-lmdb"]
+
+    var backends: [String] {
+        Self.backendOrder.filter { name in results.contains { $0.backend == name } }
+    }
+
+    var workloads: [String] {
+        Workload.allCases.map(\.rawValue).filter { name in results.contains { $0.workload == name } }
+    }
+
+    func measurement(_ backend: String, _ workload: String) -> Measurement? {
+        results.first { $0.backend == backend && $0.workload == workload }
+    }
+
+    static func format(_ ms: Double) -> String {
+        if ms.isNaN { return "–" }
+        if ms >= 100 { return String(format: "%.0f ms", ms) }
+        if ms >= 10 { return String(format: "%.1f ms", ms) }
+        return String(format: "%.2f ms", ms)
+    }
+
+    func cell(_ m: Measurement?) -> String {
+        guard let m, !m.samplesMs.isEmpty else { return "–" }
+        let spread = m.maxMs - m.minMs
+        var text = "\(Self.format(m.medianMs)) ±\(Self.format(spread / 2).replacingOccurrences(of: " ms", with: ""))"
+        if let ratio = m.ratioToRaw { text += String(format: " (%.2f×)", ratio) }
+        if !m.checksumOK { text += " CHECKSUM FAILED" }
+        return text
+    }
+
+    /// The plain-text table printed to stdout.
+    var table: String {
+        var lines: [String] = []
+        lines.append("Depot backend comparison — \(records) records, \(repetitions) repetitions, \(build) build, \(date)")
+        lines.append("Durability: \(durability). Median ± half the spread; (×) is the ratio to the raw engine, same run.")
+        lines.append("")
+        let widths = [8] + backends.map { _ in 26 }
+        func row(_ cells: [String]) -> String {
+            zip(cells, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: " ")
+        }
+        lines.append(row(["workload"] + backends))
+        for workload in workloads {
+            lines.append(row([workload] + backends.map { cell(measurement($0, workload)) }))
+        }
+        lines.append("")
+        for workload in workloads {
+            if let kind = Workload(rawValue: workload) { lines.append("\(workload): \(kind.summary)") }
+        }
+        let extras = results.compactMap { m -> String? in
+            var parts: [String] = []
+            if let v = m.perCallMicroseconds { parts.append(String(format: "%.2f µs per call", v)) }
+            if let v = m.p99Microseconds { parts.append(String(format: "read p99 %.1f µs", v)) }
+            if let v = m.readsPerSecond { parts.append(String(format: "%.0f reads/s", v)) }
+            if let v = m.objectsPerSecond { parts.append(String(format: "%.2fM objects/s", v / 1_000_000)) }
+            return parts.isEmpty ? nil : "\(m.workload) \(m.backend): " + parts.joined(separator: ", ")
+        }
+        if !extras.isEmpty {
+            lines.append("")
+            lines += extras
+        }
+        lines.append("")
+        lines += targets.map(\.line)
+        return lines.joined(separator: "\n")
+    }
+
+    var markdown: String {
+        var md = "# Depot backend comparison\n\n"
+        md += "\(records) records, \(repetitions) repetitions, \(build) build, \(date), \(machine).\n"
+        md += "Durability: \(durability).\n\n"
+        md += "| workload | " + backends.joined(separator: " | ") + " |\n"
+        md += "|---|" + backends.map { _ in "---|" }.joined() + "\n"
+        for workload in workloads {
+            md += "| \(workload) | " + backends.map { cell(measurement($0, workload)) }.joined(separator: " | ") + " |\n"
+        }
+        md += "\nMedian ± half the spread; (×) is the ratio to the raw engine measured in the same run.\n\n"
+        for workload in workloads {
+            if let kind = Workload(rawValue: workload) { md += "- **\(workload)**: \(kind.summary)\n" }
+        }
+        md += "\n## Targets (PERFORMANCE.md)\n\n"
+        md += targets.map { "- \($0.line)" }.joined(separator: "\n") + "\n"
+        md += "\n![chart](chart.svg)\n"
+        return md
+    }
+
+    /// A grouped bar chart: per workload, each subject's throughput relative to the fastest
+    /// subject on that workload (longer is better), labelled with the median time.
+    var chart: String {
+        let colors = ["memory": "#8e44ad", "sqlite": "#2471a3", "raw-sqlite": "#85c1e9", "lmdb": "#1e8449", "raw-lmdb": "#82e0aa"]
+        let barHeight = 14.0
+        let groupGap = 18.0
+        let left = 70.0
+        let width = 520.0
+        let labelWidth = 140.0
+        var y = 40.0
+        var body = ""
+        for workload in workloads {
+            let present = backends.compactMap { b in measurement(b, workload).flatMap { $0.samplesMs.isEmpty ? nil : (b, $0.medianMs) } }
+            guard let fastest = present.map(\.1).min(), fastest > 0 else { continue }
+            body += "<text x=\"8\" y=\"\(y + barHeight)\" font-size=\"13\" font-weight=\"bold\">\(workload)</text>\n"
+            for (backend, ms) in present {
+                let length = max(2, width * fastest / ms)
+                body += "<rect x=\"\(left)\" y=\"\(y)\" width=\"\(String(format: "%.1f", length))\" height=\"\(barHeight - 2)\" fill=\"\(colors[backend] ?? "#999")\"/>\n"
+                body += "<text x=\"\(left + length + 4)\" y=\"\(y + barHeight - 3)\" font-size=\"11\">\(backend) \(Self.format(ms))</text>\n"
+                y += barHeight
+            }
+            y += groupGap
+        }
+        let height = y + 10
+        let total = left + width + labelWidth
+        return """
+            <svg xmlns="http://www.w3.org/2000/svg" width="\(Int(total))" height="\(Int(height))" font-family="sans-serif">
+            <rect width="100%" height="100%" fill="white"/>
+            <text x="8" y="20" font-size="14">Depot, \(records) records (\(build)): throughput relative to the fastest per workload — longer is better</text>
+            \(body)</svg>
+            """
+    }
+}

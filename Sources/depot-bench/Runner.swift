@@ -1,0 +1,282 @@
+import DepotTesting
+import Dispatch
+import Foundation
+
+/// The workloads of PERFORMANCE.md.
+enum Workload: String, CaseIterable, Codable {
+    case w1 = "W1", w2 = "W2", w3 = "W3", w4 = "W4", w4p = "W4p", w5 = "W5", w6 = "W6"
+
+    var summary: String {
+        switch self {
+        case .w1: "save N objects in one call (fresh store)"
+        case .w2: "fetch all N objects"
+        case .w3: "1,000 saves of one object, each its own durable commit (fresh store)"
+        case .w4: "random primary-key lookups inside one read operation"
+        case .w4p: "10,000 random lookups, each its own async fetchOne(id:) call"
+        case .w5: "age > 10, sorted by name, limit 100 (time per query)"
+        case .w6: "4 concurrent readers doing W4' while one writer does W3"
+        }
+    }
+
+    /// Whether the workload needs the populated store (the others start from a fresh one).
+    var readsPopulatedStore: Bool { ![.w1, .w3].contains(self) }
+}
+
+/// A subject's name, its raw counterpart and how to make a fresh instance.
+struct SubjectKind {
+    let name: String
+    let rawCounterpart: String?
+    let make: () -> any BenchSubject
+}
+
+/// One workload on one subject: its samples and what they mean.
+struct Measurement: Codable {
+    let backend: String
+    let workload: String
+    var samplesMs: [Double]
+    var checksumOK: Bool
+    var ratioToRaw: Double?
+    /// W4': microseconds per call; W6: read p99 in microseconds and reads per second.
+    var perCallMicroseconds: Double?
+    var p99Microseconds: Double?
+    var readsPerSecond: Double?
+    var objectsPerSecond: Double?
+
+    var medianMs: Double { Self.median(samplesMs) }
+    var minMs: Double { samplesMs.min() ?? .nan }
+    var maxMs: Double { samplesMs.max() ?? .nan }
+
+    static func median(_ values: [Double]) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let sorted = values.sorted()
+        let mid = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case backend, workload
+        case samplesMs = "samples_ms"
+        case checksumOK = "checksum_ok"
+        case ratioToRaw = "ratio_to_raw"
+        case perCallMicroseconds = "per_call_us"
+        case p99Microseconds = "p99_us"
+        case readsPerSecond = "reads_per_s"
+        case objectsPerSecond = "objects_per_s"
+        case medianMs = "median_ms"
+        case minMs = "min_ms"
+        case maxMs = "max_ms"
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(backend, forKey: .backend)
+        try c.encode(workload, forKey: .workload)
+        try c.encode(medianMs, forKey: .medianMs)
+        try c.encode(minMs, forKey: .minMs)
+        try c.encode(maxMs, forKey: .maxMs)
+        try c.encode(samplesMs, forKey: .samplesMs)
+        try c.encode(ratioToRaw, forKey: .ratioToRaw)
+        try c.encode(checksumOK, forKey: .checksumOK)
+        try c.encodeIfPresent(perCallMicroseconds, forKey: .perCallMicroseconds)
+        try c.encodeIfPresent(p99Microseconds, forKey: .p99Microseconds)
+        try c.encodeIfPresent(readsPerSecond, forKey: .readsPerSecond)
+        try c.encodeIfPresent(objectsPerSecond, forKey: .objectsPerSecond)
+    }
+
+    init(backend: String, workload: String) {
+        self.backend = backend
+        self.workload = workload
+        self.samplesMs = []
+        self.checksumOK = true
+    }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        backend = try c.decode(String.self, forKey: .backend)
+        workload = try c.decode(String.self, forKey: .workload)
+        samplesMs = try c.decode([Double].self, forKey: .samplesMs)
+        checksumOK = try c.decode(Bool.self, forKey: .checksumOK)
+        ratioToRaw = try c.decodeIfPresent(Double.self, forKey: .ratioToRaw)
+    }
+}
+
+/// Runs the workloads, interleaving subjects so that drift on a shared machine hits every
+/// subject alike.
+struct Runner {
+    let kinds: [SubjectKind]
+    let workloads: [Workload]
+    let records: Int
+    let repetitions: Int
+    let directory: URL
+    let progress: (String) -> Void
+
+    /// Data every subject shares.
+    struct Fixture {
+        let cats: [Cat]
+        let fullChecksum: Int64
+        let lookups: [Int64]
+        let lookupChecksum: Int64
+        let callLookups: [Int64]
+        let callChecksum: Int64
+        let singles: [Cat]
+        let oldestByName: [Int64]
+
+        init(records: Int) {
+            cats = Cat.workload(count: records)
+            fullChecksum = cats.reduce(0) { $0 &+ checksum($1) }
+            var generator = SplitMix64(seed: 2024)
+            let n = UInt64(records)
+            lookups = (0..<100_000).map { _ in Int64(generator.next() % n) + 1 }
+            lookupChecksum = lookups.reduce(0) { [cats] in $0 &+ checksum(cats[Int($1) - 1]) }
+            callLookups = (0..<10_000).map { _ in Int64(generator.next() % n) + 1 }
+            callChecksum = callLookups.reduce(0) { [cats] in $0 &+ checksum(cats[Int($1) - 1]) }
+            singles = Array(Cat.workload(count: 1_000, seed: 99))
+            oldestByName = cats.filter { $0.age > 10 }.sorted { a, b in
+                if a.name.utf8.lexicographicallyPrecedes(b.name.utf8) { return true }
+                return a.name.utf8.elementsEqual(b.name.utf8) && a.id < b.id
+            }.prefix(100).map(\.id)
+        }
+    }
+
+    static let queriesPerW5Sample = 20
+
+    func run() async throws -> [Measurement] {
+        progress("generating \(records) cats")
+        let fixture = Fixture(records: records)
+        var populated: [String: any BenchSubject] = [:]
+        do {
+            let results = try await run(fixture: fixture, populated: &populated)
+            for subject in populated.values { await subject.close() }
+            return results
+        } catch {
+            for subject in populated.values { await subject.close() }
+            throw error
+        }
+    }
+
+    private func run(fixture: Fixture, populated: inout [String: any BenchSubject]) async throws -> [Measurement] {
+        if workloads.contains(where: \.readsPopulatedStore) {
+            for kind in kinds {
+                progress("populating \(kind.name) with \(records) cats")
+                let subject = kind.make()
+                try await subject.open(at: directory.appendingPathComponent("populated-\(kind.name)"))
+                try await subject.saveAll(fixture.cats)
+                let count = try await subject.count()
+                guard count == records else { throw BenchError("\(kind.name) holds \(count) cats after populating, not \(records)") }
+                populated[kind.name] = subject
+            }
+        }
+        var results: [Measurement] = []
+        for workload in workloads {
+            var measurements = kinds.map { Measurement(backend: $0.name, workload: workload.rawValue) }
+            for run in 0...repetitions {
+                // Rotate the order each run so no subject always goes first.
+                for offset in 0..<kinds.count {
+                    let index = (offset + run) % kinds.count
+                    let kind = kinds[index]
+                    progress("\(workload.rawValue) \(kind.name) \(run == 0 ? "warm-up" : "run \(run)/\(repetitions)")")
+                    let sample = try await measure(workload, kind: kind, populated: populated[kind.name], fixture: fixture, run: run)
+                    if run == 0 { continue }
+                    measurements[index].samplesMs.append(sample.ms)
+                    measurements[index].checksumOK = measurements[index].checksumOK && sample.checksumOK
+                    if let latencies = sample.latencies {
+                        let sorted = latencies.sorted()
+                        let p99 = sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
+                        measurements[index].p99Microseconds = Double(p99) / 1000
+                        measurements[index].readsPerSecond = Double(latencies.count) / (sample.ms / 1000)
+                    }
+                }
+            }
+            for i in measurements.indices {
+                let median = measurements[i].medianMs
+                switch workload {
+                case .w1: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
+                case .w2: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
+                case .w4p: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
+                default: break
+                }
+            }
+            for i in measurements.indices {
+                guard let raw = kinds[i].rawCounterpart, let j = kinds.firstIndex(where: { $0.name == raw }) else { continue }
+                measurements[i].ratioToRaw = measurements[i].medianMs / measurements[j].medianMs
+            }
+            results += measurements
+        }
+        return results
+    }
+
+    struct Sample {
+        let ms: Double
+        let checksumOK: Bool
+        var latencies: [UInt64]? = nil
+    }
+
+    private func time<T>(_ body: () async throws -> T) async rethrows -> (T, Double) {
+        let start = DispatchTime.now().uptimeNanoseconds
+        let value = try await body()
+        return (value, Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000)
+    }
+
+    private func withFreshSubject(_ kind: SubjectKind, run: Int, _ body: (any BenchSubject) async throws -> Sample) async throws -> Sample {
+        let folder = directory.appendingPathComponent("fresh-\(kind.name)-\(run)")
+        try? FileManager.default.removeItem(at: folder)
+        let subject = kind.make()
+        try await subject.open(at: folder)
+        let sample: Sample
+        do {
+            sample = try await body(subject)
+        } catch {
+            await subject.close()
+            throw error
+        }
+        await subject.close()
+        try? FileManager.default.removeItem(at: folder)
+        return sample
+    }
+
+    private func measure(_ workload: Workload, kind: SubjectKind, populated: (any BenchSubject)?, fixture: Fixture, run: Int) async throws -> Sample {
+        switch workload {
+        case .w1:
+            return try await withFreshSubject(kind, run: run) { subject in
+                let (_, ms) = try await time { try await subject.saveAll(fixture.cats) }
+                return Sample(ms: ms, checksumOK: try await subject.count() == fixture.cats.count)
+            }
+        case .w3:
+            return try await withFreshSubject(kind, run: run) { subject in
+                let (_, ms) = try await time { try await subject.saveEach(fixture.singles) }
+                return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
+            }
+        default:
+            guard let subject = populated else { throw BenchError("\(kind.name) has no populated store") }
+            switch workload {
+            case .w2:
+                let (cats, ms) = try await time { try await subject.fetchAll() }
+                let sum = cats.reduce(0) { $0 &+ checksum($1) }
+                return Sample(ms: ms, checksumOK: cats.count == fixture.cats.count && sum == fixture.fullChecksum)
+            case .w4:
+                let (sum, ms) = try await time { try await subject.lookUpInOneRead(fixture.lookups) }
+                return Sample(ms: ms, checksumOK: sum == fixture.lookupChecksum)
+            case .w4p:
+                let (sum, ms) = try await time { try await subject.lookUpEach(fixture.callLookups) }
+                return Sample(ms: ms, checksumOK: sum == fixture.callChecksum)
+            case .w5:
+                var ok = true
+                let (_, ms) = try await time {
+                    for _ in 0..<Self.queriesPerW5Sample { ok = try await subject.oldestByName() == fixture.oldestByName && ok }
+                }
+                return Sample(ms: ms / Double(Self.queriesPerW5Sample), checksumOK: ok)
+            case .w6:
+                // The writer re-saves existing cats unchanged, so the store's content (and the
+                // other workloads' checksums) stay the same.
+                let writes = Array(fixture.cats.prefix(fixture.singles.count))
+                let (mix, ms) = try await time {
+                    try await subject.concurrentMix(readers: 4, lookups: fixture.callLookups, writes: writes)
+                }
+                let count = try await subject.count()
+                return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
+            case .w1, .w3:
+                throw BenchError("unreachable")
+            }
+        }
+    }
+}

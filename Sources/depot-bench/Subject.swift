@@ -1,0 +1,149 @@
+import Depot
+import DepotTesting
+import Foundation
+
+/// One thing the benchmark measures: a Depot backend through Depot's public API, or a raw
+/// engine through its C API. Every subject gets the same data and the same workloads.
+protocol BenchSubject: AnyObject {
+    /// The name in reports: memory, sqlite, lmdb, raw-sqlite, raw-lmdb.
+    var name: String { get }
+    /// The raw engine this subject is compared with, if any.
+    var rawCounterpart: String? { get }
+
+    /// Opens (creating if needed) the subject's store in `directory`.
+    func open(at directory: URL) async throws
+    func close() async
+
+    /// W1: every cat in one call (one transaction).
+    func saveAll(_ cats: [Cat]) async throws
+    /// W2: every cat back, in key order.
+    func fetchAll() async throws -> [Cat]
+    /// W3: one durable commit per cat.
+    func saveEach(_ cats: [Cat]) async throws
+    /// W4: lookups inside one read operation; returns the checksum of what was found.
+    func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64
+    /// W4': one async call per lookup; returns the checksum of what was found.
+    func lookUpEach(_ ids: [Int64]) async throws -> Int64
+    /// W5: ids of cats older than 10, sorted by name, first 100.
+    func oldestByName() async throws -> [Int64]
+    /// The number of cats stored.
+    func count() async throws -> Int
+    /// W6: `readers` concurrent readers doing lookups while one writer saves `writes` one
+    /// commit each. Returns per-read latencies in nanoseconds and the lookup checksum.
+    func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
+}
+
+/// A checksum of one cat's fields, so a benchmark cannot skip reading any of them.
+@inline(__always)
+func checksum(_ cat: Cat) -> Int64 {
+    cat.id &* 31 &+ Int64(cat.age) &* 7 &+ Int64(cat.name.utf8.count) &+ Int64(cat.weight * 1000)
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A Depot backend, measured through `Controller<Cat, CatRecord>`.
+final class DepotSubject: BenchSubject {
+    let name: String
+    let rawCounterpart: String?
+    private let makeStore: (URL) throws -> any Store
+    private var store: (any Store)?
+    private var cats: Controller<Cat, CatRecord>?
+
+    init(name: String, rawCounterpart: String?, makeStore: @escaping (URL) throws -> any Store) {
+        self.name = name
+        self.rawCounterpart = rawCounterpart
+        self.makeStore = makeStore
+    }
+
+    private var controller: Controller<Cat, CatRecord> {
+        get throws {
+            guard let cats else { throw BenchError("\(name) is not open") }
+            return cats
+        }
+    }
+
+    func open(at directory: URL) async throws {
+        let store = try makeStore(directory)
+        try await store.register(CatRecord.self)
+        self.store = store
+        self.cats = Controller(store: store)
+    }
+
+    func close() async {
+        await store?.close()
+        store = nil
+        cats = nil
+    }
+
+    func saveAll(_ cats: [Cat]) async throws { try await controller.save(cats) }
+
+    func fetchAll() async throws -> [Cat] { try await controller.fetchAll() }
+
+    func saveEach(_ cats: [Cat]) async throws {
+        let controller = try controller
+        for cat in cats { try await controller.save(cat) }
+    }
+
+    func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64 {
+        try await controller.read { context in
+            var sum: Int64 = 0
+            for id in ids {
+                guard let cat = try context.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
+                sum &+= checksum(cat)
+            }
+            return sum
+        }
+    }
+
+    func lookUpEach(_ ids: [Int64]) async throws -> Int64 {
+        let controller = try controller
+        var sum: Int64 = 0
+        for id in ids {
+            guard let cat = try await controller.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
+            sum &+= checksum(cat)
+        }
+        return sum
+    }
+
+    func oldestByName() async throws -> [Int64] {
+        try await controller.fetchAll(Request(\.age > 10).sorted(by: \.name).limit(100)).map(\.id)
+    }
+
+    func count() async throws -> Int { try await controller.count() }
+
+    func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let controller = try controller
+        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
+            group.addTask {
+                for cat in writes { try await controller.save(cat) }
+                return ([], 0)
+            }
+            let share = lookups.count / readers
+            for reader in 0..<readers {
+                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
+                group.addTask {
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(mine.count)
+                    var sum: Int64 = 0
+                    for id in mine {
+                        let start = DispatchTime.now().uptimeNanoseconds
+                        guard let cat = try await controller.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
+                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
+                        sum &+= checksum(cat)
+                    }
+                    return (latencies, sum)
+                }
+            }
+            var latencies: [UInt64] = []
+            var sum: Int64 = 0
+            for try await (part, partSum) in group {
+                latencies += part
+                sum &+= partSum
+            }
+            return (latencies, sum)
+        }
+    }
+}

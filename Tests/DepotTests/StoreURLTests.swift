@@ -1,0 +1,90 @@
+import Depot
+import DepotTesting
+import Foundation
+import Testing
+
+@Suite("Choosing a backend by URL")
+struct StoreURLTests {
+    @Test(arguments: [
+        ("memory:", StoreURL.Backend.memory, nil as String?),
+        ("sqlite:///var/lib/app/app.sqlite", .sqlite, "/var/lib/app/app.sqlite"),
+        ("sqlite:relative/app.sqlite", .sqlite, "relative/app.sqlite"),
+        ("sqlite::memory:", .sqlite, nil),
+        ("lmdb:///srv/db", .lmdb, "/srv/db"),
+        ("lmdb:data/db", .lmdb, "data/db"),
+        ("SQLite:///with%20space/a.sqlite", .sqlite, "/with space/a.sqlite"),
+    ])
+    func schemesAndPaths(url: String, backend: StoreURL.Backend, path: String?) throws {
+        let parsed = try StoreURL(url)
+        #expect(parsed.backend == backend)
+        #expect(parsed.path == path)
+    }
+
+    @Test func optionsAreTypedAndValidated() throws {
+        let sqlite = try StoreURL("sqlite:///x.sqlite?durability=full&readers=8&busyTimeout=250ms")
+        #expect(sqlite[option: "durability"] == "full")
+        #expect(sqlite[option: "readers"] == "8")
+        let lmdb = try StoreURL("lmdb:///d?mapSize=1GiB&maxReaders=16&durability=relaxed")
+        #expect(lmdb[option: "mapSize"] == "1GiB")
+        #expect(StoreURL.parseSize("1GiB") == 1 << 30)
+        #expect(StoreURL.parseSize("64KiB") == 65_536)
+        #expect(StoreURL.parseSize("10MB") == 10_000_000)
+        #expect(StoreURL.parseSize("12") == 12)
+        #expect(StoreURL.parseDuration("5s") == .seconds(5))
+        #expect(StoreURL.parseDuration("250ms") == .milliseconds(250))
+        #expect(StoreURL.parseDuration("2m") == .seconds(120))
+    }
+
+    @Test(arguments: [
+        ("postgres://db/app", "Unknown store scheme"),
+        ("nothing", "no scheme"),
+        ("memory:/x", "takes no path"),
+        ("sqlite:", "no path"),
+        ("sqlite://host/app.sqlite", "names a host"),
+        ("sqlite:///a.sqlite?durabilty=full", "Unknown option 'durabilty'"),
+        ("sqlite:///a.sqlite?durability=sometimes", "use one of: normal, full"),
+        ("sqlite:///a.sqlite?readers=0", "whole number from 1 to 64"),
+        ("sqlite:///a.sqlite?readers=lots", "whole number"),
+        ("sqlite:///a.sqlite?busyTimeout=soon", "not a duration"),
+        ("lmdb:///d?mapSize=huge", "not a size"),
+        ("lmdb:///d?mapSize=99999999999TiB", "not a size"),
+        ("lmdb:///d?readers=4", "Accepted options: mapSize"),
+        ("memory:?durability=full", "Accepted options: none"),
+        ("sqlite:///a.sqlite?readers=2&readers=3", "given twice"),
+    ])
+    func malformedURLsNameTheProblem(url: String, fragment: String) {
+        do {
+            _ = try StoreURL(url)
+            Issue.record("\(url) should be refused")
+        } catch {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains(fragment), "\(error.message)")
+        }
+    }
+
+    /// The same body against every backend, chosen only by URL.
+    @Test(arguments: ["memory:", "sqlite:DIR/app.sqlite?durability=full&readers=2", "sqlite::memory:", "lmdb:DIR/db?mapSize=64KiB"])
+    func sameCodeEveryBackend(template: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path))
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.workload(count: 2_000))
+        #expect(try await cats.count(Request(\.age > 10)) == Cat.workload(count: 2_000).filter { $0.age > 10 }.count)
+        await store.close()
+    }
+
+    @Test func optionsReachTheBackend() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let sqlite = try #require(try openStore(url: "sqlite://\(directory.path)/a.sqlite?durability=full&readers=3&busyTimeout=2s") as? SQLiteStore)
+        #expect(sqlite.options == SQLiteStore.Options(durability: .full, readers: 3, busyTimeout: .seconds(2)))
+        await sqlite.close()
+        let lmdb = try #require(try openStore(url: "lmdb://\(directory.path)/db?mapSize=1MiB&maxReaders=9&durability=relaxed") as? LMDBStore)
+        #expect(lmdb.options.mapSize == 1 << 20)
+        #expect(lmdb.options.maxReaders == 9)
+        #expect(lmdb.options.durability == .relaxed)
+        await lmdb.close()
+        #expect(try openStore(url: "memory:") is MemoryStore)
+    }
+}
