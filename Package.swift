@@ -36,12 +36,18 @@ let package = Package(
             dependencies: [
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HashTreeCollections", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite"]),
+        .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite", .product(name: "Logging", package: "swift-log")]),
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
-        .target(name: "DepotLMDB", dependencies: ["DepotCore", "CLMDB"]),
-        .target(name: "Depot", dependencies: ["DepotCore", "DepotSQLite", "DepotLMDB"]),
+        .target(name: "DepotLMDB", dependencies: ["DepotCore", "CLMDB", .product(name: "Logging", package: "swift-log")]),
+        .target(
+            name: "Depot",
+            dependencies: [
+                "DepotCore", "DepotSQLite", "DepotLMDB", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ]),
         .executableTarget(
             name: "depot-bench",
             dependencies: [
@@ -55,7 +61,13 @@ let package = Package(
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
         .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting"]),
         .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
-        .testTarget(name: "DepotTests", dependencies: ["Depot", "DepotTesting"]),
+        .testTarget(
+            name: "DepotTests",
+            dependencies: [
+                "Depot", "DepotTesting", "DepotSQLite", "DepotLMDB",
+                .product(name: "InMemoryLogging", package: "swift-log"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ]),
         .testTarget(
             name: "DepotServiceLifecycleTests",
             dependencies: [

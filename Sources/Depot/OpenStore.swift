@@ -2,24 +2,29 @@ public import DepotCore
 import DepotLMDB
 import DepotSQLite
 import Foundation
+public import Logging
 
 extension StoreURL {
     /// Opens the store this URL names.
     ///
+    /// - Parameter logger: Where the store logs (nothing by default). The URL's
+    ///   `slowThreshold` option sets when a transaction is logged as slow.
     /// - Throws: ``DepotError`` from the backend: ``DepotError/Code/storeCorrupted`` for a
     ///   file that is not a store of that kind, ``DepotError/Code/permissionDenied`` or
     ///   ``DepotError/Code/io`` when the path cannot be used.
-    public func open() throws(DepotError) -> any Store {
+    public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
+        var log = logger.map { StoreLog(logger: $0) } ?? .disabled
+        if let value = self[option: "slowThreshold"], let threshold = Self.parseDuration(value) { log.slowThreshold = threshold }
         switch backend {
         case .memory:
-            return MemoryStore()
+            return MemoryStore(log: log)
         case .sqlite:
             var options = SQLiteStore.Options()
             if let value = self[option: "durability"] { options.durability = value == "full" ? .full : .normal }
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
             if let value = self[option: "busyTimeout"], let timeout = Self.parseDuration(value) { options.busyTimeout = timeout }
-            guard let path else { return try SQLiteStore.inMemory(options: options) }
-            return try SQLiteStore(path: path, options: options)
+            guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
+            return try SQLiteStore(path: path, options: options, log: log)
         case .lmdb:
             var options = LMDBStore.Options()
             if let value = self[option: "mapSize"], let size = Self.parseSize(value) { options.mapSize = size }
@@ -31,7 +36,7 @@ extension StoreURL {
                 throw DepotError(.invalidConfiguration, "An lmdb: URL needs a directory: lmdb:///absolute/dir or lmdb:relative/dir.")
             }
             do {
-                return try LMDBStore(directory: path, options: options)
+                return try LMDBStore(directory: path, options: options, log: log)
             } catch let error as DepotError {
                 throw error
             } catch {
@@ -46,6 +51,6 @@ extension StoreURL {
 ///
 /// - Throws: ``DepotError/Code/invalidConfiguration`` for a malformed URL or option, and
 ///   the backend's errors when opening fails.
-public func openStore(url: String) throws(DepotError) -> any Store {
-    try StoreURL(url).open()
+public func openStore(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
+    try StoreURL(url).open(logger: logger)
 }

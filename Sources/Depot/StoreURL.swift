@@ -39,8 +39,13 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// The options each backend accepts.
-    public static let options: [Backend: [OptionSpec]] = [
+    /// Options every backend accepts.
+    public static let commonOptions: [OptionSpec] = [
+        OptionSpec(name: "slowThreshold", kind: .duration, help: "transactions slower than this are logged at warning (default 500ms)")
+    ]
+
+    /// The options each backend accepts, besides ``commonOptions``.
+    public static let backendOptions: [Backend: [OptionSpec]] = [
         .memory: [],
         .sqlite: [
             OptionSpec(name: "durability", kind: .choice(["normal", "full"]), help: "normal: WAL + synchronous=NORMAL (default); full: fsync at every commit"),
@@ -54,12 +59,17 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         ],
     ]
 
+    /// Every option a backend accepts.
+    public static func options(for backend: Backend) -> [OptionSpec] {
+        (backendOptions[backend] ?? []) + commonOptions
+    }
+
     /// The backend.
     public let backend: Backend
     /// The file or directory path; `nil` for `memory:` and `sqlite::memory:`.
     public let path: String?
     /// The options given, validated, by name.
-    public let options: [String: String]
+    public private(set) var options: [String: String]
 
     public var description: String {
         var text = "\(backend.rawValue):"
@@ -126,8 +136,8 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     private static func parseOptions(_ query: String?, backend: Backend) throws(DepotError) -> [String: String] {
         guard let query, !query.isEmpty else { return [:] }
-        let specs = options[backend] ?? []
-        let accepted = specs.isEmpty ? "none" : specs.map { "\($0.name) (\($0.help))" }.joined(separator: "; ")
+        let specs = options(for: backend)
+        let accepted = specs.map { "\($0.name) (\($0.help))" }.joined(separator: "; ")
         var result: [String: String] = [:]
         for item in query.split(separator: "&", omittingEmptySubsequences: true) {
             let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -196,4 +206,17 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The value of an option, or `nil` when it was not given.
     public subscript(option name: String) -> String? { options[name] }
+
+    /// This URL with `value` for the option `name`, validated.
+    ///
+    /// - Throws: ``DepotError/Code/invalidConfiguration`` for an unknown option or bad value.
+    public func setting(_ name: String, to value: String) throws(DepotError) -> StoreURL {
+        guard let spec = Self.options(for: backend).first(where: { $0.name == name }) else {
+            throw Self.problem("Unknown option '\(name)' for \(backend.rawValue) stores. Accepted options: \(Self.options(for: backend).map(\.name).joined(separator: ", ")).")
+        }
+        try Self.validate(value, for: spec, backend: backend)
+        var copy = self
+        copy.options[name] = value
+        return copy
+    }
 }

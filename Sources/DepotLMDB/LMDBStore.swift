@@ -75,6 +75,8 @@ public final class LMDBStore: Store {
     public let directory: String
     /// The options the store was opened with.
     public let options: Options
+    /// Where the store logs.
+    public let log: StoreLog
     public let changes = ChangeFeed()
     public var backendName: String { "lmdb" }
 
@@ -103,7 +105,18 @@ public final class LMDBStore: Store {
     ///   bad option or a path that is a file; ``DepotError/Code/busy`` when the directory is
     ///   already open in this process; ``DepotError/Code/permissionDenied`` or
     ///   ``DepotError/Code/io`` when the files cannot be created.
-    public init(directory: String, options: Options = .init()) throws {
+    ///   - log: Where the store logs (nothing by default); see `StoreLog`.
+    public convenience init(directory: String, options: Options = .init(), log: StoreLog = .disabled) throws {
+        do {
+            try self.init(opening: directory, options: options, log: log)
+        } catch {
+            log.failed("opening the LMDB store at \(directory)", error)
+            throw error
+        }
+    }
+
+    private init(opening directory: String, options: Options, log: StoreLog) throws {
+        self.log = log
         guard options.mapSize > 0, options.maxReaders > 0, options.maxDatabases > 1,
             options.maxReaders <= Int(UInt32.max), options.maxDatabases <= Int(UInt32.max)
         else {
@@ -150,6 +163,9 @@ public final class LMDBStore: Store {
         self.environment = environment
         self.directory = path
         self.options = options
+        log.opened(
+            "lmdb", at: path,
+            ["depot.mapSize": .stringConvertible(options.mapSize), "depot.durability": .string("\(options.durability)")])
     }
 
     private static func openEnvironment(path: String, options: Options, flags: Int32) throws(DepotError) -> OpaquePointer {
@@ -291,6 +307,10 @@ public final class LMDBStore: Store {
     }
 
     private func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
+        try log.transaction("read") { try readInSnapshot(body) }
+    }
+
+    private func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
         try begin()
         defer { end() }
         let (txn, snapshot) = try beginRead()
@@ -342,9 +362,10 @@ public final class LMDBStore: Store {
                 mdb_txn_abort(txn)
                 env.gate.leave()
                 if transaction.mapFull {
-                    try env.grow()
+                    try grow(env)
                     continue
                 }
+                if log.tracing { log.trace("LMDB write transaction aborted") }
                 throw error
             }
             transaction.isFinished = true
@@ -353,7 +374,7 @@ public final class LMDBStore: Store {
                 // transaction anyway, so rerun it in a larger map.
                 mdb_txn_abort(txn)
                 env.gate.leave()
-                try env.grow()
+                try grow(env)
                 continue
             }
             if let publish {
@@ -368,15 +389,26 @@ public final class LMDBStore: Store {
             }
             env.gate.leave()
             if rc == MDB_MAP_FULL {
-                try env.grow()
+                try grow(env)
                 continue
             }
             if rc != 0 { throw DepotError.lmdb(rc, context: "Committing a write transaction in the LMDB store at \(directory)") }
+            if log.tracing { log.trace("LMDB write transaction committed", ["depot.attempts": .stringConvertible(attempts)]) }
             return (result, transaction.recorder)
         }
     }
 
+    /// Grows the map (the whole transaction then runs again), and says so at `info`.
+    private func grow(_ env: Environment) throws {
+        try env.grow()
+        log.logger.info("LMDB map grown; the write transaction runs again", metadata: ["depot.location": .string(directory)])
+    }
+
     private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        try log.transaction("write") { try writeInTransaction(body) }
+    }
+
+    private func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         try begin()
         defer { end() }
         let snapshot = catalog.withLock { $0 }
@@ -399,6 +431,13 @@ public final class LMDBStore: Store {
             }
             return updated
         }
+        for entity in entities {
+            if let stored = snapshot[entity.name]?.entity {
+                if stored != entity, let migration = try? SchemaMigration.plan(from: stored, to: entity) { log.schemaMigrated(migration) }
+            } else {
+                log.schemaCreated(entity)
+            }
+        }
     }
 
     // MARK: Store
@@ -407,7 +446,14 @@ public final class LMDBStore: Store {
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         writer.async {
-            completion(Result { try self.registerNow(entities) })
+            completion(Result {
+                do {
+                    try self.registerNow(entities)
+                } catch {
+                    self.log.failed("registering entities", error)
+                    throw error
+                }
+            })
         }
     }
 
@@ -434,7 +480,10 @@ public final class LMDBStore: Store {
     /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
     /// when the store is released.
     public func close() async {
-        state.withLock { $0.closed = true }
+        let first = state.withLock { s -> Bool in
+            defer { s.closed = true }
+            return !s.closed
+        }
         let environment = self.environment
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             idle.notify(queue: .global()) {
@@ -442,5 +491,6 @@ public final class LMDBStore: Store {
                 continuation.resume()
             }
         }
+        if first { log.closed("lmdb", at: directory) }
     }
 }

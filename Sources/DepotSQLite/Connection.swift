@@ -39,6 +39,8 @@ final class Connection: @unchecked Sendable {
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
     /// `in` lists cannot grow it without bound.
     private static let dynamicLimit = 256
+    /// Keeps the trace hook's context alive as long as the connection (see `traceStatements`).
+    var traceContext: TraceContext?
 
     private init(handle: OpaquePointer, path: String) {
         self.handle = handle

@@ -64,6 +64,8 @@ public final class SQLiteStore: Store {
     public let isInMemory: Bool
     /// The options the store was opened with.
     public let options: Options
+    /// Where the store logs.
+    public let log: StoreLog
 
     private struct State: Sendable {
         var closed = false
@@ -117,7 +119,8 @@ public final class SQLiteStore: Store {
     ///   options or a path that is a directory, ``DepotError/Code/io`` or
     ///   ``DepotError/Code/permissionDenied`` when the file cannot be opened or created,
     ///   ``DepotError/Code/busy`` when another process holds a lock past the timeout.
-    public convenience init(path: String, options: Options = .init()) throws(DepotError) {
+    ///   - log: Where the store logs (nothing by default); see `StoreLog`.
+    public convenience init(path: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
         guard !path.isEmpty else {
             throw DepotError(.invalidConfiguration, "The SQLite store path is empty; give a file path, or use SQLiteStore.inMemory().")
         }
@@ -127,7 +130,12 @@ public final class SQLiteStore: Store {
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
         }
-        try self.init(file: url.path, temporaryDirectory: nil, options: options)
+        do {
+            try self.init(file: url.path, temporaryDirectory: nil, options: options, log: log)
+        } catch {
+            log.failed("opening the SQLite store at \(url.path)", error)
+            throw error
+        }
     }
 
     /// Opens a private database that lives as long as the store.
@@ -147,7 +155,7 @@ public final class SQLiteStore: Store {
     /// - Parameter options: Reader count and busy timeout; durability is ignored.
     /// - Throws: ``DepotError`` with ``DepotError/Code/io`` when the temporary directory
     ///   cannot be created, ``DepotError/Code/invalidConfiguration`` for bad options.
-    public static func inMemory(options: Options = .init()) throws(DepotError) -> SQLiteStore {
+    public static func inMemory(options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) -> SQLiteStore {
         var base = FileManager.default.temporaryDirectory
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: "/dev/shm", isDirectory: &isDirectory), isDirectory.boolValue,
@@ -158,7 +166,7 @@ public final class SQLiteStore: Store {
         let directory = base.appendingPathComponent("depot-sqlite-\(UUID().uuidString)", isDirectory: true)
         try createDirectory(directory)
         do {
-            return try SQLiteStore(file: directory.appendingPathComponent("memory.sqlite").path, temporaryDirectory: directory, options: options)
+            return try SQLiteStore(file: directory.appendingPathComponent("memory.sqlite").path, temporaryDirectory: directory, options: options, log: log)
         } catch {
             try? FileManager.default.removeItem(at: directory)
             throw error
@@ -173,7 +181,7 @@ public final class SQLiteStore: Store {
         }
     }
 
-    private init(file: String, temporaryDirectory: URL?, options: Options) throws(DepotError) {
+    private init(file: String, temporaryDirectory: URL?, options: Options, log: StoreLog) throws(DepotError) {
         guard (1...Self.maximumReaders).contains(options.readers) else {
             throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections (each has a thread of its own).")
         }
@@ -183,9 +191,11 @@ public final class SQLiteStore: Store {
         self.path = file
         self.isInMemory = temporaryDirectory != nil
         self.options = options
+        self.log = log
         self.temporaryDirectory = temporaryDirectory
 
         let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
+        writer.traceStatements(to: log)
         do throws(DepotError) {
             try Self.checkReadable(writer)
             let journal = try writer.scalarText("PRAGMA journal_mode = WAL")
@@ -198,6 +208,7 @@ public final class SQLiteStore: Store {
             for _ in 0..<options.readers {
                 let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout)
                 try reader.execute("PRAGMA query_only = 1")
+                reader.traceStatements(to: log)
                 connections.append(reader)
             }
             let readers = connections.enumerated().map { Reader(connection: $1, worker: Worker(name: "depot.sqlite.reader\($0)")) }
@@ -211,6 +222,9 @@ public final class SQLiteStore: Store {
                     s.nextSerial += 1
                 }
             }
+            log.opened(
+                "sqlite", at: temporaryDirectory == nil ? file : ":memory:",
+                ["depot.durability": .string("\(options.durability)"), "depot.readers": .stringConvertible(options.readers), "depot.entities": .stringConvertible(stored.count)])
         } catch {
             writer.close()
             throw error
@@ -301,7 +315,14 @@ public final class SQLiteStore: Store {
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         writerWorker.submit {
-            let result = Result { try self.registerNow(entities) }
+            let result = Result { () throws(any Error) in
+                do throws(DepotError) {
+                    try self.registerNow(entities)
+                } catch {
+                    self.log.failed("registering entities", error)
+                    throw error
+                }
+            }
             self.end()
             completion(result)
         }
@@ -322,8 +343,10 @@ public final class SQLiteStore: Store {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                     try migrate(migration)
+                    log.schemaMigrated(migration)
                 } else {
                     try create(entity)
+                    log.schemaCreated(entity)
                 }
                 try storeDescription(entity)
                 current[entity.name] = Table(entity: entity, serial: serial + offset)
@@ -443,6 +466,10 @@ public final class SQLiteStore: Store {
     }
 
     private func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+        try log.transaction("read") { try readInTransaction(on: connection, body) }
+    }
+
+    private func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try connection.run(key: Keys.begin, "BEGIN")
         let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false, recording: false)
@@ -469,6 +496,10 @@ public final class SQLiteStore: Store {
     }
 
     private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        try log.transaction("write") { try writeInTransaction(body) }
+    }
+
+    private func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recording: changes.isObserved)
@@ -507,6 +538,7 @@ public final class SQLiteStore: Store {
             if !accepted { continuation.resume() }
         }
         stopWorkers()
+        log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
     /// Readers first: the writer, closing last, checkpoints the WAL into the file.

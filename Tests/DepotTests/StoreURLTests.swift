@@ -49,7 +49,7 @@ struct StoreURLTests {
         ("lmdb:///d?mapSize=huge", "not a size"),
         ("lmdb:///d?mapSize=99999999999TiB", "not a size"),
         ("lmdb:///d?readers=4", "Accepted options: mapSize"),
-        ("memory:?durability=full", "Accepted options: none"),
+        ("memory:?durability=full", "Accepted options: slowThreshold"),
         ("sqlite:///a.sqlite?readers=2&readers=3", "given twice"),
     ])
     func malformedURLsNameTheProblem(url: String, fragment: String) {

@@ -78,8 +78,16 @@ public final class MemoryStore: Store {
 
     public var backendName: String { "memory" }
 
+    /// Where the store logs.
+    public let log: StoreLog
+
     /// Creates an empty store.
-    public init() {}
+    ///
+    /// - Parameter log: Where the store logs (nothing by default).
+    public init(log: StoreLog = .disabled) {
+        self.log = log
+        log.opened("memory", at: "memory:")
+    }
 
     // MARK: Work accounting
 
@@ -105,7 +113,14 @@ public final class MemoryStore: Store {
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         writer.async {
-            completion(Result { try self.registerNow(entities) })
+            completion(Result {
+                do {
+                    try self.registerNow(entities)
+                } catch {
+                    self.log.failed("registering entities", error)
+                    throw error
+                }
+            })
         }
     }
 
@@ -117,10 +132,12 @@ public final class MemoryStore: Store {
             for entity in entities {
                 guard let existing = s.snapshot.tables[entity.name] else {
                     s.snapshot.tables[entity.name] = Table(entity: entity)
+                    log.schemaCreated(entity)
                     continue
                 }
                 if existing.entity == entity { continue }
                 let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
+                log.schemaMigrated(migration)
                 var table = Table(entity: entity)
                 for (key, row) in existing.rows {
                     let migrated = migration.migrate(row)
@@ -150,6 +167,10 @@ public final class MemoryStore: Store {
     }
 
     private func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
+        try log.transaction("read") { try readInSnapshot(body) }
+    }
+
+    private func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
         let snapshot = try begin()
         defer { end() }
         let transaction = MemoryTransaction(base: snapshot, writable: false)
@@ -167,6 +188,10 @@ public final class MemoryStore: Store {
     }
 
     private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        try log.transaction("write") { try writeInOverlay(body) }
+    }
+
+    private func writeInOverlay<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let snapshot = try begin()
         defer { end() }
         let transaction = MemoryTransaction(base: snapshot, writable: true)
@@ -215,10 +240,14 @@ public final class MemoryStore: Store {
     }
 
     public func close() async {
-        state.withLockedValue { $0.closed = true }
+        let first = state.withLockedValue { s -> Bool in
+            defer { s.closed = true }
+            return !s.closed
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             idle.notify(queue: .global()) { continuation.resume() }
         }
         state.withLockedValue { $0.snapshot = Snapshot() }
+        if first { log.closed("memory", at: "memory:") }
     }
 }

@@ -1,0 +1,60 @@
+public import Configuration
+public import DepotCore
+import Foundation
+public import Logging
+
+extension StoreURL {
+    /// The environment variable that names the store: `DEPOT_STORE_URL`.
+    public static let environmentVariable = "DEPOT_STORE_URL"
+
+    /// The configuration key that names the store: `depot.store.url`. Options can be set as
+    /// keys beside it (`depot.store.durability`, `depot.store.mapSize`, ...) and override the
+    /// URL's query items.
+    public static let configurationKey = "depot.store.url"
+
+    /// Reads the store URL from the environment (`DEPOT_STORE_URL`).
+    ///
+    /// - Returns: `nil` when the variable is not set.
+    /// - Throws: ``DepotError/Code/invalidConfiguration`` when it is set but malformed.
+    public static func fromEnvironment(_ environment: [String: String]? = nil) throws(DepotError) -> StoreURL? {
+        let variables = environment ?? ProcessInfo.processInfo.environment
+        guard let value = variables[environmentVariable], !value.isEmpty else { return nil }
+        return try StoreURL(value)
+    }
+
+    /// Reads the store URL and its options from swift-configuration: `depot.store.url`
+    /// and option keys under `depot.store` (a JSON file's `{"depot": {"store": {"url": ...,
+    /// "durability": "full"}}}`, or the environment variables `DEPOT_STORE_URL`,
+    /// `DEPOT_STORE_DURABILITY`, `DEPOT_STORE_MAP_SIZE`, `DEPOT_STORE_BUSY_TIMEOUT`, ...:
+    /// swift-configuration spells camel-case keys with underscores in the environment).
+    ///
+    /// - Returns: `nil` when `depot.store.url` is not set.
+    /// - Throws: ``DepotError/Code/invalidConfiguration`` for a malformed URL or option.
+    public init?(config: ConfigReader) throws(DepotError) {
+        guard let text = config.string(forKey: ConfigKey(Self.configurationKey)) else { return nil }
+        var url = try StoreURL(text)
+        for spec in Self.options(for: url.backend) {
+            let key = ConfigKey("depot.store.\(spec.name)")
+            let value: String?
+            if case .integer = spec.kind, let number = config.int(forKey: key) {
+                value = String(number)
+            } else {
+                value = config.string(forKey: key)
+            }
+            if let value { url = try url.setting(spec.name, to: value) }
+        }
+        self = url
+    }
+}
+
+/// Opens the store named by swift-configuration's `depot.store.url` (see
+/// ``StoreURL/init(config:)``).
+///
+/// - Throws: ``DepotError/Code/invalidConfiguration`` when the key is missing or malformed,
+///   and the backend's errors when opening fails.
+public func openStore(config: ConfigReader, logger: Logger? = nil) throws(DepotError) -> any Store {
+    guard let url = try StoreURL(config: config) else {
+        throw DepotError(.invalidConfiguration, "No store is configured: set \(StoreURL.configurationKey) (environment variable \(StoreURL.environmentVariable)) to a store URL such as sqlite:///var/lib/app/app.sqlite.")
+    }
+    return try url.open(logger: logger)
+}

@@ -1,0 +1,96 @@
+public import Dispatch
+public import Logging
+
+/// How a store logs, through swift-log.
+///
+/// Levels: opening, closing and schema changes at `info`; each transaction at `debug`
+/// (with its duration); SQL statements and LMDB operations at `trace`; an operation slower
+/// than ``slowThreshold`` at `warning`; every failure at `error` with the ``DepotError``
+/// code. The default logger discards everything and costs a level check per event.
+///
+/// ```swift
+/// let store = try SQLiteStore(path: path, log: StoreLog(logger: Logger(label: "app.depot"), slowThreshold: .milliseconds(100)))
+/// ```
+public struct StoreLog: Sendable {
+    public var logger: Logger
+    /// Transactions that take longer are logged at `warning`.
+    public var slowThreshold: Duration
+
+    /// A logger that discards everything.
+    public static let disabled = StoreLog(logger: Logger(label: "depot", factory: { _ in SwiftLogNoOpLogHandler() }))
+
+    public init(logger: Logger, slowThreshold: Duration = .milliseconds(500)) {
+        self.logger = logger
+        self.slowThreshold = slowThreshold
+    }
+
+    /// Whether `trace` events are wanted; check before building an expensive message.
+    @inlinable public var tracing: Bool { logger.logLevel <= .trace }
+
+    public func opened(_ backend: String, at location: String, _ metadata: Logger.Metadata = [:]) {
+        var all = metadata
+        all["depot.backend"] = .string(backend)
+        all["depot.location"] = .string(location)
+        logger.info("Depot store opened", metadata: all)
+    }
+
+    public func closed(_ backend: String, at location: String) {
+        logger.info("Depot store closed", metadata: ["depot.backend": .string(backend), "depot.location": .string(location)])
+    }
+
+    public func schemaCreated(_ entity: EntityDescription) {
+        logger.info("Depot entity created", metadata: ["depot.entity": .string(entity.name), "depot.attributes": .stringConvertible(entity.attributes.count)])
+    }
+
+    public func schemaMigrated(_ migration: SchemaMigration) {
+        logger.info(
+            "Depot entity migrated",
+            metadata: [
+                "depot.entity": .string(migration.declared.name),
+                "depot.added": .array(migration.addedAttributes.map { .string($0.name) }),
+                "depot.indexesAdded": .array(migration.addedIndexes.map { .string($0.name) }),
+                "depot.indexesDropped": .array(migration.droppedIndexes.map { .string($0.name) }),
+            ])
+    }
+
+    public func trace(_ message: @autoclosure () -> Logger.Message, _ metadata: @autoclosure () -> Logger.Metadata? = nil) {
+        logger.trace(message(), metadata: metadata())
+    }
+
+    /// Logs a failure at `error` with its code.
+    public func failed(_ what: String, _ error: any Error) {
+        if let depot = error as? DepotError {
+            var metadata: Logger.Metadata = ["depot.code": .string(depot.code.name), "depot.message": .string(depot.message)]
+            if let native = depot.nativeCode { metadata["depot.nativeCode"] = .stringConvertible(native) }
+            logger.error("Depot \(what) failed", metadata: metadata)
+        } else {
+            // Caller errors thrown from an operation are the caller's own: a rollback, not a failure of the store.
+            logger.debug("Depot \(what) rolled back by the caller's error", metadata: ["depot.error": .string("\(error)")])
+        }
+    }
+
+    /// Runs one transaction, logging it at `debug`, at `warning` when slow, and its failure
+    /// at `error`.
+    @inlinable
+    public func transaction<T>(_ kind: StaticString, _ body: () throws -> T) throws -> T {
+        let start = DispatchTime.now().uptimeNanoseconds
+        do {
+            let result = try body()
+            finished(kind, since: start)
+            return result
+        } catch {
+            failed("\(kind) transaction", error)
+            throw error
+        }
+    }
+
+    @usableFromInline
+    func finished(_ kind: StaticString, since start: UInt64) {
+        let elapsed = DispatchTime.now().uptimeNanoseconds &- start
+        if elapsed > UInt64(slowThreshold.components.seconds) * 1_000_000_000 + UInt64(slowThreshold.components.attoseconds / 1_000_000_000) {
+            logger.warning("Depot \(kind) transaction was slow", metadata: ["depot.milliseconds": .stringConvertible(Double(elapsed) / 1_000_000)])
+        } else if logger.logLevel <= .debug {
+            logger.debug("Depot \(kind) transaction", metadata: ["depot.microseconds": .stringConvertible(elapsed / 1_000)])
+        }
+    }
+}
