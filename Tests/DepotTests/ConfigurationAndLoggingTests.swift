@@ -98,6 +98,22 @@ struct ConfigurationAndLoggingTests {
         let failure = entries.first { $0.level == .error }
         #expect(failure?.metadata["depot.code"] == .string("duplicateKey"))
         if template.hasPrefix("sqlite") { #expect(has(.trace, "SQL")) }
+        if template.hasPrefix("lmdb") { #expect(has(.trace, "LMDB write transaction committed")) }
+    }
+
+    @Test func transactionsAtDebug() async throws {
+        let handler = InMemoryLogHandler()
+        var logger = Logger(label: "depot.test") { _ in handler }
+        logger.logLevel = .debug
+        let store = try openStore(url: "memory:?slowThreshold=1m", logger: logger)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", weight: 1, age: 1))
+        #expect(try await cats.count() == 1)
+        await store.close()
+        let debug = handler.entries.filter { $0.level == .debug }.map { "\($0.message)" }
+        #expect(debug.contains("Depot write transaction"), "\(debug)")
+        #expect(debug.contains("Depot read transaction"), "\(debug)")
+        #expect(!handler.entries.contains { $0.level == .trace }, "trace is off at debug level")
     }
 
     @Test func quietByDefault() async throws {
