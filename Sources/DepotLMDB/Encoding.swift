@@ -177,6 +177,11 @@ enum RecordFormat {
     ///
     /// - Returns: `false` when the bytes are not a record of `entity` in this format.
     static func decode(_ buffer: UnsafeRawBufferPointer, entity: EntityDescription, into row: inout Row) -> Bool {
+        decode(buffer, types: entity.attributes.map(\.type), into: &row)
+    }
+
+    /// Decodes a stored record whose attributes have `types`, in order.
+    static func decode(_ buffer: UnsafeRawBufferPointer, types: [AttributeType], into row: inout Row) -> Bool {
         row.removeAll()
         let count = buffer.count
         guard count >= 1, buffer[0] == version else { return false }
@@ -207,11 +212,11 @@ enum RecordFormat {
             return slice
         }
 
-        for attribute in entity.attributes {
+        for type in types {
             guard p < count else { return false }
             let tag = buffer[p]
             p += 1
-            switch (tag, attribute.type) {
+            switch (tag, type) {
             case (Tag.null, _):
                 row.append(.null)
             case (Tag.int, .int64):

@@ -15,6 +15,16 @@ struct EntityHandles: Sendable {
     let main: MDB_dbi
     let indexes: [IndexHandle]
     let schemaVersion: Int
+    /// The attribute types in order, so decoding a record does not copy descriptions.
+    let types: [AttributeType]
+
+    init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int) {
+        self.entity = entity
+        self.main = main
+        self.indexes = indexes
+        self.schemaVersion = schemaVersion
+        self.types = entity.attributes.map(\.type)
+    }
 
     @inline(__always)
     func index(at position: Int) -> IndexHandle? {
@@ -41,12 +51,14 @@ final class LMDBTransaction: WriteTransaction {
     /// whole transaction, whatever the closure did with the error.
     var mapFull = false
 
-    private var lastHandles: EntityHandles?
-    private var keyBuffer: [UInt8] = []
-    private var valueBuffer: [UInt8] = []
-    private var indexKeys: [[UInt8]] = []
-    private var oldIndexKey: [UInt8] = []
-    private var oldRow = Row()
+    // Used only by the one thread that runs the transaction, and never across a call that
+    // could re-enter: no dynamic exclusivity checks on the hot path.
+    @exclusivity(unchecked) private var lastHandles: EntityHandles?
+    @exclusivity(unchecked) private var keyBuffer: [UInt8] = []
+    @exclusivity(unchecked) private var valueBuffer: [UInt8] = []
+    @exclusivity(unchecked) private var indexKeys: [[UInt8]] = []
+    @exclusivity(unchecked) private var oldIndexKey: [UInt8] = []
+    @exclusivity(unchecked) private var oldRow = Row()
 
     init(
         txn: OpaquePointer, catalog: [String: EntityHandles], writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
@@ -95,7 +107,7 @@ final class LMDBTransaction: WriteTransaction {
     @inline(__always)
     func decode(_ value: MDB_val, _ handles: EntityHandles, into row: inout Row) throws(DepotError) {
         let buffer = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
-        guard RecordFormat.decode(buffer, entity: handles.entity, into: &row) else {
+        guard RecordFormat.decode(buffer, types: handles.types, into: &row) else {
             throw corrupted("A record cannot be decoded as \(handles.entity.name)", entity: handles.entity.name)
         }
     }
@@ -303,15 +315,17 @@ final class LMDBTransaction: WriteTransaction {
         let filter = query.filter
         if plan.ordered {
             let limit = query.limit ?? Int.max
-            if plan.exact && plan.ranges == nil {
+            let offset = query.offset
+            let exact = plan.exact
+            if exact && plan.ranges == nil {
                 let total = try entries(handles.main)
-                reserve(min(max(0, total - query.offset), limit))
+                reserve(min(max(0, total - offset), limit))
             }
             var skipped = 0
             var emitted = 0
             try visit(plan, handles) { row in
-                if !plan.exact && !filter.matches(row) { return true }
-                if skipped < query.offset {
+                if !exact && !filter.matches(row) { return true }
+                if skipped < offset {
                     skipped += 1
                     return true
                 }

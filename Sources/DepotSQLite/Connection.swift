@@ -33,7 +33,9 @@ final class Connection: @unchecked Sendable {
     private(set) var handle: OpaquePointer?
     let path: String
     /// Statements of the fixed per-entity SQL, keyed by entity serial and statement kind.
-    private var fixed: [Int: Statement] = [:]
+    /// Indexed by key directly (keys are small: serial × 16 + kind), so a lookup is an
+    /// array access rather than a hash.
+    private var fixed: [Statement?] = []
     /// Statements of compiled queries, keyed by their SQL text.
     private var dynamic: [String: Statement] = [:]
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
@@ -112,7 +114,7 @@ final class Connection: @unchecked Sendable {
     /// A cached statement for fixed SQL, marked in use; give it back with ``release(_:)``.
     @inline(__always)
     func statement(key: Int, sql: () -> String) throws(DepotError) -> Statement {
-        if let cached = fixed[key] {
+        if key < fixed.count, let cached = fixed[key] {
             if !cached.inUse {
                 cached.inUse = true
                 return cached
@@ -122,6 +124,7 @@ final class Connection: @unchecked Sendable {
             return fresh
         }
         let made = try prepare(sql(), cached: true)
+        if key >= fixed.count { fixed.append(contentsOf: repeatElement(nil, count: key + 1 - fixed.count)) }
         fixed[key] = made
         made.inUse = true
         return made

@@ -10,6 +10,11 @@ final class SQLiteTransaction: WriteTransaction {
     /// Collects changes for the feed; `nil` when nobody observes the feed.
     var recorder: ChangeRecorder?
     var isFinished = false
+    /// The last entity looked up, and the attribute array it was checked with: most
+    /// transactions touch one entity many times, so this skips hashing its name and
+    /// re-checking its attributes on every call.
+    private var lastTable: Table?
+    private var lastAttributes: [AttributeDescription] = []
 
     init(connection: Connection, tables: [String: Table], writable: Bool, recording: Bool) {
         self.connection = connection
@@ -26,11 +31,24 @@ final class SQLiteTransaction: WriteTransaction {
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
         if !connection.isInTransaction { throw DepotError.rolledBack }
+        if let last = lastTable, last.entity.name == entity.name, Self.sameArray(lastAttributes, entity.attributes) {
+            return last
+        }
         guard let table = tables[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
         try table.check(entity)
+        lastTable = table
+        lastAttributes = entity.attributes
         return table
+    }
+
+    /// Whether two arrays share one buffer, so hold the same elements: the descriptions a
+    /// record type passes in are copies of one static array. (A buffer that is shared is
+    /// never mutated in place, and `lastAttributes` keeps it alive.)
+    @inline(__always)
+    private static func sameArray(_ a: [AttributeDescription], _ b: [AttributeDescription]) -> Bool {
+        a.count == b.count && a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in pa.baseAddress == pb.baseAddress } }
     }
 
     @inline(__always)

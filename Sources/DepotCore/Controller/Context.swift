@@ -9,29 +9,43 @@ public protocol RecordContext {
     var readTransaction: any ReadTransaction { get }
 }
 
+// The conversion path is `@inlinable` (with the contexts' and the controller's hot
+// methods) so that it is specialized where the record types are known: unspecialized, every
+// row paid for generic metadata lookups, witness calls and value-witness copies of `Object`.
+@usableFromInline
 enum Conversion<Object, Managed>
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
-    @inline(__always)
+    @inlinable @inline(__always)
     static func object(from row: Row) throws(DepotError) -> Object {
         do {
             return try Managed(row: row).toObject()
         } catch {
-            let entity = Managed.entity.description
-            let key = entity.attributes.indices.contains(entity.primaryKeyIndex) && row.count > entity.primaryKeyIndex
-                ? row[value: entity.primaryKeyIndex].debugLiteral : "?"
-            throw DepotError(.conversionFailed, "Cannot convert the stored \(entity.name) with primary key \(key) into \(Object.self): \(error). Fix the record's init(row:) or toObject(), or the stored data.")
+            throw conversionError(error, row: row)
         }
     }
 
-    @inline(__always)
+    @usableFromInline @inline(never)
+    static func conversionError(_ error: any Error, row: Row) -> DepotError {
+        let entity = Managed.entity.description
+        let key = entity.attributes.indices.contains(entity.primaryKeyIndex) && row.count > entity.primaryKeyIndex
+            ? row[value: entity.primaryKeyIndex].debugLiteral : "?"
+        return DepotError(.conversionFailed, "Cannot convert the stored \(entity.name) with primary key \(key) into \(Object.self): \(error). Fix the record's init(row:) or toObject(), or the stored data.")
+    }
+
+    @inlinable @inline(__always)
     static func row(from object: Object, into row: inout Row) throws(DepotError) {
         let managed: Managed
         do {
             managed = try object.toManaged()
         } catch {
-            throw DepotError(.conversionFailed, "Cannot convert \(Object.self) into a \(Managed.entity.name) record: \(error). Nothing was written.")
+            throw managedError(error)
         }
         managed.encode(into: &row)
+    }
+
+    @usableFromInline @inline(never)
+    static func managedError(_ error: any Error) -> DepotError {
+        DepotError(.conversionFailed, "Cannot convert \(Object.self) into a \(Managed.entity.name) record: \(error). Nothing was written.")
     }
 
     static func key(_ id: Managed.ID) -> Value { id.value }
@@ -42,10 +56,12 @@ extension RecordContext {
     ///
     /// - Complexity: One query; the result array is reserved up front when the backend
     ///   knows the count.
+    @inlinable
     public func fetchAll(_ request: Request<Managed> = .all) throws -> [Object] {
         try fetchAll(request.resolved())
     }
 
+    @inlinable
     func fetchAll(_ query: Query) throws -> [Object] {
         var result: [Object] = []
         try readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { row in
@@ -55,11 +71,13 @@ extension RecordContext {
     }
 
     /// The first object matching `request` in its order, or `nil`.
+    @inlinable
     public func fetchFirst(_ request: Request<Managed> = .all) throws -> Object? {
         try fetchAll(request.limit(1)).first
     }
 
     /// The object with primary key `id`, or `nil`.
+    @inlinable
     public func fetchOne(id: Managed.ID) throws -> Object? {
         var row = Row(capacity: Managed.entity.description.attributes.count)
         guard try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row) else { return nil }
@@ -72,6 +90,7 @@ extension RecordContext {
     }
 
     /// Whether a record with primary key `id` exists.
+    @inlinable
     public func exists(id: Managed.ID) throws -> Bool {
         var row = Row()
         return try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row)
@@ -84,6 +103,7 @@ public struct ReadContext<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public let readTransaction: any ReadTransaction
 
+    @inlinable
     public init(_ transaction: any ReadTransaction) {
         self.readTransaction = transaction
     }
@@ -104,15 +124,17 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 public struct Context<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public let transaction: any WriteTransaction
-    public var readTransaction: any ReadTransaction { transaction }
+    @inlinable public var readTransaction: any ReadTransaction { transaction }
 
+    @inlinable
     public init(_ transaction: any WriteTransaction) {
         self.transaction = transaction
     }
 
-    private var entity: EntityDescription { Managed.entity.description }
+    @usableFromInline var entity: EntityDescription { Managed.entity.description }
 
     /// Inserts or replaces `object` (upsert by primary key).
+    @inlinable
     public func save(_ object: Object) throws {
         var row = Row(capacity: entity.attributes.count)
         try Conversion<Object, Managed>.row(from: object, into: &row)
@@ -120,6 +142,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     /// Inserts or replaces each object, in this one transaction.
+    @inlinable
     public func save(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
         var row = Row(capacity: entity.attributes.count)
@@ -133,11 +156,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     ///
     /// - Throws: ``DepotError/Code/duplicateKey`` when its primary key or a unique value
     ///   exists already.
+    @inlinable
     public func insert(_ object: Object) throws {
         try insert(CollectionOfOne(object))
     }
 
     /// Inserts each object, in this one transaction.
+    @inlinable
     public func insert(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
         var row = Row(capacity: entity.attributes.count)
@@ -150,11 +175,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Replaces the stored record with the same primary key, in place.
     ///
     /// - Throws: ``DepotError/Code/notFound`` when there is none.
+    @inlinable
     public func update(_ object: Object) throws {
         try update(CollectionOfOne(object))
     }
 
     /// Replaces each stored record, in this one transaction.
+    @inlinable
     public func update(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
         var row = Row(capacity: entity.attributes.count)

@@ -22,7 +22,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public let store: any Store
     /// Where the ``callbacks`` view delivers completion handlers.
     public let operatingQueue: OperatingQueue
-    let registration: Registration
+    @usableFromInline let registration: Registration
 
     /// Creates a controller.
     ///
@@ -41,8 +41,14 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 
     // MARK: Registration
 
+    @inlinable
     func ensureRegistered() async throws {
         if registration.isDone { return }
+        try await registerEntity()
+    }
+
+    @usableFromInline
+    func registerEntity() async throws {
         try Managed.entity.validate()
         try await store.register([Self.entity])
         registration.markDone()
@@ -61,6 +67,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     // MARK: Units of work
 
     /// Runs `body` with a read context: every read inside sees one snapshot.
+    @inlinable
     public func read<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
         try await ensureRegistered()
         return try await store.read { transaction in try body(ReadContext(transaction)) }
@@ -68,6 +75,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 
     /// Runs `body` in one write transaction: its reads see its writes; it commits when
     /// `body` returns and rolls back when it throws (the error is rethrown unchanged).
+    @inlinable
     public func operation<T: Sendable>(_ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
         try await ensureRegistered()
         return try await store.write { transaction in try body(Context(transaction)) }
@@ -76,18 +84,21 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     // MARK: Reads
 
     /// Every object matching `request`, in its order (by primary key by default).
+    @inlinable
     public func fetchAll(_ request: Request<Managed> = .all) async throws -> [Object] {
         let query = try request.resolved()
         return try await read { try $0.fetchAll(query) }
     }
 
     /// The first object matching `request`, or `nil`.
+    @inlinable
     public func fetchFirst(_ request: Request<Managed> = .all) async throws -> Object? {
         let query = try request.limit(1).resolved()
         return try await read { try $0.fetchAll(query).first }
     }
 
     /// The object with primary key `id`, or `nil`.
+    @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
         try await read { try $0.fetchOne(id: id) }
     }
@@ -99,6 +110,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     /// Whether a record with primary key `id` exists.
+    @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
         try await read { try $0.exists(id: id) }
     }
@@ -106,11 +118,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     // MARK: Writes
 
     /// Inserts or replaces `object` by primary key.
+    @inlinable
     public func save(_ object: Object) async throws {
         try await operation { try $0.save(object) }
     }
 
     /// Inserts or replaces every object, in one transaction.
+    @inlinable
     public func save(_ objects: some Collection<Object> & Sendable) async throws {
         try await operation { try $0.save(objects) }
     }
@@ -118,11 +132,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Inserts `object`.
     ///
     /// - Throws: ``DepotError/Code/duplicateKey`` when its key or a unique value exists.
+    @inlinable
     public func insert(_ object: Object) async throws {
         try await operation { try $0.insert(object) }
     }
 
     /// Inserts every object in one transaction; if one fails, none is inserted.
+    @inlinable
     public func insert(_ objects: some Collection<Object> & Sendable) async throws {
         try await operation { try $0.insert(objects) }
     }
@@ -130,11 +146,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Replaces the stored record for `object`, keeping its identity.
     ///
     /// - Throws: ``DepotError/Code/notFound`` when there is none.
+    @inlinable
     public func update(_ object: Object) async throws {
         try await operation { try $0.update(object) }
     }
 
     /// Replaces every stored record in one transaction; if one is missing, none changes.
+    @inlinable
     public func update(_ objects: some Collection<Object> & Sendable) async throws {
         try await operation { try $0.update(objects) }
     }
@@ -167,8 +185,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 }
 
 /// Whether a controller has registered its entity; shared by the controller's copies.
+@usableFromInline
 final class Registration: Sendable {
     private let done = Atomic<Bool>(false)
-    var isDone: Bool { done.load(ordering: .acquiring) }
+    @usableFromInline var isDone: Bool { done.load(ordering: .acquiring) }
     func markDone() { done.store(true, ordering: .releasing) }
 }

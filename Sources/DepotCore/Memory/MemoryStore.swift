@@ -205,34 +205,20 @@ public final class MemoryStore: Store {
         }
         let observed = changes.isObserved
         var recorder = ChangeRecorder()
+        if observed {
+            for (name, working) in transaction.working {
+                let before = snapshot.tables[name]?.rows
+                for key in working.written {
+                    recorder.record(entity: name, key: key, existedBefore: before?[key] != nil, existsAfter: working.table.rows[key] != nil)
+                }
+            }
+        }
         state.withLockedValue { s in
-            for (name, pending) in transaction.pending {
-                // Mutating in place: the committed dictionaries are copied only if a reader
-                // still holds the previous snapshot.
-                guard s.snapshot.tables[name] != nil else { continue }
-                s.snapshot.tables[name]!.keyOrder = KeyOrderCache()
-                for key in pending.order {
-                    guard let newRow = pending.rows[key] else { continue }
-                    let oldRow = s.snapshot.tables[name]!.rows[key]
-                    if observed {
-                        recorder.record(entity: name, key: key, existedBefore: oldRow != nil, existsAfter: newRow != nil)
-                    }
-                    for position in pending.uniquePositions {
-                        if let old = oldRow?[value: position], !old.isNull,
-                            s.snapshot.tables[name]!.unique[position]![old] == key
-                        {
-                            s.snapshot.tables[name]!.unique[position]![old] = nil
-                        }
-                    }
-                    s.snapshot.tables[name]!.rows[key] = newRow
-                }
-                for position in pending.uniquePositions {
-                    for (key, newRow) in pending.rows {
-                        if let value = newRow?[value: position], !value.isNull {
-                            s.snapshot.tables[name]!.unique[position]![value] = key
-                        }
-                    }
-                }
+            // Writers are serialized, so the committed tables are still the ones the
+            // transaction started from: its working copies replace them.
+            for (name, working) in transaction.working where s.snapshot.tables[name] != nil {
+                if working.keyOrderStale { working.table.keyOrder = KeyOrderCache() }
+                s.snapshot.tables[name] = working.table
             }
         }
         if observed, !recorder.isEmpty { changes.publish(recorder.changes()) }

@@ -2,19 +2,29 @@
 /// applies on commit; reads merge the overlay over the snapshot, so a transaction sees
 /// its own writes and nobody else's.
 final class MemoryTransaction: WriteTransaction {
-    struct Pending {
-        /// Primary key → new row, or `nil` for deleted.
-        var rows: [Value: Row?] = [:]
-        /// Keys in the order they were first written, so the change feed reports them so.
-        var order: [Value] = []
-        /// For each unique attribute position: value → primary key, for rows in `rows`.
-        var unique: [Int: [Value: Value]] = [:]
-        var uniquePositions: [Int] = []
+    /// A table this transaction has written: a copy of the committed table (persistent
+    /// tries, so the copy is O(1) and a write copies only the nodes on its path) changed in
+    /// place. Writers are serialized, so the committed table is still `base`'s at commit,
+    /// and committing is replacing it with this copy.
+    final class Working {
+        var table: MemoryStore.Table
+        /// Every key written, in write order (with repeats), for the change feed.
+        var written: [Value] = []
+        /// Whether `table.keyOrder` may be out of date (it is renewed before a read uses it).
+        var keyOrderStale = true
+
+        init(_ table: MemoryStore.Table) {
+            self.table = table
+            // Never share the committed version's key order cache.
+            self.table.keyOrder = MemoryStore.KeyOrderCache()
+        }
     }
 
     let base: MemoryStore.Snapshot
     let writable: Bool
-    var pending: [String: Pending] = [:]
+    /// Written tables, in the order they were first written.
+    private(set) var working: [(name: String, table: Working)] = []
+    private var lastWorking: Working?
     var isFinished = false
 
     init(base: MemoryStore.Snapshot, writable: Bool) {
@@ -22,45 +32,87 @@ final class MemoryTransaction: WriteTransaction {
         self.writable = writable
     }
 
-    private func table(_ entity: EntityDescription) throws(DepotError) -> MemoryStore.Table {
+    private func check(_ entity: EntityDescription) throws(DepotError) {
         if isFinished {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
-        guard let table = base.tables[entity.name] else {
-            throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+    }
+
+    /// The table as this transaction sees it (its own writes included).
+    private func table(_ entity: EntityDescription) throws(DepotError) -> MemoryStore.Table {
+        try check(entity)
+        if let last = lastWorking, last.table.entity.name == entity.name {
+            try Self.checkShape(last.table, entity)
+            return last.table
         }
-        guard table.entity.attributes.count == entity.attributes.count else {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(table.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
+        for w in working where w.name == entity.name {
+            try Self.checkShape(w.table.table, entity)
+            return w.table.table
         }
+        guard let table = base.tables[entity.name] else { throw Self.unregistered(entity) }
+        try Self.checkShape(table, entity)
         return table
     }
 
-    private func current(_ key: Value, in table: MemoryStore.Table) -> Row? {
-        if let overlay = pending[table.entity.name], let entry = overlay.rows[key] { return entry }
-        return table.rows[key]
+    /// The working copy of a table, made on its first write.
+    private func workingTable(_ entity: EntityDescription) throws(DepotError) -> Working {
+        try check(entity)
+        if let last = lastWorking, last.table.entity.name == entity.name {
+            try Self.checkShape(last.table, entity)
+            return last
+        }
+        for w in working where w.name == entity.name {
+            try Self.checkShape(w.table.table, entity)
+            lastWorking = w.table
+            return w.table
+        }
+        guard let table = base.tables[entity.name] else { throw Self.unregistered(entity) }
+        try Self.checkShape(table, entity)
+        let fresh = Working(table)
+        working.append((entity.name, fresh))
+        lastWorking = fresh
+        return fresh
     }
 
-    /// The merged rows of a table, overlay over snapshot (unordered).
-    private func rows(of table: MemoryStore.Table) -> [Row] {
-        guard let overlay = pending[table.entity.name], !overlay.rows.isEmpty else {
-            return Array(table.rows.values)
+    private static func unregistered(_ entity: EntityDescription) -> DepotError {
+        DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+    }
+
+    @inline(__always)
+    private static func checkShape(_ table: MemoryStore.Table, _ entity: EntityDescription) throws(DepotError) {
+        guard table.entity.attributes.count == entity.attributes.count else {
+            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(table.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
         }
-        var out: [Row] = []
-        out.reserveCapacity(table.rows.count + overlay.rows.count)
-        for (key, row) in table.rows where overlay.rows[key] == nil { out.append(row) }
-        for case let row? in overlay.rows.values { out.append(row) }
-        return out
+    }
+
+    /// The rows of a table (unordered).
+    private func rows(of table: MemoryStore.Table) -> [Row] {
+        Array(table.rows.values)
+    }
+
+    /// Renews the key order cache of a written table before a read relies on it.
+    private func freshKeyOrder(_ table: MemoryStore.Table) -> MemoryStore.Table {
+        if let last = lastWorking, last.table.entity.name == table.entity.name, last.keyOrderStale {
+            last.table.keyOrder = MemoryStore.KeyOrderCache()
+            last.keyOrderStale = false
+            return last.table
+        }
+        for w in working where w.name == table.entity.name && w.table.keyOrderStale {
+            w.table.table.keyOrder = MemoryStore.KeyOrderCache()
+            w.table.keyOrderStale = false
+            return w.table.table
+        }
+        return table
     }
 
     // MARK: ReadTransaction
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
         let table = try table(query.entity)
-        let overlay = pending[table.entity.name]
         let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == query.entity.primaryKeyIndex && query.sort[0].ascending
-        if inKeyOrder && (overlay?.rows.isEmpty ?? true) {
+        if inKeyOrder {
             // Stream the cached key order: no sort, and a limit stops the scan early.
-            let ordered = table.rowsInKeyOrder()
+            let ordered = freshKeyOrder(table).rowsInKeyOrder()
             if query.filter == .constant(true) {
                 let start = min(query.offset, ordered.count)
                 let end = query.limit.map { min(ordered.count, start + $0) } ?? ordered.count
@@ -88,7 +140,7 @@ final class MemoryTransaction: WriteTransaction {
 
     func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
         let table = try table(entity)
-        guard let found = current(key, in: table) else { return false }
+        guard let found = table.rows[key] else { return false }
         row = found
         return true
     }
@@ -98,13 +150,6 @@ final class MemoryTransaction: WriteTransaction {
         var matched = 0
         if query.filter == .constant(true) {
             matched = table.rows.count
-            if let overlay = pending[table.entity.name] {
-                for (key, row) in overlay.rows {
-                    let existed = table.rows[key] != nil
-                    if existed && row == nil { matched -= 1 }
-                    if !existed && row != nil { matched += 1 }
-                }
-            }
         } else {
             for row in rows(of: table) where query.filter.matches(row) { matched += 1 }
         }
@@ -137,81 +182,82 @@ final class MemoryTransaction: WriteTransaction {
         return row[value: entity.primaryKeyIndex]
     }
 
-    /// Checks that no other row holds one of `row`'s unique values.
+    /// Checks that no other row holds one of `row`'s unique values. The working table's
+    /// unique maps are kept exact, so the owner a map names holds the value.
     private func checkUnique(_ row: Row, key: Value, table: MemoryStore.Table) throws(DepotError) {
-        let overlay = pending[table.entity.name]
-        for (position, committed) in table.unique {
+        for (position, owners) in table.unique {
             let value = row[value: position]
             if value.isNull { continue }
-            if let owner = overlay?.unique[position]?[value], owner != key {
-                if let ownerRow = current(owner, in: table), ownerRow[value: position] == value {
-                    throw DepotError.duplicateUnique(entity: table.entity.name, attribute: table.entity.attributes[position].name, value: value)
-                }
-            }
-            if let owner = committed[value], owner != key {
-                if let ownerRow = current(owner, in: table), ownerRow[value: position] == value {
-                    throw DepotError.duplicateUnique(entity: table.entity.name, attribute: table.entity.attributes[position].name, value: value)
-                }
+            if let owner = owners[value], owner != key {
+                throw DepotError.duplicateUnique(entity: table.entity.name, attribute: table.entity.attributes[position].name, value: value)
             }
         }
     }
 
-    private func put(_ row: Row?, key: Value, table: MemoryStore.Table) {
-        let name = table.entity.name
-        if pending[name] == nil {
-            var fresh = Pending()
-            fresh.uniquePositions = Array(table.unique.keys)
-            pending[name] = fresh
-        }
-        if pending[name]!.rows.updateValue(row, forKey: key) == nil { pending[name]!.order.append(key) }
+    /// Writes `row` (or deletes, for `nil`) under `key` in the working table; returns the
+    /// row it replaced.
+    @discardableResult
+    private func put(_ row: Row?, key: Value, in w: Working) -> Row? {
+        let old: Row?
         if let row {
-            for position in pending[name]!.uniquePositions where !row[value: position].isNull {
-                pending[name]!.unique[position, default: [:]][row[value: position]] = key
+            old = w.table.rows.updateValue(row, forKey: key)
+        } else {
+            old = w.table.rows.removeValue(forKey: key)
+        }
+        w.written.append(key)
+        w.keyOrderStale = true
+        if !w.table.unique.isEmpty {
+            for position in Array(w.table.unique.keys) {
+                if let value = old?[value: position], !value.isNull, w.table.unique[position]![value] == key {
+                    w.table.unique[position]![value] = nil
+                }
+                if let value = row?[value: position], !value.isNull {
+                    w.table.unique[position]![value] = key
+                }
             }
         }
+        return old
     }
 
     func insert(_ row: Row, into entity: EntityDescription) throws {
         try checkWritable()
-        let table = try table(entity)
+        let w = try workingTable(entity)
         let key = try validate(row, for: entity)
-        if current(key, in: table) != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, table: table)
-        put(row, key: key, table: table)
+        if w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+        try checkUnique(row, key: key, table: w.table)
+        put(row, key: key, in: w)
     }
 
     func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
         try checkWritable()
-        let table = try table(entity)
+        let w = try workingTable(entity)
         let key = try validate(row, for: entity)
-        try checkUnique(row, key: key, table: table)
-        let existed = current(key, in: table) != nil
-        put(row, key: key, table: table)
-        return !existed
+        if !w.table.unique.isEmpty { try checkUnique(row, key: key, table: w.table) }
+        return put(row, key: key, in: w) == nil
     }
 
     func update(_ row: Row, in entity: EntityDescription) throws {
         try checkWritable()
-        let table = try table(entity)
+        let w = try workingTable(entity)
         let key = try validate(row, for: entity)
-        guard current(key, in: table) != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, table: table)
-        put(row, key: key, table: table)
+        guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
+        try checkUnique(row, key: key, table: w.table)
+        put(row, key: key, in: w)
     }
 
     func delete(key: Value, from entity: EntityDescription) throws -> Bool {
         try checkWritable()
-        let table = try table(entity)
-        guard current(key, in: table) != nil else { return false }
-        put(nil, key: key, table: table)
+        let w = try workingTable(entity)
+        guard w.table.rows[key] != nil else { return false }
+        put(nil, key: key, in: w)
         return true
     }
 
     func delete(_ query: Query) throws -> Int {
         try checkWritable()
-        let table = try table(query.entity)
-        let doomed = query.apply(to: rows(of: table))
-        for row in doomed { put(nil, key: row[value: query.entity.primaryKeyIndex], table: table) }
+        let w = try workingTable(query.entity)
+        let doomed = query.apply(to: rows(of: w.table))
+        for row in doomed { put(nil, key: row[value: query.entity.primaryKeyIndex], in: w) }
         return doomed.count
     }
 }
