@@ -436,6 +436,27 @@ public final class SQLiteStore: Store {
         }
     }
 
+    /// One row by key, without a transaction around it: in autocommit mode a single
+    /// SELECT is its own consistent snapshot, so BEGIN, the snapshot pin and ROLLBACK
+    /// would only add three statements to the one that matters.
+    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        checkOutReader { reader in
+            let result = Result {
+                try self.log.transaction("read") { () throws -> Row? in
+                    let transaction = SQLiteTransaction(
+                        connection: reader.connection, tables: self.tables, writable: false, recording: false, explicit: false)
+                    defer { transaction.isFinished = true }
+                    var row = Row(capacity: entity.attributes.count)
+                    return try transaction.fetchRow(entity, key: key, into: &row) ? row : nil
+                }
+            }
+            self.checkIn(reader)
+            self.end()
+            completion(result)
+        }
+    }
+
     /// Runs `job` on an idle reader's thread now, or on the next reader handed back.
     /// Nothing blocks a thread while waiting.
     private func checkOutReader(_ job: @escaping @Sendable (Reader) -> Void) {

@@ -7,6 +7,9 @@ final class SQLiteTransaction: WriteTransaction {
     let connection: Connection
     let tables: [String: Table]
     let writable: Bool
+    /// Whether the store opened an SQL transaction around this one; a single-row read runs
+    /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
+    let explicit: Bool
     /// Collects changes for the feed; `nil` when nobody observes the feed.
     var recorder: ChangeRecorder?
     var isFinished = false
@@ -16,10 +19,11 @@ final class SQLiteTransaction: WriteTransaction {
     private var lastTable: Table?
     private var lastAttributes: [AttributeDescription] = []
 
-    init(connection: Connection, tables: [String: Table], writable: Bool, recording: Bool) {
+    init(connection: Connection, tables: [String: Table], writable: Bool, recording: Bool, explicit: Bool = true) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
+        self.explicit = explicit
         self.recorder = recording ? ChangeRecorder() : nil
     }
 
@@ -30,7 +34,7 @@ final class SQLiteTransaction: WriteTransaction {
         }
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
-        if !connection.isInTransaction { throw DepotError.rolledBack }
+        if explicit && !connection.isInTransaction { throw DepotError.rolledBack }
         if let last = lastTable, last.entity.name == entity.name, Self.sameArray(lastAttributes, entity.attributes) {
             return last
         }

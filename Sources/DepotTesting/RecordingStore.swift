@@ -41,6 +41,10 @@ public final class RecordingStore: Store {
         base.submitWrite({ try body(RecordingWrite(base: $0, store: self)) }, completion: completion)
     }
 
+    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
+        base.submitRowRead(entity, key: key, completion: completion)
+    }
+
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         try await base.read { try body(Recording(base: $0, store: self)) }
     }

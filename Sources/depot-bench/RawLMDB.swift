@@ -5,12 +5,15 @@ import Foundation
 
 /// LMDB through its C API, written as fast as we can: one database, keys as big-endian
 /// sign-flipped integers (memcmp order), values as `age, weight, name bytes`, decoded
-/// straight from the map. The yardstick for `lmdb`. Durable commits (LMDB's defaults).
+/// straight from the map, and a `MDB_DUPSORT` index on age (age → key), because
+/// `CatRecord` declares age indexed and raw SQLite keeps that index too: writes do the same
+/// work on both sides. The yardstick for `lmdb`. Durable commits (LMDB's defaults).
 final class RawLMDBSubject: BenchSubject {
     let name = "raw-lmdb"
     let rawCounterpart: String? = nil
     private var env: OpaquePointer?
     private var dbi = MDB_dbi(0)
+    private var ageIndex = MDB_dbi(0)
 
     private func check(_ code: Int32, _ what: String) throws {
         guard code == MDB_SUCCESS else { throw BenchError("raw-lmdb \(what): \(String(cString: mdb_strerror(code)))") }
@@ -23,10 +26,12 @@ final class RawLMDBSubject: BenchSubject {
         self.env = env
         try check(mdb_env_set_mapsize(env, 1 << 31), "set map size")
         try check(mdb_env_set_maxreaders(env, 126), "set max readers")
+        try check(mdb_env_set_maxdbs(env, 4), "set max databases")
         try check(mdb_env_open(env, directory.path, UInt32(MDB_NOTLS), 0o644), "env open")
         var txn: OpaquePointer?
         try check(mdb_txn_begin(env, nil, 0, &txn), "txn begin")
-        try check(mdb_dbi_open(txn, nil, UInt32(MDB_CREATE), &dbi), "dbi open")
+        try check(mdb_dbi_open(txn, "Cat", UInt32(MDB_CREATE), &dbi), "dbi open")
+        try check(mdb_dbi_open(txn, "Cat.age", UInt32(MDB_CREATE | MDB_DUPSORT), &ageIndex), "index open")
         try check(mdb_txn_commit(txn), "commit")
     }
 
@@ -44,11 +49,32 @@ final class RawLMDBSubject: BenchSubject {
         withUnsafeBytes(of: cat.weight.bitPattern.littleEndian) { buffer.append(contentsOf: $0) }
         buffer.append(contentsOf: cat.name.utf8)
         var keyBytes = Self.key(cat.id)
+        var newAge = Self.key(Int64(cat.age))
         try withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
+            var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+            // An upsert moves the index entry only when the age changed.
+            var old = MDB_val()
+            var oldAge: Int64?
+            if mdb_get(txn, dbi, &key, &old) == MDB_SUCCESS {
+                oldAge = Int64(littleEndian: UnsafeRawPointer(old.mv_data).loadUnaligned(as: Int64.self))
+            }
             try buffer.withUnsafeMutableBytes { valueBuffer in
-                var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
                 var value = MDB_val(mv_size: valueBuffer.count, mv_data: valueBuffer.baseAddress)
                 try check(mdb_put(txn, dbi, &key, &value, 0), "put")
+            }
+            if oldAge == Int64(cat.age) { return }
+            if let oldAge {
+                var oldAgeKey = Self.key(oldAge)
+                try withUnsafeMutableBytes(of: &oldAgeKey) { ageBuffer in
+                    var indexKey = MDB_val(mv_size: 8, mv_data: ageBuffer.baseAddress)
+                    var indexValue = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+                    try check(mdb_del(txn, ageIndex, &indexKey, &indexValue), "index delete")
+                }
+            }
+            try withUnsafeMutableBytes(of: &newAge) { ageBuffer in
+                var indexKey = MDB_val(mv_size: 8, mv_data: ageBuffer.baseAddress)
+                var indexValue = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+                try check(mdb_put(txn, ageIndex, &indexKey, &indexValue, 0), "index put")
             }
         }
     }

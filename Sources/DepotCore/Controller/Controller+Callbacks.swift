@@ -84,7 +84,20 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func fetchOne(id: Managed.ID, completion: @escaping Completion<Object?>) {
-        submitRead({ try $0.fetchOne(id: id) }, completion: completion)
+        submitRowRead(id, { row in try row.map { try Conversion<Object, Managed>.object(from: $0) } }, completion: completion)
+    }
+
+    /// Reads one row by key as a read of its own (see ``Store/submitRowRead(_:key:completion:)``).
+    private func submitRowRead<T: Sendable>(
+        _ id: Managed.ID, _ convert: @escaping @Sendable (Row?) throws -> T, completion: @escaping Completion<T>
+    ) {
+        let store = controller.store
+        controller.ensureRegistered { registered in
+            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
+            store.submitRowRead(Managed.entity.description, key: id.value) { result in
+                deliver(result.flatMap { row in Result { try convert(row) } }, to: completion)
+            }
+        }
     }
 
     public func count(_ request: Request<Managed> = .all, completion: @escaping Completion<Int>) {
@@ -93,7 +106,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func exists(id: Managed.ID, completion: @escaping Completion<Bool>) {
-        submitRead({ try $0.exists(id: id) }, completion: completion)
+        submitRowRead(id, { $0 != nil }, completion: completion)
     }
 
     // MARK: Writes

@@ -100,7 +100,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// The object with primary key `id`, or `nil`.
     @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
-        try await read { try $0.fetchOne(id: id) }
+        try await ensureRegistered()
+        guard let row = try await store.readRow(Managed.entity.description, key: id.value) else { return nil }
+        return try Conversion<Object, Managed>.object(from: row)
     }
 
     /// The number of records matching `request`, counted by the backend.
@@ -112,7 +114,8 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
-        try await read { try $0.exists(id: id) }
+        try await ensureRegistered()
+        return try await store.readRow(Managed.entity.description, key: id.value) != nil
     }
 
     // MARK: Writes

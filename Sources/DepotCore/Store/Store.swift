@@ -85,6 +85,14 @@ public protocol Store: AnyObject, Sendable {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void)
 
+    /// Reads the row with primary key `key` as a read of its own, then calls `completion`
+    /// with it (`nil` when there is none).
+    ///
+    /// The default runs ``submitRead(_:completion:)`` with one ``ReadTransaction/fetchRow(_:key:into:)``.
+    /// A backend whose single statement is already a consistent snapshot (SQLite in
+    /// autocommit mode) can skip opening and closing a transaction around it.
+    func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void)
+
     /// Runs `body` in a read transaction and returns its result.
     func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T
 
@@ -101,6 +109,20 @@ public protocol Store: AnyObject, Sendable {
 }
 
 extension Store {
+    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
+        submitRead({ transaction -> Row? in
+            var row = Row(capacity: entity.attributes.count)
+            return try transaction.fetchRow(entity, key: key, into: &row) ? row : nil
+        }, completion: completion)
+    }
+
+    /// Reads the row with primary key `key` as a read of its own.
+    public func readRow(_ entity: EntityDescription, key: Value) async throws -> Row? {
+        try await withCheckedThrowingContinuation { continuation in
+            submitRowRead(entity, key: key) { continuation.resume(with: $0) }
+        }
+    }
+
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             submitRead(body) { continuation.resume(with: $0) }
