@@ -446,14 +446,7 @@ public final class LMDBStore: Store {
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         writer.async {
-            completion(Result {
-                do {
-                    try self.registerNow(entities)
-                } catch {
-                    self.log.failed("registering entities", error)
-                    throw error
-                }
-            })
+            completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })
         }
     }
 

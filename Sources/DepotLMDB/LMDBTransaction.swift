@@ -420,22 +420,6 @@ final class LMDBTransaction: WriteTransaction {
         }
     }
 
-    private func validate(_ row: Row, for entity: EntityDescription) throws(DepotError) {
-        guard row.count == entity.attributes.count else {
-            throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(entity.attributes.count) attributes.")
-        }
-        for (i, attribute) in entity.attributes.enumerated() {
-            let value = row[value: i]
-            if value.isNull {
-                if !attribute.isOptional {
-                    throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) is not optional but the row has nil for it.")
-                }
-            } else if value.type != attribute.type {
-                throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the row holds \(value.debugLiteral).")
-            }
-        }
-    }
-
     /// Encodes the primary key into `keyBuffer` and every index key into `indexKeys`,
     /// refusing values over LMDB's key limit before anything is written.
     private func encodeKeys(_ row: Row, _ handles: EntityHandles) throws(DepotError) {
@@ -465,7 +449,7 @@ final class LMDBTransaction: WriteTransaction {
     /// Writes one row; returns whether a row with its key existed.
     private func write(_ row: Row, _ handles: EntityHandles, mode: WriteMode) throws -> Bool {
         let entity = handles.entity
-        try validate(row, for: entity)
+        _ = try entity.check(row)
         try encodeKeys(row, handles)
         let key = row[value: entity.primaryKeyIndex]
         // Every check runs before the first write, so a refused row leaves the transaction

@@ -315,14 +315,7 @@ public final class SQLiteStore: Store {
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         writerWorker.submit {
-            let result = Result { () throws(any Error) in
-                do throws(DepotError) {
-                    try self.registerNow(entities)
-                } catch {
-                    self.log.failed("registering entities", error)
-                    throw error
-                }
-            }
+            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
             self.end()
             completion(result)
         }

@@ -165,23 +165,6 @@ final class MemoryTransaction: WriteTransaction {
         }
     }
 
-    private func validate(_ row: Row, for entity: EntityDescription) throws(DepotError) -> Value {
-        guard row.count == entity.attributes.count else {
-            throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(entity.attributes.count) attributes.")
-        }
-        for (i, attribute) in entity.attributes.enumerated() {
-            let value = row[value: i]
-            if value.isNull {
-                if !attribute.isOptional {
-                    throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) is not optional but the row has nil for it.")
-                }
-            } else if value.type != attribute.type {
-                throw DepotError(.conversionFailed, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the row holds \(value.debugLiteral).")
-            }
-        }
-        return row[value: entity.primaryKeyIndex]
-    }
-
     /// Checks that no other row holds one of `row`'s unique values. The working table's
     /// unique maps are kept exact, so the owner a map names holds the value.
     private func checkUnique(_ row: Row, key: Value, table: MemoryStore.Table) throws(DepotError) {
@@ -222,7 +205,7 @@ final class MemoryTransaction: WriteTransaction {
     func insert(_ row: Row, into entity: EntityDescription) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try validate(row, for: entity)
+        let key = try entity.check(row)
         if w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
         try checkUnique(row, key: key, table: w.table)
         put(row, key: key, in: w)
@@ -231,7 +214,7 @@ final class MemoryTransaction: WriteTransaction {
     func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try validate(row, for: entity)
+        let key = try entity.check(row)
         if !w.table.unique.isEmpty { try checkUnique(row, key: key, table: w.table) }
         return put(row, key: key, in: w) == nil
     }
@@ -239,7 +222,7 @@ final class MemoryTransaction: WriteTransaction {
     func update(_ row: Row, in entity: EntityDescription) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try validate(row, for: entity)
+        let key = try entity.check(row)
         guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
         try checkUnique(row, key: key, table: w.table)
         put(row, key: key, in: w)

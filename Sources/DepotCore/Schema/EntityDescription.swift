@@ -100,6 +100,28 @@ public struct EntityDescription: Sendable, Hashable, Codable {
         }
     }
 
+    /// Checks that a row fits the entity: one value per attribute, of the attribute's type,
+    /// nil only where the attribute is optional. Backends call it before writing anything.
+    ///
+    /// - Returns: The row's primary key.
+    /// - Throws: ``DepotError/Code/conversionFailed`` naming the attribute.
+    public func check(_ row: Row) throws(DepotError) -> Value {
+        guard row.count == attributes.count else {
+            throw DepotError(.conversionFailed, "A \(name) row has \(row.count) values, but the entity declares \(attributes.count) attributes.")
+        }
+        for (i, attribute) in attributes.enumerated() {
+            let value = row[value: i]
+            if value.isNull {
+                if !attribute.isOptional {
+                    throw DepotError(.conversionFailed, "\(name).\(attribute.name) is not optional but the row has nil for it.")
+                }
+            } else if value.type != attribute.type {
+                throw DepotError(.conversionFailed, "\(name).\(attribute.name) has type \(attribute.type.rawValue), but the row holds \(value.debugLiteral).")
+            }
+        }
+        return row[value: primaryKeyIndex]
+    }
+
     static func validateIdentifier(_ identifier: String, what: String) throws(DepotError) {
         let utf8 = identifier.utf8
         guard let first = utf8.first, utf8.count <= 64 else {

@@ -69,6 +69,17 @@ public struct StoreLog: Sendable {
         }
     }
 
+    /// Runs `body`, logging its failure at `error` (and rethrowing it).
+    @inlinable
+    public func loggingFailure<T>(_ what: String, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            failed(what, error)
+            throw error
+        }
+    }
+
     /// Runs one transaction, logging it at `debug`, at `warning` when slow, and its failure
     /// at `error`.
     @inlinable
