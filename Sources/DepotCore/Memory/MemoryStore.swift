@@ -8,9 +8,10 @@ import Synchronization
 ///
 /// Readers work on a copy-on-write snapshot taken when their transaction starts, so they
 /// never wait for the writer and never see its uncommitted changes. Writers are
-/// serialized on one queue, in submission order; a writer collects its changes in an
-/// overlay and applies them to the committed state only when its closure returns, so a
-/// throw leaves nothing behind.
+/// serialized on one queue, in submission order; a writer changes working copies of the
+/// tables it touches (persistent hash tries, so a copy costs O(1) and a write copies only
+/// the nodes on its path) and swaps them in only when its closure returns, so a throw
+/// leaves nothing behind.
 ///
 /// ```swift
 /// let store = MemoryStore()
@@ -50,6 +51,8 @@ public final class MemoryStore: Store {
     final class KeyOrderCache: Sendable {
         private let cached = NIOLockedValueBox<[Row]?>(nil)
 
+        var cachedValue: [Row]? { cached.withLockedValue { $0 } }
+
         func rows(_ compute: () -> [Row]) -> [Row] {
             cached.withLockedValue { value in
                 if let value { return value }
@@ -64,13 +67,13 @@ public final class MemoryStore: Store {
         var tables: [String: Table] = [:]
     }
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var snapshot = Snapshot()
         var closed = false
         var running = 0
     }
 
-    private let state = NIOLockedValueBox(State())
+    let state = NIOLockedValueBox(State())
     private let writer = DispatchQueue(label: "depot.memory.writer")
     private let readers = DispatchQueue(label: "depot.memory.readers", attributes: .concurrent)
     private let idle = DispatchGroup()
@@ -181,10 +184,10 @@ public final class MemoryStore: Store {
     }
 
     private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        try log.transaction("write") { try writeInOverlay(body) }
+        try log.transaction("write") { try writeInWorkingCopies(body) }
     }
 
-    private func writeInOverlay<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+    private func writeInWorkingCopies<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let snapshot = try begin()
         defer { end() }
         let transaction = MemoryTransaction(base: snapshot, writable: true)

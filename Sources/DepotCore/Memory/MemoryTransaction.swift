@@ -1,6 +1,6 @@
-/// A transaction over a ``MemoryStore`` snapshot. Writes go to an overlay that the store
-/// applies on commit; reads merge the overlay over the snapshot, so a transaction sees
-/// its own writes and nobody else's.
+/// A transaction over a ``MemoryStore`` snapshot. Writes change working copies of the
+/// tables that the store swaps in on commit; reads see the working copy of a table once it
+/// has been written, so a transaction sees its own writes and nobody else's.
 final class MemoryTransaction: WriteTransaction {
     /// A table this transaction has written: a copy of the committed table (persistent
     /// tries, so the copy is O(1) and a write copies only the nodes on its path) changed in

@@ -1,0 +1,43 @@
+extension MemoryStore {
+    /// Checks the committed state's internal consistency, for tests: every row fits its
+    /// entity and is stored under its own primary key, each unique map holds exactly the
+    /// rows' non-nil unique values, and a computed key order is exactly the rows sorted by
+    /// key.
+    ///
+    /// - Throws: ``DepotError/Code/storeCorrupted`` naming the first inconsistency.
+    public func _checkInvariants() throws(DepotError) {
+        let snapshot = state.withLockedValue { $0.snapshot }
+        for (name, table) in snapshot.tables {
+            func broken(_ what: String) -> DepotError {
+                DepotError(.storeCorrupted, "MemoryStore invariant broken in \(name): \(what)")
+            }
+            guard table.entity.name == name else { throw broken("stored under another name") }
+            var expectedUnique: [Int: [Value: Value]] = [:]
+            for position in table.unique.keys { expectedUnique[position] = [:] }
+            for (key, row) in table.rows {
+                let rowKey = try table.entity.check(row)
+                guard rowKey == key else { throw broken("row stored under \(key.debugLiteral) has key \(rowKey.debugLiteral)") }
+                for position in table.unique.keys where !row[value: position].isNull {
+                    guard expectedUnique[position]?.updateValue(key, forKey: row[value: position]) == nil else {
+                        throw broken("two rows share the unique value \(row[value: position].debugLiteral)")
+                    }
+                }
+            }
+            for (position, map) in table.unique {
+                guard map.count == expectedUnique[position]?.count,
+                    map.allSatisfy({ expectedUnique[position]?[$0.key] == $0.value })
+                else { throw broken("the unique map of \(table.entity.attributes[position].name) does not match the rows") }
+            }
+            if let ordered = table.keyOrder.cachedRows {
+                let keyIndex = table.entity.primaryKeyIndex
+                let expected = table.rows.values.sorted { Value.compare($0[value: keyIndex], $1[value: keyIndex]) < 0 }
+                guard ordered == expected else { throw broken("the cached key order is stale") }
+            }
+        }
+    }
+}
+
+extension MemoryStore.KeyOrderCache {
+    /// The cached order, if it has been computed.
+    var cachedRows: [Row]? { cachedValue }
+}
