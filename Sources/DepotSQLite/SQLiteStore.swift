@@ -318,6 +318,12 @@ public final class SQLiteStore: Store {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do throws(DepotError) {
             for (offset, entity) in entities.enumerated() {
+                // Another process may have registered or migrated the entity since this
+                // store read depot_entities at open; under the write lock the file is the
+                // truth, so refresh the entry from it before deciding.
+                if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
+                    current[entity.name] = Table(entity: stored, serial: serial + offset)
+                }
                 if let existing = current[entity.name] {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
@@ -367,6 +373,21 @@ public final class SQLiteStore: Store {
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
             try writer.execute(DDL.createIndex(attribute, in: entity))
         }
+    }
+
+    /// The description of `name` stored in depot_entities, read inside the current
+    /// transaction.
+    private func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
+        let statement = try writer.prepare("SELECT description FROM depot_entities WHERE name = ?1", cached: false)
+        try writer.bind(.string(name), at: 1, in: statement)
+        guard try writer.step(statement, "Reading the description of \(name)") else { return nil }
+        guard case .string(let json) = try writer.column(0, of: statement, as: .string),
+            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+            (try? entity.validate()) != nil
+        else {
+            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(path) cannot be read; the depot_entities table was changed outside Depot.")
+        }
+        return entity
     }
 
     private func storeDescription(_ entity: EntityDescription) throws(DepotError) {
