@@ -127,6 +127,7 @@ public final class SQLiteStore: Store {
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
         }
+        try Self.checkHeader(url.path)
         try self.init(file: url.path, temporaryDirectory: nil, options: options)
     }
 
@@ -222,6 +223,37 @@ public final class SQLiteStore: Store {
         switch options.durability {
         case .normal: return "NORMAL"
         case .full: return "FULL"
+        }
+    }
+
+    /// SQLite takes a file shorter than its 100-byte header for an empty database and
+    /// writes a new one over it; a non-empty file must therefore start with SQLite's magic
+    /// string, or it is not ours to touch. (An empty file is a new database: what a crash
+    /// during creation leaves behind.)
+    private static func checkHeader(_ file: String) throws(DepotError) {
+        guard let handle = FileHandle(forReadingAtPath: file) else { return }  // missing or unreadable: open reports it
+        defer { try? handle.close() }
+        let head = [UInt8]((try? handle.read(upToCount: 100)) ?? Data())
+        if head.isEmpty { return }
+        guard head.starts(with: Array("SQLite format 3\u{0}".utf8)), head.count == 100 else {
+            throw DepotError(.storeCorrupted, "\(file) is not an SQLite database (it does not start with SQLite's header). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_NOTADB)
+        }
+        // SQLite reads a page cut short by truncation as if its missing bytes were zeros and
+        // returns wrong rows without an error. Every page is written whole, so a file that
+        // is not a whole number of pages, or (with no WAL to replay) shorter than the page
+        // count its header states, has lost data.
+        let pageSize = head[16] == 0 && head[17] == 1 ? 65_536 : Int(head[16]) << 8 | Int(head[17])
+        let size = (try? handle.seekToEnd()).map(Int.init) ?? 0
+        func truncated(_ detail: String) -> DepotError {
+            DepotError(.storeCorrupted, "\(file) is truncated (\(detail)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_CORRUPT)
+        }
+        guard pageSize >= 512, pageSize & (pageSize - 1) == 0 else { return }  // SQLite reports a bad header itself
+        if size % pageSize != 0 { throw truncated("\(size) bytes is not a whole number of \(pageSize)-byte pages") }
+        let headerPages = Int(head[28]) << 24 | Int(head[29]) << 16 | Int(head[30]) << 8 | Int(head[31])
+        let headerPagesValid = head[24..<28] == head[92..<96]
+        let walSize = ((try? FileManager.default.attributesOfItem(atPath: file + "-wal"))?[.size] as? NSNumber)?.intValue ?? 0
+        if headerPagesValid && walSize == 0 && size < headerPages * pageSize {
+            throw truncated("\(size) bytes, but its header counts \(headerPages) pages of \(pageSize) bytes")
         }
     }
 
