@@ -189,7 +189,9 @@ public final class SQLiteStore: Store {
         let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
         do throws(DepotError) {
             try Self.checkReadable(writer)
-            let journal = try writer.scalarText("PRAGMA journal_mode = WAL")
+            let journal = try Self.retryingWhileBusy(options.busyTimeout) { () throws(DepotError) in
+                try writer.scalarText("PRAGMA journal_mode = WAL")
+            }
             guard journal?.lowercased() == "wal" else {
                 throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
             }
@@ -223,6 +225,20 @@ public final class SQLiteStore: Store {
         switch options.durability {
         case .normal: return "NORMAL"
         case .full: return "FULL"
+        }
+    }
+
+    /// Runs `body` again while it fails with `busy`, for up to `timeout`. Switching a new
+    /// database to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY at once,
+    /// without its busy handler, while another process is creating the same file.
+    private static func retryingWhileBusy<T>(_ timeout: Duration, _ body: () throws(DepotError) -> T) throws(DepotError) -> T {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            do {
+                return try body()
+            } catch where error.code == .busy && ContinuousClock.now < deadline {
+                usleep(5_000)
+            }
         }
     }
 
