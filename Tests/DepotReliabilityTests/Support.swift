@@ -127,7 +127,7 @@ final class Helper {
             throw DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner; build it (swift build) or set DEPOT_CRASH_WRITER")
         }
         self.stderrPath = stderrPath
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         process.standardError = FileHandle(forWritingAtPath: stderrPath)
