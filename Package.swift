@@ -29,6 +29,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.8.0"),
+        // Property-based differential tests (DepotReliabilityTests): random records and
+        // requests checked against the memory reference, with shrinking.
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
     ],
     targets: [
         .target(
@@ -67,6 +70,14 @@ let package = Package(
                 "Depot", "DepotTesting", "DepotSQLite", "DepotLMDB",
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
+            ]),
+        // The crash-safety helper: writes transactions to a store and logs each acknowledged
+        // commit until DepotReliabilityTests kills it with SIGKILL.
+        .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
+        .testTarget(
+            name: "DepotReliabilityTests",
+            dependencies: [
+                "Depot", "DepotTesting", .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
         .testTarget(
             name: "DepotServiceLifecycleTests",

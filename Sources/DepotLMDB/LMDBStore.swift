@@ -196,6 +196,19 @@ public final class LMDBStore: Store {
     private static func validate(path: String, options: Options) throws(DepotError) {
         let env = try openEnvironment(path: path, options: options, flags: Int32(MDB_RDONLY) | Int32(MDB_NOTLS))
         defer { mdb_env_close(env) }
+        // A data file shorter than the pages its meta page claims (a truncated copy, a disk
+        // that lost its tail) would make LMDB read past the end of the map: SIGBUS, not an
+        // error. Compare the sizes before reading any page.
+        var info = MDB_envinfo()
+        var stat = MDB_stat()
+        if mdb_env_info(env, &info) == 0, mdb_env_stat(env, &stat) == 0 {
+            let needed = (Int(info.me_last_pgno) + 1) * Int(stat.ms_psize)
+            let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+            let size = ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? NSNumber)?.intValue ?? 0
+            if size < needed {
+                throw DepotError(.storeCorrupted, "\(dataFile) is truncated: it has \(size) bytes, but its pages reach \(needed) bytes. It was not modified; restore it from a backup or point the store at another directory.")
+            }
+        }
         var begun: OpaquePointer?
         var rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
         guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }

@@ -131,6 +131,7 @@ public final class SQLiteStore: Store {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
         }
         do {
+            try Self.checkHeader(url.path)
             try self.init(file: url.path, temporaryDirectory: nil, options: options, log: log)
         } catch {
             log.failed("opening the SQLite store at \(url.path)", error)
@@ -198,7 +199,9 @@ public final class SQLiteStore: Store {
         writer.traceStatements(to: log)
         do throws(DepotError) {
             try Self.checkReadable(writer)
-            let journal = try writer.scalarText("PRAGMA journal_mode = WAL")
+            let journal = try Self.retryingWhileBusy(options.busyTimeout) { () throws(DepotError) in
+                try writer.scalarText("PRAGMA journal_mode = WAL")
+            }
             guard journal?.lowercased() == "wal" else {
                 throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
             }
@@ -236,6 +239,51 @@ public final class SQLiteStore: Store {
         switch options.durability {
         case .normal: return "NORMAL"
         case .full: return "FULL"
+        }
+    }
+
+    /// Runs `body` again while it fails with `busy`, for up to `timeout`. Switching a new
+    /// database to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY at once,
+    /// without its busy handler, while another process is creating the same file.
+    private static func retryingWhileBusy<T>(_ timeout: Duration, _ body: () throws(DepotError) -> T) throws(DepotError) -> T {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            do {
+                return try body()
+            } catch where error.code == .busy && ContinuousClock.now < deadline {
+                usleep(5_000)
+            }
+        }
+    }
+
+    /// SQLite takes a file shorter than its 100-byte header for an empty database and
+    /// writes a new one over it; a non-empty file must therefore start with SQLite's magic
+    /// string, or it is not ours to touch. (An empty file is a new database: what a crash
+    /// during creation leaves behind.)
+    private static func checkHeader(_ file: String) throws(DepotError) {
+        guard let handle = FileHandle(forReadingAtPath: file) else { return }  // missing or unreadable: open reports it
+        defer { try? handle.close() }
+        let head = [UInt8]((try? handle.read(upToCount: 100)) ?? Data())
+        if head.isEmpty { return }
+        guard head.starts(with: Array("SQLite format 3\u{0}".utf8)), head.count == 100 else {
+            throw DepotError(.storeCorrupted, "\(file) is not an SQLite database (it does not start with SQLite's header). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_NOTADB)
+        }
+        // SQLite reads a page cut short by truncation as if its missing bytes were zeros and
+        // returns wrong rows without an error. Every page is written whole, so a file that
+        // is not a whole number of pages, or (with no WAL to replay) shorter than the page
+        // count its header states, has lost data.
+        let pageSize = head[16] == 0 && head[17] == 1 ? 65_536 : Int(head[16]) << 8 | Int(head[17])
+        let size = (try? handle.seekToEnd()).map(Int.init) ?? 0
+        func truncated(_ detail: String) -> DepotError {
+            DepotError(.storeCorrupted, "\(file) is truncated (\(detail)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_CORRUPT)
+        }
+        guard pageSize >= 512, pageSize & (pageSize - 1) == 0 else { return }  // SQLite reports a bad header itself
+        if size % pageSize != 0 { throw truncated("\(size) bytes is not a whole number of \(pageSize)-byte pages") }
+        let headerPages = Int(head[28]) << 24 | Int(head[29]) << 16 | Int(head[30]) << 8 | Int(head[31])
+        let headerPagesValid = head[24..<28] == head[92..<96]
+        let walSize = ((try? FileManager.default.attributesOfItem(atPath: file + "-wal"))?[.size] as? NSNumber)?.intValue ?? 0
+        if headerPagesValid && walSize == 0 && size < headerPages * pageSize {
+            throw truncated("\(size) bytes, but its header counts \(headerPages) pages of \(pageSize) bytes")
         }
     }
 
@@ -332,6 +380,12 @@ public final class SQLiteStore: Store {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do throws(DepotError) {
             for (offset, entity) in entities.enumerated() {
+                // Another process may have registered or migrated the entity since this
+                // store read depot_entities at open; under the write lock the file is the
+                // truth, so refresh the entry from it before deciding.
+                if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
+                    current[entity.name] = Table(entity: stored, serial: serial + offset)
+                }
                 if let existing = current[entity.name] {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
@@ -383,6 +437,21 @@ public final class SQLiteStore: Store {
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
             try writer.execute(DDL.createIndex(attribute, in: entity))
         }
+    }
+
+    /// The description of `name` stored in depot_entities, read inside the current
+    /// transaction.
+    private func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
+        let statement = try writer.prepare("SELECT description FROM depot_entities WHERE name = ?1", cached: false)
+        try writer.bind(.string(name), at: 1, in: statement)
+        guard try writer.step(statement, "Reading the description of \(name)") else { return nil }
+        guard case .string(let json) = try writer.column(0, of: statement, as: .string),
+            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+            (try? entity.validate()) != nil
+        else {
+            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(path) cannot be read; the depot_entities table was changed outside Depot.")
+        }
+        return entity
     }
 
     private func storeDescription(_ entity: EntityDescription) throws(DepotError) {

@@ -1,0 +1,107 @@
+// depot-crash-writer: the process DepotReliabilityTests kills.
+//
+//   depot-crash-writer write URL LOG SEED [MAX]
+//       Opens the store, then commits crash-workload transactions (see CrashWorkload in
+//       DepotTesting) until killed or until MAX transactions. After each commit returns, it
+//       appends the transaction number to LOG and fsyncs LOG before starting the next one,
+//       so every number in LOG is a commit Depot acknowledged.
+//   depot-crash-writer open URL [--nobody]
+//       Opens the store and registers the workload's entities, then prints "ok", or
+//       "error CODE MESSAGE" for a DepotError. With --nobody, a root process first drops to
+//       uid/gid 65534, so permission checks apply as they do for an ordinary user.
+//
+// Exit status: 0 when done, 1 on any failure (the message on stderr), 2 on bad arguments.
+
+import Depot
+import DepotTesting
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+func fail(_ message: String, status: Int32 = 1) -> Never {
+    FileHandle.standardError.write(Data("depot-crash-writer: \(message)\n".utf8))
+    exit(status)
+}
+
+/// The side log, written with plain POSIX calls so that the bytes reach the file (and the
+/// disk) before the next transaction starts: nothing is buffered in this process when it
+/// is killed.
+struct SideLog {
+    let descriptor: Int32
+
+    init(path: String) {
+        descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        if descriptor < 0 { fail("cannot open the side log \(path): errno \(errno)") }
+    }
+
+    func acknowledge(_ txn: Int64) {
+        let line = Array("\(txn)\n".utf8)
+        let written = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        if written != line.count { fail("cannot append to the side log: errno \(errno)") }
+        if fsync(descriptor) != 0 { fail("cannot fsync the side log: errno \(errno)") }
+    }
+}
+
+func runWriter(url: String, logPath: String, seed: UInt64, maximum: Int) async {
+    let log = SideLog(path: logPath)
+    var generator = SplitMix64(seed: seed)
+    let store: any Store
+    do {
+        store = try openStore(url: url)
+        try await CrashWorkload.register(store)
+    } catch {
+        fail("cannot open \(url): \(error)")
+    }
+    var done = 0
+    while done < maximum {
+        let plan = CrashWorkload.plan(using: &generator)
+        do {
+            let txn = try await CrashWorkload.commit(plan, to: store)
+            log.acknowledge(txn)
+        } catch let error as DepotError where error.code == .busy {
+            // Another writer process held the lock past the busy timeout: not a loss, just
+            // contention; try the next transaction.
+            continue
+        } catch {
+            fail("a commit failed: \(error)")
+        }
+        done += 1
+    }
+    await store.close()
+}
+
+func runOpen(url: String, asNobody: Bool) async {
+    if asNobody && getuid() == 0 {
+        // Group first: once the user id is dropped, changing the group is no longer allowed.
+        guard setgroups(0, nil) == 0, setgid(65534) == 0, setuid(65534) == 0 else {
+            fail("cannot drop to uid 65534: errno \(errno)")
+        }
+    }
+    do {
+        let store = try openStore(url: url)
+        try await CrashWorkload.register(store)
+        await store.close()
+        print("ok")
+    } catch let error as DepotError {
+        print("error \(error.code.name) \(error.message)")
+    } catch {
+        print("error other \(error)")
+    }
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first {
+case "write" where arguments.count == 4 || arguments.count == 5:
+    guard let seed = UInt64(arguments[3]) else { fail("SEED must be a whole number", status: 2) }
+    let maximum = arguments.count == 5 ? Int(arguments[4]) : Int.max
+    guard let maximum, maximum >= 0 else { fail("MAX must be a whole number", status: 2) }
+    await runWriter(url: arguments[1], logPath: arguments[2], seed: seed, maximum: maximum)
+case "open" where arguments.count == 2 || (arguments.count == 3 && arguments[2] == "--nobody"):
+    await runOpen(url: arguments[1], asNobody: arguments.count == 3)
+default:
+    fail("usage: depot-crash-writer write URL LOG SEED [MAX] | open URL [--nobody]", status: 2)
+}

@@ -1,0 +1,185 @@
+import DepotCore
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// How big the reliability runs are: `DEPOT_STRESS=full` for the documented full sizes
+/// (`make stress`), otherwise a CI size, smaller again under Thread Sanitizer, which makes
+/// everything 5–15 times slower.
+enum Stress {
+    static let isFull = ProcessInfo.processInfo.environment["DEPOT_STRESS"] == "full"
+
+    /// Whether this process runs under Thread Sanitizer: the Makefile's test-tsan target
+    /// sets DEPOT_TSAN=1, and the TSan runtime's entry point is looked up as a fallback for
+    /// a plain `swift test --sanitize=thread`.
+    static let underTSan: Bool = {
+        if ProcessInfo.processInfo.environment["DEPOT_TSAN"] == "1" { return true }
+        #if canImport(Glibc)
+        return dlsym(nil, "__tsan_init") != nil  // nil is RTLD_DEFAULT on glibc
+        #else
+        return false
+        #endif
+    }()
+
+    /// The size for this run; an environment variable `name` overrides it.
+    static func size(_ name: String, ci: Int, tsan: Int, full: Int) -> Int {
+        if let text = ProcessInfo.processInfo.environment[name], let value = Int(text), value >= 0 { return value }
+        if isFull { return full }
+        return underTSan ? tsan : ci
+    }
+}
+
+/// One summary line per area, in a fixed format `make stress` collects.
+func report(_ line: String) {
+    print("depot-reliability: \(line)")
+}
+
+/// A fresh directory under the system's temporary directory, removed by ``remove()``.
+struct TemporaryDirectory: Sendable {
+    let path: String
+
+    init(_ label: String = "rel") {
+        path = NSTemporaryDirectory() + "/depot-\(label)-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    func file(_ name: String) -> String { path + "/" + name }
+
+    func remove() {
+        // Read-only modes set by a test must not stop the cleanup.
+        _ = chmod(path, 0o755)
+        if let names = try? FileManager.default.subpathsOfDirectory(atPath: path) {
+            for name in names { _ = chmod(path + "/" + name, 0o755) }
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// The store URLs of each backend for a location in `directory`.
+enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case memory, sqlite, lmdb
+
+    var testDescription: String { rawValue }
+
+    func url(in directory: TemporaryDirectory, name: String = "store", options: String = "") -> String {
+        let query = options.isEmpty ? "" : "?" + options
+        switch self {
+        case .memory: return "memory:"
+        case .sqlite: return "sqlite://\(directory.file(name + ".sqlite"))\(query)"
+        case .lmdb: return "lmdb://\(directory.file(name))\(query)"
+        }
+    }
+}
+
+/// Expects `body` to throw a DepotError with `code`; returns it.
+@discardableResult
+func expectDepotError<T>(
+    _ code: DepotError.Code, _ context: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> T
+) async -> DepotError? {
+    do {
+        _ = try await body()
+        Issue.record("\(context): expected DepotError.\(code.name), but it succeeded", sourceLocation: sourceLocation)
+    } catch let error as DepotError {
+        #expect(error.code == code, "\(context): \(error)", sourceLocation: sourceLocation)
+        return error
+    } catch {
+        Issue.record("\(context): expected DepotError.\(code.name), got \(error)", sourceLocation: sourceLocation)
+    }
+    return nil
+}
+
+/// The `depot-crash-writer` executable of this build: in the same products directory as
+/// the test runner, whatever the scratch path (`.build`, `.build-tsan`). On Linux the
+/// runner is `<products>/DepotPackageTests.xctest`; on macOS it is inside that bundle, so
+/// every ancestor directory of the running executable is tried. `DEPOT_CRASH_WRITER`
+/// overrides the search.
+let crashWriterPath: String? = {
+    if let path = ProcessInfo.processInfo.environment["DEPOT_CRASH_WRITER"] { return path }
+    var starts: [URL] = []
+    if let url = Bundle.main.executableURL { starts.append(url) }
+    if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        starts.append(URL(fileURLWithPath: path))
+    }
+    starts.append(URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL)
+    for start in starts {
+        var directory = start.deletingLastPathComponent()
+        for _ in 0..<5 {
+            let candidate = directory.appendingPathComponent("depot-crash-writer").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+    }
+    return nil
+}()
+
+/// A running `depot-crash-writer`.
+final class Helper {
+    let process = Process()
+    let stderrPath: String
+
+    init(_ arguments: [String], stderrPath: String) throws {
+        guard let path = crashWriterPath else {
+            throw DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner; build it (swift build) or set DEPOT_CRASH_WRITER")
+        }
+        self.stderrPath = stderrPath
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        process.standardError = FileHandle(forWritingAtPath: stderrPath)
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    /// Kills the process with SIGKILL and waits for it; returns `nil` when it was killed,
+    /// or a description of how it ended by itself (which a kill test must report).
+    func killNow() -> String? {
+        _ = kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL { return nil }
+        let stderr = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+        return "the writer ended by itself (status \(process.terminationStatus)): \(stderr)"
+    }
+
+    func wait() -> (status: Int32, stderr: String) {
+        process.waitUntilExit()
+        return (process.terminationStatus, (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "")
+    }
+}
+
+/// Runs `depot-crash-writer` with these arguments to completion; returns what it printed.
+func runHelper(_ arguments: [String], in directory: TemporaryDirectory) throws -> (status: Int32, output: String, stderr: String) {
+    guard let path = crashWriterPath else {
+        throw DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner")
+    }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let output = Pipe()
+    let errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    try process.run()
+    // Read before waiting, so a full pipe cannot block the helper.
+    let out = output.fileHandleForReading.readDataToEndOfFile()
+    let err = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+}
+
+/// The bytes of every file under `path` (a file or a directory), to prove nothing changed.
+func snapshot(_ path: String) -> [String: Data] {
+    var isDirectory: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return [:] }
+    if !isDirectory.boolValue { return [path: (try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data()] }
+    var result: [String: Data] = [:]
+    for name in (try? FileManager.default.subpathsOfDirectory(atPath: path)) ?? [] {
+        let full = path + "/" + name
+        result[full] = (try? Data(contentsOf: URL(fileURLWithPath: full))) ?? Data()
+    }
+    return result
+}
