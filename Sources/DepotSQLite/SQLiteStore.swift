@@ -654,6 +654,19 @@ public final class SQLiteStore: Store {
             }
         }
     }
+
+    /// Caps the database at `pages` pages on the writer connection (SQLite's
+    /// `max_page_count`), so tests can fill the "disk" without filling a real one.
+    func limitPages(to pages: Int) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            do { try begin() } catch { return continuation.resume(throwing: error) }
+            writerWorker.submit {
+                let result = Result { () throws(DepotError) in _ = try self.writer.scalarText("PRAGMA max_page_count = \(pages)") }
+                self.end()
+                continuation.resume(with: result.mapError { $0 as any Error })
+            }
+        }
+    }
 }
 
 extension DepotError {

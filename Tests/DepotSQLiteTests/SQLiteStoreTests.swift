@@ -347,3 +347,30 @@ struct SQLiteStoreTests {
         await store.close()
     }
 }
+
+@Suite("SQLite full disk")
+struct SQLiteFullDiskTests {
+    /// A full database refuses the write with storeFull, keeps everything it had, and works
+    /// again once there is room.
+    @Test func fullDatabaseRefusesTheWriteAndLosesNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-full-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(path: directory.appendingPathComponent("full.sqlite").path)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        let first = Cat.workload(count: 200)
+        try await cats.save(first)
+        try await store.limitPages(to: 8)
+        do {
+            try await cats.save(Cat.workload(count: 20_000, seed: 9).map { Cat(id: $0.id + 1_000, name: $0.name, weight: $0.weight, age: $0.age) })
+            Issue.record("the write should not fit")
+        } catch let error as DepotError {
+            #expect(error.code == .storeFull, "\(error)")
+        }
+        #expect(try await cats.count() == 200)
+        #expect(try await cats.fetchAll() == first)
+        try await store.limitPages(to: 1_000_000)
+        try await cats.save(Cat(id: 5_000_000, name: "Room", weight: 1, age: 1))
+        #expect(try await cats.count() == 201)
+        await store.close()
+    }
+}
