@@ -46,7 +46,18 @@ struct SideLog {
     }
 }
 
+/// Ends this process when the test that started it is gone (its parent changes), so a
+/// test run that is interrupted never leaves a writer running on its own.
+func exitWithParent() {
+    let parent = getppid()
+    Thread.detachNewThread {
+        while getppid() == parent { usleep(100_000) }
+        exit(3)
+    }
+}
+
 func runWriter(url: String, logPath: String, seed: UInt64, maximum: Int) async {
+    exitWithParent()
     let log = SideLog(path: logPath)
     var generator = SplitMix64(seed: seed)
     let store: any Store
