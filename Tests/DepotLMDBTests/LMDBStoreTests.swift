@@ -238,7 +238,9 @@ struct LMDBStoreTests {
                     CatRecord(id: 500, name: "Pending", weight: 1, age: 1).encode(into: &row)
                     try transaction.insert(row, into: entity)
                     insideWrite.signal()
-                    _ = finishWrite.wait(timeout: .now() + 30)
+                    // Only keeps a broken store from hanging the run; it must outlast a slow
+                    // machine (Thread Sanitizer on a loaded CI host).
+                    _ = finishWrite.wait(timeout: .now() + 300)
                 }
                 writeDone.set()
             }

@@ -231,8 +231,10 @@ struct SQLiteStoreTests {
             store.submitWrite({ transaction in
                 try transaction.insert(Row([.int(1000), .string("Pending"), .double(1), .int(1)]), into: entity)
                 writing.signal()
-                // Holds the write transaction open until the readers are done.
-                _ = finishWrite.wait(timeout: .now() + 20)
+                // Holds the write transaction open until the readers are done. The timeout
+                // only keeps a broken store from hanging the run: it must outlast a slow
+                // machine (Thread Sanitizer on a loaded CI host).
+                _ = finishWrite.wait(timeout: .now() + 300)
             }) { continuation.resume(with: $0) }
         }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
@@ -251,7 +253,7 @@ struct SQLiteStoreTests {
                     try await store.read { transaction in
                         let count = try transaction.count(Query(all: entity))
                         rendezvous.leave()
-                        guard rendezvous.wait(timeout: .now() + 10) == .success else {
+                        guard rendezvous.wait(timeout: .now() + 240) == .success else {
                             throw DepotError(.busy, "the readers did not run in parallel")
                         }
                         return count

@@ -175,9 +175,10 @@ enum LiveChecks {
         },
     ]
 
-    /// Polls `condition` for up to ten seconds.
+    /// Polls `condition` for up to a minute (a loaded machine under Thread Sanitizer is slow;
+    /// a healthy store answers in milliseconds).
     static func waitUntil(_ condition: @Sendable () -> Bool) async throws {
-        for _ in 0..<1_000 {
+        for _ in 0..<6_000 {
             if condition() { return }
             try await Task.sleep(for: .milliseconds(10))
         }
