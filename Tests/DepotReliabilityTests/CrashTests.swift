@@ -25,9 +25,10 @@ struct CrashConfig: Sendable, CustomTestStringConvertible {
 }
 
 /// Checks one store after its writers were killed: it opens, it is consistent, every
-/// acknowledged commit is there, and at most `inFlight` commits beyond the acknowledged
-/// ones exist (the ones killed between commit and log).
-func checkAfterKill(url: String, logs: [String], inFlight: Int64, context: String) async throws -> (acknowledged: Int, last: Int64) {
+/// acknowledged commit is there, and so is every commit seen by the previous check
+/// (`floor`); beyond those, at most `inFlight` commits exist (each killed writer's last,
+/// committed but not yet logged).
+func checkAfterKill(url: String, logs: [String], floor: Int64, inFlight: Int64, context: String) async throws -> (acknowledged: Int, last: Int64) {
     var acknowledged: [Int64] = []
     for log in logs {
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
@@ -55,7 +56,8 @@ func checkAfterKill(url: String, logs: [String], inFlight: Int64, context: Strin
     let highest = acknowledged.max() ?? 0
     #expect(verdict.problems.isEmpty, "\(context): \(verdict.problems.prefix(5).joined(separator: "; "))")
     #expect(verdict.lastCommitted >= highest, "\(context): acknowledged commit \(highest) is lost; the store ends at \(verdict.lastCommitted)")
-    #expect(verdict.lastCommitted <= highest + inFlight, "\(context): \(verdict.lastCommitted) commits, but only \(highest) acknowledged and \(inFlight) in flight")
+    #expect(verdict.lastCommitted >= floor, "\(context): commits up to \(floor) were in the store before this run; now it ends at \(verdict.lastCommitted)")
+    #expect(verdict.lastCommitted <= max(highest, floor) + inFlight, "\(context): \(verdict.lastCommitted) commits, but only \(max(highest, floor)) acknowledged or seen and \(inFlight) in flight")
     return (acknowledged.count, verdict.lastCommitted)
 }
 
@@ -74,16 +76,20 @@ struct CrashTests {
         var storeNumber = 0
         var log = ""
         var url = ""
+        var last: Int64 = 0
+        var commits: Int64 = 0
         for kill in 0..<Self.kills {
             // A new store every 25 kills keeps the check after each kill cheap.
             if kill % 25 == 0 {
                 if kill > 0 {
+                    commits += last
                     directory.remove()
                     directory = TemporaryDirectory("crash")
                 }
                 storeNumber += 1
                 url = config.backend.url(in: directory, name: "store\(storeNumber)", options: config.options)
                 log = directory.file("acknowledged-\(storeNumber).log")
+                last = 0
             }
             let seed = UInt64.random(in: 0...UInt64(Int64.max), using: &generator)
             let helper = try Helper(["write", url, log, String(seed)], stderrPath: directory.file("stderr.txt"))
@@ -97,12 +103,13 @@ struct CrashTests {
                 break
             }
             let context = "\(config.testDescription), kill \(kill), writer seed \(seed)"
-            let result = try await checkAfterKill(url: url, logs: [log], inFlight: 1, context: context)
+            let result = try await checkAfterKill(url: url, logs: [log], floor: last, inFlight: 1, context: context)
             acknowledged = result.acknowledged
+            last = result.last
             survived += 1
-            _ = acknowledged
         }
-        report("crash \(config.testDescription): \(survived) of \(Self.kills) kill points survived, \(storeNumber) stores, 0 losses (any loss fails the test)")
+        commits += last
+        report("crash \(config.testDescription): \(survived) of \(Self.kills) kill points survived, \(commits) commits (\(acknowledged) acknowledged in the last store's log) checked in \(storeNumber) stores; any loss or torn transaction fails the test")
     }
 
     /// Rounds of the two-process test: `DEPOT_TWO_PROCESS_ROUNDS`, or 50 in the full run.
@@ -127,7 +134,7 @@ struct CrashTests {
             for helper in helpers.shuffled(using: &generator) {
                 if let problem = helper.killNow() { Issue.record("\(config.testDescription), round \(round): \(problem)") }
             }
-            let result = try await checkAfterKill(url: url, logs: logs, inFlight: 2, context: "\(config.testDescription), two writers, round \(round)")
+            let result = try await checkAfterKill(url: url, logs: logs, floor: commits, inFlight: 2, context: "\(config.testDescription), two writers, round \(round)")
             commits = result.last
         }
         #expect(commits > 0, "the two writers committed nothing")
