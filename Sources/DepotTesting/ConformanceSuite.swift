@@ -96,6 +96,12 @@ typealias Cats = Controller<Cat, CatRecord>
 typealias Samples = Controller<Sample, Sample>
 typealias Accounts = Controller<Account, Account>
 
+extension Cat {
+    /// A small, fixed set of cats with ties (equal ages and weights, names that differ by
+    /// case and by non-ASCII bytes), for predicate and order checks.
+    public static let fixtures: [Cat] = fixtureCats
+}
+
 /// A small, fixed set of cats with ties, for predicate and order checks.
 let fixtureCats: [Cat] = [
     Cat(id: 5, name: "Tom", weight: 4.5, age: 3),

@@ -377,19 +377,8 @@ struct LMDBStoreTests {
     }
 }
 
-/// The conformance fixtures' cats (the suite keeps its own copy internal).
-let fixtureCatsForTests: [Cat] = [
-    Cat(id: 5, name: "Tom", weight: 4.5, age: 3),
-    Cat(id: 2, name: "Felix", weight: 3.25, age: 7),
-    Cat(id: 9, name: "tom", weight: 5, age: 3),
-    Cat(id: 1, name: "Garfield", weight: 9.75, age: 12),
-    Cat(id: 7, name: "Éclair", weight: 2.5, age: 1),
-    Cat(id: 3, name: "Zed", weight: 4.5, age: 7),
-    Cat(id: 8, name: "Ab", weight: 6, age: 15),
-    Cat(id: 4, name: "", weight: 0, age: 0),
-    Cat(id: 6, name: "Tomasz", weight: 4.5, age: 12),
-    Cat(id: 10, name: "A", weight: -1.5, age: 7),
-]
+/// The conformance suite's fixture cats.
+let fixtureCatsForTests = Cat.fixtures
 
 final class Flag: Sendable {
     private let value = Atomic<Bool>(false)
