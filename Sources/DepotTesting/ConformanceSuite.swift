@@ -28,6 +28,18 @@ public struct ConformanceCheck: Sendable, CustomStringConvertible {
         try await body(store)
     }
 
+    /// Runs the check against a fresh store, then closes the store whether the check passed
+    /// or not.
+    public func runAndClose(_ store: any Store) async throws {
+        do {
+            try await body(store)
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+    }
+
     public var description: String { name }
 }
 
@@ -38,9 +50,7 @@ public struct ConformanceCheck: Sendable, CustomStringConvertible {
 /// ```swift
 /// @Test(arguments: ConformanceSuite.checks)
 /// func conformance(_ check: ConformanceCheck) async throws {
-///     let store = try makeStore()
-///     try await check.run(on: store)
-///     await store.close()
+///     try await check.runAndClose(try makeStore())
 /// }
 /// ```
 ///

@@ -7,9 +7,7 @@ import Testing
 struct MemoryConformanceTests {
     @Test(arguments: ConformanceSuite.checks)
     func conformance(_ check: ConformanceCheck) async throws {
-        let store = MemoryStore()
-        try await check.run(on: store)
-        await store.close()
+        try await check.runAndClose(MemoryStore())
     }
 }
 

@@ -25,12 +25,6 @@ struct LMDBConformanceTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try LMDBStore(directory: directory.path)
-        do {
-            try await check.run(on: store)
-        } catch {
-            await store.close()
-            throw error
-        }
-        await store.close()
+        try await check.runAndClose(store)
     }
 }

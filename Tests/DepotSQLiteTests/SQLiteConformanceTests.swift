@@ -12,26 +12,14 @@ struct SQLiteConformanceTests {
     func fileBacked(_ check: ConformanceCheck) async throws {
         try await withTemporaryDirectory { directory in
             let store = try SQLiteStore(path: directory.appendingPathComponent("nested/store.sqlite").path)
-            do {
-                try await check.run(on: store)
-            } catch {
-                await store.close()
-                throw error
-            }
-            await store.close()
+            try await check.runAndClose(store)
         }
     }
 
     @Test(arguments: ConformanceSuite.checks)
     func inMemory(_ check: ConformanceCheck) async throws {
         let store = try SQLiteStore.inMemory()
-        do {
-            try await check.run(on: store)
-        } catch {
-            await store.close()
-            throw error
-        }
-        await store.close()
+        try await check.runAndClose(store)
         #expect(!FileManager.default.fileExists(atPath: store.path), "the private database is removed on close")
     }
 }
