@@ -3,6 +3,7 @@ import DepotLMDB
 import DepotSQLite
 import Foundation
 public import Logging
+public import Configuration
 
 extension StoreURL {
     /// Opens the store this URL names.
@@ -53,4 +54,55 @@ extension StoreURL {
 ///   the backend's errors when opening fails.
 public func openStore(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
     try StoreURL(url).open(logger: logger)
+}
+
+extension StoreURL {
+    /// Opens the store this URL names without blocking the caller's thread.
+    ///
+    /// Opening reads and checks files, may wait for another process's lock (up to the busy
+    /// timeout) and may run a recovery; that is blocking work, so it runs on a thread of
+    /// its own and the calling task is resumed when the store is ready. Use this form from
+    /// async code (a server's startup, a request handler); the synchronous form is for
+    /// code that is not async.
+    ///
+    /// - Parameter logger: Where the store logs (nothing by default).
+    /// - Throws: The same errors as ``open(logger:)``.
+    public func open(logger: Logger? = nil) async throws(DepotError) -> any Store {
+        let url = self
+        return try await BlockingWork.run { () throws(DepotError) in try url.open(logger: logger) }
+    }
+}
+
+/// Opens the store a URL string names without blocking the calling task's thread (see
+/// ``StoreURL/open(logger:)-(Logger?)async``).
+///
+/// ```swift
+/// let store = try await openStore(url: "sqlite:///var/lib/app/app.sqlite")
+/// ```
+public func openStore(url: String, logger: Logger? = nil) async throws(DepotError) -> any Store {
+    try await StoreURL(url).open(logger: logger)
+}
+
+/// Runs blocking work (opening files, waiting for locks) on a thread of its own, never on
+/// Swift's cooperative pool, and resumes the caller with its result.
+enum BlockingWork {
+    static func run<T: Sendable>(_ work: @escaping @Sendable () throws(DepotError) -> T) async throws(DepotError) -> T {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, DepotError>, Never>) in
+            let thread = Thread {
+                continuation.resume(returning: Result { () throws(DepotError) -> T in try work() })
+            }
+            thread.name = "depot.open"
+            thread.start()
+        }
+        return try result.get()
+    }
+}
+
+/// Opens the store named by swift-configuration's `depot.store.url` without blocking the
+/// calling task's thread (see ``openStore(url:logger:)-(String,Logger?)async``).
+public func openStore(config: ConfigReader, logger: Logger? = nil) async throws(DepotError) -> any Store {
+    guard let url = try StoreURL(config: config) else {
+        throw DepotError(.invalidConfiguration, "No store is configured: set \(StoreURL.configurationKey) (environment variable \(StoreURL.environmentVariable)) to a store URL such as sqlite:///var/lib/app/app.sqlite.")
+    }
+    return try await url.open(logger: logger)
 }

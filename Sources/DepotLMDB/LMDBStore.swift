@@ -425,9 +425,8 @@ public final class LMDBStore: Store {
         try begin()
         defer { end() }
         let snapshot = catalog.withLock { $0 }
-        let observed = changes.isObserved
-        let (result, recorder) = try runWrite(catalog: snapshot, recording: observed) { try body($0) }
-        if let recorder, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { try body($0) }
+        if let recorder { changes.publish(recorder) }
         return result
     }
 
@@ -497,6 +496,8 @@ public final class LMDBStore: Store {
                 continuation.resume()
             }
         }
+        // After the last commit: observations end with `closed` instead of waiting forever.
+        changes.finish()
         if first { log.closed("lmdb", at: directory) }
     }
 }

@@ -45,7 +45,7 @@ final class LMDBTransaction: WriteTransaction {
     let maxKeySize: Int
     let metaDBI: MDB_dbi
     let storeName: String
-    var recorder: ChangeRecorder?
+    var recorder: ChangeRecorder
     var isFinished = false
     /// Set when LMDB reported `MDB_MAP_FULL`; the store then grows the map and reruns the
     /// whole transaction, whatever the closure did with the error.
@@ -54,6 +54,7 @@ final class LMDBTransaction: WriteTransaction {
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
     @exclusivity(unchecked) private var lastHandles: EntityHandles?
+    @exclusivity(unchecked) private var lastAttributes: [AttributeDescription] = []
     @exclusivity(unchecked) private var keyBuffer: [UInt8] = []
     @exclusivity(unchecked) private var valueBuffer: [UInt8] = []
     @exclusivity(unchecked) private var indexKeys: [[UInt8]] = []
@@ -70,7 +71,8 @@ final class LMDBTransaction: WriteTransaction {
         self.maxKeySize = maxKeySize
         self.metaDBI = metaDBI
         self.storeName = storeName
-        self.recorder = recording ? ChangeRecorder() : nil
+        // Not recording still notes the touched entities (see ChangeRecorder).
+        self.recorder = ChangeRecorder(detailed: recording)
     }
 
     // MARK: Plumbing
@@ -85,18 +87,17 @@ final class LMDBTransaction: WriteTransaction {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
         // Most transactions touch one entity many times: skip the dictionary lookup.
-        if let last = lastHandles, last.entity.name == entity.name,
-            last.entity.attributes.count == entity.attributes.count
-        {
+        // A record type's descriptions share one attribute array, so comparing buffers
+        // proves the description is the one already checked.
+        if let last = lastHandles, last.entity.name == entity.name, entity.attributes.sharesStorage(with: lastAttributes) {
             return last
         }
         guard let handles = catalog[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
-        guard handles.entity.attributes.count == entity.attributes.count else {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(handles.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
-        }
+        try handles.entity.checkSameShape(as: entity)
         lastHandles = handles
+        lastAttributes = entity.attributes
         return handles
     }
 
@@ -479,7 +480,7 @@ final class LMDBTransaction: WriteTransaction {
             }
             try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(entity))
         }
-        recorder?.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
+        recorder.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
         return existed
     }
 
@@ -515,7 +516,7 @@ final class LMDBTransaction: WriteTransaction {
             }
         }
         try del(handles.main, keyBuffer, nil, context: self.writeContext(entity))
-        recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
+        recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
         return true
     }
 

@@ -507,7 +507,7 @@ public final class SQLiteStore: Store {
             let result = Result {
                 try self.log.transaction("read") { () throws -> Row? in
                     let transaction = SQLiteTransaction(
-                        connection: reader.connection, tables: self.tables, writable: false, recording: false, explicit: false)
+                        connection: reader.connection, tables: self.tables, writable: false, explicit: false)
                     defer { transaction.isFinished = true }
                     var row = Row(capacity: entity.attributes.count)
                     return try transaction.fetchRow(entity, key: key, into: &row) ? row : nil
@@ -555,7 +555,7 @@ public final class SQLiteStore: Store {
     private func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try connection.run(key: Keys.begin, "BEGIN")
-        let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false, recording: false)
+        let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false)
         defer {
             transaction.isFinished = true
             rollback(connection)
@@ -585,7 +585,7 @@ public final class SQLiteStore: Store {
     private func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
-        let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recording: changes.isObserved)
+        let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
         let result: T
         do {
             result = try body(transaction)
@@ -597,7 +597,7 @@ public final class SQLiteStore: Store {
             rollback(writer)
             throw error
         }
-        if let recorder = transaction.recorder, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        changes.publish(transaction.recorder)
         return result
     }
 
@@ -611,6 +611,8 @@ public final class SQLiteStore: Store {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             idle.notify(queue: .global()) { continuation.resume() }
         }
+        // After the last commit: observations end with `closed` instead of waiting forever.
+        changes.finish()
         guard first else { return }
         // Closing checkpoints the WAL: blocking work, so on the writer's thread.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

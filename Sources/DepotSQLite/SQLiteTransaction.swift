@@ -10,8 +10,9 @@ final class SQLiteTransaction: WriteTransaction {
     /// Whether the store opened an SQL transaction around this one; a single-row read runs
     /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
     let explicit: Bool
-    /// Collects changes for the feed; `nil` when nobody observes the feed.
-    var recorder: ChangeRecorder?
+    /// Collects changes for the feed (only the touched entities when nobody observed it as
+    /// the transaction began).
+    var recorder: ChangeRecorder
     var isFinished = false
     /// The last entity looked up, and the attribute array it was checked with: most
     /// transactions touch one entity many times, so this skips hashing its name and
@@ -19,12 +20,12 @@ final class SQLiteTransaction: WriteTransaction {
     private var lastTable: Table?
     private var lastAttributes: [AttributeDescription] = []
 
-    init(connection: Connection, tables: [String: Table], writable: Bool, recording: Bool, explicit: Bool = true) {
+    init(connection: Connection, tables: [String: Table], writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
         self.explicit = explicit
-        self.recorder = recording ? ChangeRecorder() : nil
+        self.recorder = recorder
     }
 
     @inline(__always)
@@ -190,7 +191,7 @@ final class SQLiteTransaction: WriteTransaction {
         defer { connection.release(statement) }
         try bindRow(row, table: table, to: statement)
         try runWrite(statement, row: row, table: table, what: "Inserting")
-        recorder?.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
+        recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
     }
 
     func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
@@ -211,7 +212,7 @@ final class SQLiteTransaction: WriteTransaction {
             try bindRow(row, table: table, to: statement)
             try runWrite(statement, row: row, table: table, what: "Saving")
         }
-        recorder?.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
+        recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
         return inserted
     }
 
@@ -225,7 +226,7 @@ final class SQLiteTransaction: WriteTransaction {
         if connection.changes == 0 {
             throw DepotError(.notFound, "No \(entity.name) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
         }
-        recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
+        recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
     }
 
     func delete(key: Value, from entity: EntityDescription) throws -> Bool {
@@ -236,14 +237,14 @@ final class SQLiteTransaction: WriteTransaction {
         try connection.bind(key, at: 1, in: statement)
         _ = try connection.step(statement, "Deleting the \(entity.name) with primary key \(key.debugLiteral)")
         let deleted = connection.changes > 0
-        if deleted { recorder?.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false) }
+        if deleted { recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false) }
         return deleted
     }
 
     func delete(_ query: Query) throws -> Int {
         let table = try writableTable(query.entity)
         if query.limit == 0 { return 0 }
-        let recording = recorder != nil
+        let recording = recorder.isDetailed
         let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
@@ -251,10 +252,13 @@ final class SQLiteTransaction: WriteTransaction {
         var deleted = 0
         while try connection.step(statement, "Deleting \(table.entity.name) records") {
             let key = try connection.column(0, of: statement, as: table.keyType)
-            recorder?.record(entity: table.entity.name, key: key, existedBefore: true, existsAfter: false)
+            recorder.record(entity: table.entity.name, key: key, existedBefore: true, existsAfter: false)
             deleted += 1
         }
-        return recording ? deleted : connection.changes
+        if recording { return deleted }
+        let changed = connection.changes
+        if changed > 0 { recorder.recordTouched(entity: table.entity.name) }
+        return changed
     }
 }
 

@@ -61,16 +61,11 @@ final class Table: Sendable {
         countAll = "SELECT count(*) FROM \(name)"
     }
 
-    /// Checks that a request's description of the entity matches the registered one in the
-    /// ways that matter to reading rows: the number of attributes and their types.
+    /// Checks that a request's description of the entity is the registered one, attribute
+    /// for attribute: columns are bound and read by position.
     @inline(__always)
     func check(_ described: EntityDescription) throws(DepotError) {
-        if described.attributes.count != types.count {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(types.count) attributes, but this request describes \(described.attributes.count); use the record type that registered it.")
-        }
-        for (i, attribute) in described.attributes.enumerated() where attribute.type != types[i] {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(entity.attributes[i].name) of type \(types[i].rawValue), but this request describes \(attribute.name) of type \(attribute.type.rawValue); use the record type that registered it.")
-        }
+        try entity.checkSameShape(as: described)
     }
 }
 

@@ -62,7 +62,7 @@ func runWriter(url: String, logPath: String, seed: UInt64, maximum: Int) async {
     var generator = SplitMix64(seed: seed)
     let store: any Store
     do {
-        store = try openStore(url: url)
+        store = try await openStore(url: url)
         try await CrashWorkload.register(store)
     } catch {
         fail("cannot open \(url): \(error)")
@@ -93,7 +93,7 @@ func runOpen(url: String, asNobody: Bool) async {
         }
     }
     do {
-        let store = try openStore(url: url)
+        let store = try await openStore(url: url)
         try await CrashWorkload.register(store)
         await store.close()
         print("ok")

@@ -11,7 +11,7 @@ import Glibc
 /// returns the error, or `nil` when the store opened and was usable.
 func openAndUse(_ url: String) async -> (any Error)? {
     do {
-        let store = try openStore(url: url)
+        let store = try await openStore(url: url)
         do {
             _ = try await CrashWorkload.verify(store)
         } catch {
@@ -32,7 +32,7 @@ func dataFile(_ backend: Backend, in directory: TemporaryDirectory, name: String
 
 /// Writes a small valid store named "valid" and returns its data file's bytes.
 func validStoreBytes(_ backend: Backend, in directory: TemporaryDirectory) async throws -> Data {
-    let store = try openStore(url: backend.url(in: directory, name: "valid"))
+    let store = try await openStore(url: backend.url(in: directory, name: "valid"))
     try await CrashWorkload.register(store)
     var generator = SplitMix64(seed: 7)
     for _ in 0..<6 { _ = try await CrashWorkload.commit(CrashWorkload.plan(using: &generator), to: store) }
@@ -65,7 +65,7 @@ struct BadFileTests {
         if outcome == nil && orConsistent {
             // The damage was in bytes the store does not use (a page's zero tail): it must
             // then open with every committed transaction whole.
-            let store = try openStore(url: backend.url(in: directory))
+            let store = try await openStore(url: backend.url(in: directory))
             let verdict = try await CrashWorkload.verify(store)
             await store.close()
             #expect(verdict.problems.isEmpty && verdict.lastCommitted == 6, "\(backend) \(context): opened, but \(verdict.problems)", sourceLocation: sourceLocation)
@@ -140,7 +140,7 @@ struct BadFileTests {
         let file = dataFile(backend, in: directory)
         try FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try Data().write(to: URL(fileURLWithPath: file))
-        let store = try openStore(url: backend.url(in: directory))
+        let store = try await openStore(url: backend.url(in: directory))
         let verdict = try await CrashWorkload.verify(store)
         #expect(verdict.lastCommitted == 0 && verdict.problems.isEmpty)
         var generator = SplitMix64(seed: 1)

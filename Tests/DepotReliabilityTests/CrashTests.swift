@@ -39,7 +39,7 @@ func checkAfterKill(url: String, logs: [String], floor: Int64, inFlight: Int64, 
     #expect(Set(acknowledged).count == acknowledged.count, "\(context): two commits were acknowledged with the same number")
     let store: any Store
     do {
-        store = try openStore(url: url)
+        store = try await openStore(url: url)
     } catch {
         Issue.record("\(context): the store does not open after the kill: \(error)")
         throw error

@@ -206,9 +206,9 @@ final class DifferentialStores: Sendable {
     init() async throws {
         stores = [
             ("memory", MemoryStore()),
-            ("sqlite", try openStore(url: Backend.sqlite.url(in: directory))),
-            ("sqlite::memory:", try openStore(url: "sqlite::memory:")),
-            ("lmdb", try openStore(url: Backend.lmdb.url(in: directory))),
+            ("sqlite", try await openStore(url: Backend.sqlite.url(in: directory))),
+            ("sqlite::memory:", try await openStore(url: "sqlite::memory:")),
+            ("lmdb", try await openStore(url: Backend.lmdb.url(in: directory))),
         ]
         for (_, store) in stores { try await store.register(Probe.self) }
     }

@@ -85,7 +85,7 @@ struct HostileValueTests {
     func roundTrip(_ backend: Backend) async throws {
         let directory = TemporaryDirectory("hostile")
         defer { directory.remove() }
-        let store = try openStore(url: backend.url(in: directory))
+        let store = try await openStore(url: backend.url(in: directory))
         let samples = Controller<Sample, Sample>(store: store)
         var stored = 0
         var refused = 0
@@ -126,7 +126,7 @@ struct HostileValueTests {
         let all = try await samples.fetchAll()
         await store.close()
         if backend != .memory {
-            let reopened = try openStore(url: backend.url(in: directory))
+            let reopened = try await openStore(url: backend.url(in: directory))
             let again = try await Controller<Sample, Sample>(store: reopened).fetchAll()
             let same: Bool = again.count == all.count && zip(again, all).allSatisfy { pair in identical(pair.0.row, pair.1.row) }
             #expect(same, "\(backend): values changed across reopen")
@@ -139,7 +139,7 @@ struct HostileValueTests {
     func nanInSortedColumns(_ backend: Backend) async throws {
         let directory = TemporaryDirectory("nan")
         defer { directory.remove() }
-        let store = try openStore(url: backend.url(in: directory))
+        let store = try await openStore(url: backend.url(in: directory))
         defer { Task { await store.close() } }
         let cats = Controller<Cat, CatRecord>(store: store)
         let weights: [Double] = [3, .nan, -.infinity, .nan, .infinity, -0.0, 0, .nan]
@@ -170,7 +170,7 @@ struct HostileValueTests {
     func keysAtTheLimit(_ backend: Backend) async throws {
         let directory = TemporaryDirectory("keys")
         defer { directory.remove() }
-        let store = try openStore(url: backend.url(in: directory))
+        let store = try await openStore(url: backend.url(in: directory))
         defer { Task { await store.close() } }
         let accounts = Controller<Account, Account>(store: store)
         // LMDB keys hold at most 511 bytes: a string key gets one leading byte, an index

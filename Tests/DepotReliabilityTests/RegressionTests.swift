@@ -14,8 +14,8 @@ struct RegressionTests {
         let directory = TemporaryDirectory("reg")
         defer { directory.remove() }
         let url = Backend.sqlite.url(in: directory)
-        let first = try openStore(url: url)
-        let second = try openStore(url: url)  // reads depot_entities now: empty
+        let first = try await openStore(url: url)
+        let second = try await openStore(url: url)  // reads depot_entities now: empty
         try await Controller<Cat, CatRecord>(store: first).save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
         let cats = Controller<Cat, CatRecord>(store: second)
         try await cats.save(Cat(id: 2, name: "Felix", weight: 5, age: 9))

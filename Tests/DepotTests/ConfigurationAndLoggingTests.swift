@@ -32,7 +32,7 @@ struct ConfigurationAndLoggingTests {
                 "DEPOT_STORE_READERS": "3",
                 "DEPOT_STORE_BUSY_TIMEOUT": "2s",
             ]))
-        let store = try #require(try openStore(config: config) as? SQLiteStore)
+        let store = try #require(try await openStore(config: config) as? SQLiteStore)
         #expect(store.options == SQLiteStore.Options(durability: .full, readers: 3, busyTimeout: .seconds(2)))
         // The settings reach SQLite itself: read them back from the connection.
         let settings = try await store.pragmaSettings()
@@ -58,7 +58,7 @@ struct ConfigurationAndLoggingTests {
     @Test func lmdbMapSizeReachesTheEnvironment() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try openStore(url: "lmdb://\(directory.path)?mapSize=8MiB")
+        let store = try await openStore(url: "lmdb://\(directory.path)?mapSize=8MiB")
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat.workload(count: 100))
         await store.close()
@@ -81,7 +81,7 @@ struct ConfigurationAndLoggingTests {
         let handler = InMemoryLogHandler()
         var logger = Logger(label: "depot.test") { _ in handler }
         logger.logLevel = .trace
-        let store = try openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path) + "?slowThreshold=0ms", logger: logger)
+        let store = try await openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path) + "?slowThreshold=0ms", logger: logger)
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat(id: 1, name: "Tom", weight: 1, age: 1))
         _ = try await cats.fetchAll()
@@ -105,7 +105,7 @@ struct ConfigurationAndLoggingTests {
         let handler = InMemoryLogHandler()
         var logger = Logger(label: "depot.test") { _ in handler }
         logger.logLevel = .debug
-        let store = try openStore(url: "memory:?slowThreshold=1m", logger: logger)
+        let store = try await openStore(url: "memory:?slowThreshold=1m", logger: logger)
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat(id: 1, name: "Tom", weight: 1, age: 1))
         #expect(try await cats.count() == 1)
@@ -117,7 +117,7 @@ struct ConfigurationAndLoggingTests {
     }
 
     @Test func quietByDefault() async throws {
-        let store = try openStore(url: "memory:")
+        let store = try await openStore(url: "memory:")
         #expect(store is MemoryStore)
         #expect((store as? MemoryStore)?.log.logger.logLevel == StoreLog.disabled.logger.logLevel)
     }

@@ -31,7 +31,7 @@ struct PetRecord: ManagedRecord, ObjectConvertible {
 }
 
 func readmeExample(url: String) async throws -> [Pet] {
-    let pets = Controller<Pet, PetRecord>(store: try openStore(url: url))
+    let pets = Controller<Pet, PetRecord>(store: try await openStore(url: url))
     try await pets.save([Pet(id: 1, name: "Tom", age: 3), Pet(id: 2, name: "Felix", age: 12)])
     return try await pets.fetchAll(Request(\.age > 10).sorted(by: \.name))
 }

@@ -67,7 +67,7 @@ struct StoreURLTests {
     func sameCodeEveryBackend(template: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path))
+        let store = try await openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path))
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat.workload(count: 2_000))
         #expect(try await cats.count(Request(\.age > 10)) == Cat.workload(count: 2_000).filter { $0.age > 10 }.count)
@@ -77,14 +77,14 @@ struct StoreURLTests {
     @Test func optionsReachTheBackend() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let sqlite = try #require(try openStore(url: "sqlite://\(directory.path)/a.sqlite?durability=full&readers=3&busyTimeout=2s") as? SQLiteStore)
+        let sqlite = try #require(try await openStore(url: "sqlite://\(directory.path)/a.sqlite?durability=full&readers=3&busyTimeout=2s") as? SQLiteStore)
         #expect(sqlite.options == SQLiteStore.Options(durability: .full, readers: 3, busyTimeout: .seconds(2)))
         await sqlite.close()
-        let lmdb = try #require(try openStore(url: "lmdb://\(directory.path)/db?mapSize=1MiB&maxReaders=9&durability=relaxed") as? LMDBStore)
+        let lmdb = try #require(try await openStore(url: "lmdb://\(directory.path)/db?mapSize=1MiB&maxReaders=9&durability=relaxed") as? LMDBStore)
         #expect(lmdb.options.mapSize == 1 << 20)
         #expect(lmdb.options.maxReaders == 9)
         #expect(lmdb.options.durability == .relaxed)
         await lmdb.close()
-        #expect(try openStore(url: "memory:") is MemoryStore)
+        #expect(try await openStore(url: "memory:") is MemoryStore)
     }
 }

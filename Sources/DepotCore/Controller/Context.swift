@@ -73,7 +73,7 @@ extension RecordContext {
     /// The first object matching `request` in its order, or `nil`.
     @inlinable
     public func fetchFirst(_ request: Request<Managed> = .all) throws -> Object? {
-        try fetchAll(request.limit(1)).first
+        try fetchAll(request.atMostOne).first
     }
 
     /// The object with primary key `id`, or `nil`.

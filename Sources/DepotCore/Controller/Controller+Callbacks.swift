@@ -79,7 +79,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func fetchFirst(_ request: Request<Managed> = .all, completion: @escaping Completion<Object?>) {
-        guard let query = resolve(request.limit(1), completion) else { return }
+        guard let query = resolve(request.atMostOne, completion) else { return }
         submitRead({ try $0.fetchAll(query).first }, completion: completion)
     }
 

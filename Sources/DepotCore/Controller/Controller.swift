@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// The façade an application holds: stores and fetches its immutable `Object` values
@@ -49,19 +50,19 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 
     @usableFromInline
     func registerEntity() async throws {
-        try Managed.entity.validate()
-        try await store.register([Self.entity])
-        registration.markDone()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            ensureRegistered { continuation.resume(with: $0) }
+        }
     }
 
+    /// Calls `next` once the entity is registered (at once when it is). Calls that arrive
+    /// while the registration runs wait for it and continue in arrival order, so two
+    /// completion-handler writes on a fresh controller submit, and commit, in call order.
     func ensureRegistered(then next: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         if registration.isDone { return next(.success(())) }
         do { try Managed.entity.validate() } catch { return next(.failure(error)) }
-        let registration = self.registration
-        store.submitRegistration([Self.entity]) { result in
-            if case .success = result { registration.markDone() }
-            next(result)
-        }
+        let store = self.store
+        registration.whenRegistered(register: { store.submitRegistration([Self.entity], completion: $0) }, then: next)
     }
 
     // MARK: Units of work
@@ -93,7 +94,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// The first object matching `request`, or `nil`.
     @inlinable
     public func fetchFirst(_ request: Request<Managed> = .all) async throws -> Object? {
-        let query = try request.limit(1).resolved()
+        let query = try request.atMostOne.resolved()
         return try await read { try $0.fetchAll(query).first }
     }
 
@@ -188,9 +189,52 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 }
 
 /// Whether a controller has registered its entity; shared by the controller's copies.
+///
+/// One registration runs at a time; calls that arrive meanwhile queue behind it and are
+/// released in arrival order before the registration counts as done, so no later call can
+/// overtake an earlier one by finding the registration done first.
 @usableFromInline
 final class Registration: Sendable {
+    typealias Next = @Sendable (Result<Void, any Error>) -> Void
+
     private let done = Atomic<Bool>(false)
+    /// The calls waiting for the running registration; `nil` when none runs.
+    private let waiting = NIOLockedValueBox<[Next]?>(nil)
+
     @usableFromInline var isDone: Bool { done.load(ordering: .acquiring) }
-    func markDone() { done.store(true, ordering: .releasing) }
+
+    func whenRegistered(register: (@escaping Next) -> Void, then next: @escaping Next) {
+        let starts = waiting.withLockedValue { waiting -> Bool? in
+            if done.load(ordering: .acquiring) { return nil }
+            if waiting == nil {
+                waiting = [next]
+                return true
+            }
+            waiting?.append(next)
+            return false
+        }
+        guard let starts else { return next(.success(())) }
+        guard starts else { return }
+        register { result in self.release(result) }
+    }
+
+    /// Runs every waiting call in order (each one submits its work), including calls that
+    /// arrive while they run, then marks the registration done (or, after a failure, lets
+    /// the next call try again).
+    private func release(_ result: Result<Void, any Error>) {
+        while true {
+            let batch = waiting.withLockedValue { waiting -> [Next] in
+                let batch = waiting ?? []
+                if batch.isEmpty {
+                    if case .success = result { done.store(true, ordering: .releasing) }
+                    waiting = nil
+                } else {
+                    waiting = []
+                }
+                return batch
+            }
+            if batch.isEmpty { return }
+            for next in batch { next(result) }
+        }
+    }
 }

@@ -26,6 +26,12 @@ public struct ObservedResult<Object: Sendable>: Sendable {
 /// transaction produces nothing; a burst of commits may be coalesced into one delivery,
 /// but the final state is always delivered. Only commits that touch the observed entity
 /// cause work. Cancelling the consuming task ends the sequence and the observation.
+///
+/// Closing the store ends every observation of it: the sequence throws a ``DepotError``
+/// with code ``DepotError/Code/closed`` (so a loop over it ends during a graceful shutdown
+/// and can tell why), and a callback observation receives that error as its last call.
+/// Every commit that follows an observation's first read reaches it, including a write
+/// that was already running when the observation began.
 public struct Observation<Object, Managed>: AsyncSequence, Sendable
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public typealias Element = ObservedResult<Object>
@@ -41,7 +47,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public struct Iterator: AsyncIteratorProtocol {
         let controller: Controller<Object, Managed>
         let request: Request<Managed>
-        var signals: AsyncStream<Void>.Iterator?
+        var signals: AsyncStream<Signal>.Iterator?
         var subscription: ChangeSubscription?
         var previous: [(key: Value, row: Row)] = []
         var started = false
@@ -51,6 +57,8 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
             self.request = request
         }
 
+        enum Signal: Sendable { case changed, closed }
+
         public mutating func next() async throws -> ObservedResult<Object>? {
             if !started {
                 started = true
@@ -58,9 +66,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
                 // Subscribe before the first read, so no commit falls between them. Keeping
                 // only the newest signal coalesces bursts; a signal after the last commit is
                 // always kept, so the final state is always delivered.
-                let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-                subscription = controller.store.changes.observe(entities: [Managed.entity.name]) { _ in
-                    continuation.yield(())
+                let (stream, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .bufferingNewest(1))
+                subscription = controller.store.changes.observe(
+                    entities: [Managed.entity.name],
+                    onFinish: {
+                        continuation.yield(.closed)
+                        continuation.finish()
+                    }
+                ) { _ in
+                    continuation.yield(.changed)
                 }
                 signals = stream.makeAsyncIterator()
                 let current = try await fetch()
@@ -69,9 +83,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
                 return ObservedResult(objects: current.map(\.object), changes: changes, isInitial: true)
             }
             while true {
-                guard await signals?.next() != nil, !Task.isCancelled else {
+                let signal = await signals?.next()
+                guard let signal, !Task.isCancelled else {
                     subscription?.cancel()
                     return nil
+                }
+                if signal == .closed {
+                    subscription?.cancel()
+                    signals = nil
+                    throw DepotError(.closed, "The store was closed, which ends its observations; open a new store and observe again to continue.")
                 }
                 let current = try await fetch()
                 let changes = ChangeSet.diff(
@@ -116,12 +136,16 @@ extension Controller {
 
     /// Observes `request`, calling `handler` on `queue` (the controller's operating queue by
     /// default) with the current result and then with each change, until the returned token
-    /// is cancelled or released. An error ends the observation after it is delivered.
+    /// is cancelled or released. Updates are delivered one at a time, in commit order,
+    /// whatever the queue. An error ends the observation after it is delivered; closing the
+    /// store delivers ``DepotError/Code/closed``.
     public func observe(
         _ request: Request<Managed> = .all, on queue: OperatingQueue? = nil,
         handler: @escaping @Sendable (Result<ObservedResult<Object>, DepotError>) -> Void
     ) -> ObservationToken {
-        let target = (queue ?? operatingQueue).queue
+        // A serial queue targeting the operating queue: updates arrive one at a time, in
+        // commit order, even on a concurrent queue such as `.background`.
+        let target = DispatchQueue(label: "depot.observation", target: (queue ?? operatingQueue).queue)
         let observation = observe(request)
         let task = Task {
             do {

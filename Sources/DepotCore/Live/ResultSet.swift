@@ -67,7 +67,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func count() async throws -> Int { try await controller.count(request) }
 
     /// Whether the set is empty (reads at most one record).
-    public func isEmpty() async throws -> Bool { try await controller.count(request.limit(1)) == 0 }
+    public func isEmpty() async throws -> Bool { try await controller.count(request.atMostOne) == 0 }
 
     /// The first record in the set's order.
     public func first() async throws -> Object? { try await controller.fetchFirst(request) }
@@ -81,7 +81,10 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
                 throw DepotError(.invalidPredicate, "Position \(position) is negative; positions start at 0.")
             }
             if let limit = request.limit, position >= limit { return nil }
-            return try await controller.fetchAll(request.offset(request.offset + position).limit(1)).first
+            // Past Int.max there is no record; `offset + position` must not trap.
+            let (start, overflow) = request.offset.addingReportingOverflow(position)
+            if overflow { return nil }
+            return try await controller.fetchAll(request.offset(start).limit(1)).first
         }
     }
 

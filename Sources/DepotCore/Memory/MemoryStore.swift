@@ -54,9 +54,12 @@ public final class MemoryStore: Store {
         var cachedValue: [Row]? { cached.withLockedValue { $0 } }
 
         func rows(_ compute: () -> [Row]) -> [Row] {
-            cached.withLockedValue { value in
+            if let value = cachedValue { return value }
+            // Sort outside the lock: readers that arrive meanwhile sort too rather than
+            // block a thread (of the cooperative pool, for async reads) behind this one.
+            let computed = compute()
+            return cached.withLockedValue { value in
                 if let value { return value }
-                let computed = compute()
                 value = computed
                 return computed
             }
@@ -199,14 +202,15 @@ public final class MemoryStore: Store {
             transaction.isFinished = true
             throw error
         }
-        let observed = changes.isObserved
-        var recorder = ChangeRecorder()
-        if observed {
-            for (name, working) in transaction.working {
-                let before = snapshot.tables[name]?.rows
-                for key in working.written {
-                    recorder.record(entity: name, key: key, existedBefore: before?[key] != nil, existsAfter: working.table.rows[key] != nil)
-                }
+        var recorder = changes.makeRecorder()
+        for (name, working) in transaction.working where !working.written.isEmpty {
+            guard recorder.isDetailed else {
+                recorder.recordTouched(entity: name)
+                continue
+            }
+            let before = snapshot.tables[name]?.rows
+            for key in working.written {
+                recorder.record(entity: name, key: key, existedBefore: before?[key] != nil, existsAfter: working.table.rows[key] != nil)
             }
         }
         state.withLockedValue { s in
@@ -217,7 +221,7 @@ public final class MemoryStore: Store {
                 s.snapshot.tables[name] = working.table
             }
         }
-        if observed, !recorder.isEmpty { changes.publish(recorder.changes()) }
+        changes.publish(recorder)
         return result
     }
 
@@ -230,6 +234,8 @@ public final class MemoryStore: Store {
             idle.notify(queue: .global()) { continuation.resume() }
         }
         state.withLockedValue { $0.snapshot = Snapshot() }
+        // After the last commit: observations end with `closed` instead of waiting forever.
+        changes.finish()
         if first { log.closed("memory", at: "memory:") }
     }
 }

@@ -78,11 +78,15 @@ final class MemoryTransaction: WriteTransaction {
         DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
     }
 
+    /// Rows are written and read by position, so the caller's description must be the
+    /// registered one, attribute for attribute (the same order, names and types); a
+    /// description with reordered attributes would store values in the wrong columns.
+    /// Descriptions of one record type share one attribute array, so the usual check is a
+    /// buffer comparison.
     @inline(__always)
     private static func checkShape(_ table: MemoryStore.Table, _ entity: EntityDescription) throws(DepotError) {
-        guard table.entity.attributes.count == entity.attributes.count else {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(table.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
-        }
+        if table.entity.primaryKeyIndex == entity.primaryKeyIndex && table.entity.attributes == entity.attributes { return }
+        try table.entity.checkSameShape(as: entity)
     }
 
     /// The rows of a table (unordered).
@@ -115,7 +119,7 @@ final class MemoryTransaction: WriteTransaction {
             let ordered = freshKeyOrder(table).rowsInKeyOrder()
             if query.filter == .constant(true) {
                 let start = min(query.offset, ordered.count)
-                let end = query.limit.map { min(ordered.count, start + $0) } ?? ordered.count
+                let end = query.end.map { min(ordered.count, $0) } ?? ordered.count
                 reserve(end - start)
                 for row in ordered[start..<end] { try body(row) }
                 return

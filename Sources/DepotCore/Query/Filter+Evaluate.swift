@@ -104,14 +104,17 @@ extension Query {
         return false
     }
 
+    /// The largest `offset + limit` kept as a sorted window while scanning; past it,
+    /// inserting into the window (linear per row) would cost more than one full sort.
+    public static let largestTopNWindow = 4_096
+
     /// Applies filter, order, offset and limit to rows in memory, keeping at most
-    /// `offset + limit` rows while scanning when there is a limit.
+    /// `offset + limit` rows while scanning when that is small.
     public func apply(to rows: some Sequence<Row>) -> [Row] {
         var matched: [Row] = []
-        if let limit {
+        if let window = end, window <= Self.largestTopNWindow {
             // Bounded top-N: keep a sorted window so a small limit over a large table
             // costs O(n log k) rather than a full sort.
-            let window = offset + limit
             if window == 0 { return [] }
             for row in rows where filter.matches(row) {
                 if matched.count == window {
@@ -126,8 +129,8 @@ extension Query {
             matched.sort(by: areInIncreasingOrder)
         }
         if offset >= matched.count { return [] }
-        let end = limit.map { Swift.min(matched.count, offset + $0) } ?? matched.count
-        return Array(matched[offset..<end])
+        let last = end.map { Swift.min(matched.count, $0) } ?? matched.count
+        return Array(matched[offset..<last])
     }
 
     private func insertionIndex(for row: Row, in sorted: [Row]) -> Int {

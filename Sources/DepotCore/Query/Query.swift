@@ -68,6 +68,7 @@ public struct Query: Sendable, Hashable {
         if offset < 0 {
             throw DepotError(.invalidPredicate, "The offset \(offset) is negative; use an offset of 0 or more.")
         }
+        try Self.checkDepth(of: predicate, in: entity)
         self.entity = entity
         self.filter = try Self.resolve(predicate, in: entity)
         var sort: [ResolvedSortKey] = []
@@ -79,8 +80,45 @@ public struct Query: Sendable, Hashable {
             sort.append(ResolvedSortKey(attributeIndex: entity.primaryKeyIndex, ascending: true))
         }
         self.sort = sort
-        self.limit = limit
+        // No store holds more than Int.max records, so a limit reaching past Int.max is
+        // the same as one ending there; clamping it here means `offset + limit` cannot
+        // overflow in any backend (`?offset=1&limit=9223372036854775807` is a valid request).
+        if let limit, limit > Int.max - offset {
+            self.limit = Int.max - offset
+        } else {
+            self.limit = limit
+        }
         self.offset = offset
+    }
+
+    /// How deeply `&&`, `||` and `!` may nest in one predicate. Backends evaluate and
+    /// compile predicates recursively on their own threads, whose stacks are small, and
+    /// SQLite's parser refuses SQL nested past about 50 parentheses; a deeper tree (which
+    /// no hand-written query needs: `&&` and `||` chains are flattened) is refused on every
+    /// backend alike rather than risking a stack overflow or answering differently.
+    public static let maximumPredicateDepth = 32
+
+    /// The end of the rows the query asks for (`offset + limit`), or `nil` without a limit.
+    /// Never overflows: the initialiser clamps the limit.
+    public var end: Int? { limit.map { offset + $0 } }
+
+    /// Measures the nesting without recursion, so even a tree far too deep is measured
+    /// safely.
+    static func checkDepth(of predicate: PredicateExpression, in entity: EntityDescription) throws(DepotError) {
+        var pending: [(PredicateExpression, Int)] = [(predicate, 1)]
+        while let (expression, depth) = pending.popLast() {
+            guard depth <= maximumPredicateDepth else {
+                throw DepotError(.invalidPredicate, "The predicate on \(entity.name) nests &&, || and ! more than \(maximumPredicateDepth) levels deep; flatten it (a list of conditions joined by && or || counts as one level).")
+            }
+            switch expression {
+            case .and(let parts), .or(let parts):
+                for part in parts { pending.append((part, depth + 1)) }
+            case .not(let inner):
+                pending.append((inner, depth + 1))
+            default:
+                break
+            }
+        }
     }
 
     /// Whether the query asks for every record in primary key order with no limit.

@@ -99,6 +99,12 @@ public struct Request<Record: ManagedRecord>: Sendable, Hashable {
     }
 
     /// Skips the first `count` matching records.
+    /// The request limited to its first record, keeping a smaller limit the caller set
+    /// (`limit(0)` still means no record).
+    @usableFromInline var atMostOne: Request {
+        limit.map { $0 < 1 ? self : self.limit(1) } ?? self.limit(1)
+    }
+
     public func offset(_ count: Int) -> Request {
         var copy = self
         copy.offset = count

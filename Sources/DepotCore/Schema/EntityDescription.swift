@@ -122,6 +122,27 @@ public struct EntityDescription: Sendable, Hashable, Codable {
         return row[value: primaryKeyIndex]
     }
 
+    /// Checks that `described` (what a transaction was handed) lays rows out as this
+    /// registered description does: the same attributes, with the same names and types,
+    /// in the same order, and the same primary key. Rows are stored by position, so a
+    /// record type whose attributes are reordered, renamed or retyped must not write
+    /// through the registration of another.
+    ///
+    /// - Throws: ``DepotError/Code/schemaMismatch`` naming the first difference.
+    public func checkSameShape(as described: EntityDescription) throws(DepotError) {
+        let hint = "use the record type that registered it, or register the new declaration first"
+        guard described.attributes.count == attributes.count else {
+            throw DepotError(.schemaMismatch, "The entity \(name) is registered with \(attributes.count) attributes, but this request describes \(described.attributes.count); \(hint).")
+        }
+        for (i, (registered, given)) in zip(attributes, described.attributes).enumerated()
+        where registered.name != given.name || registered.type != given.type || registered.isOptional != given.isOptional {
+            throw DepotError(.schemaMismatch, "The entity \(name) is registered with attribute \(i + 1) as \(registered.name) (\(registered.type.rawValue)\(registered.isOptional ? ", optional" : "")), but this request describes it as \(given.name) (\(given.type.rawValue)\(given.isOptional ? ", optional" : "")); \(hint).")
+        }
+        guard described.primaryKeyIndex == primaryKeyIndex else {
+            throw DepotError(.schemaMismatch, "The entity \(name) is registered with primary key \(primaryKey.name), but this request names another; \(hint).")
+        }
+    }
+
     static func validateIdentifier(_ identifier: String, what: String) throws(DepotError) {
         let utf8 = identifier.utf8
         guard let first = utf8.first, utf8.count <= 64 else {
@@ -178,3 +199,13 @@ extension Value: Codable {
 }
 
 import Foundation
+
+extension Array where Element == AttributeDescription {
+    /// Whether two arrays share one buffer, so hold the same elements: the descriptions a
+    /// record type passes in are copies of one static array, which lets a backend skip
+    /// re-checking a description it has checked (a shared buffer is never mutated in place).
+    @inlinable
+    public func sharesStorage(with other: [AttributeDescription]) -> Bool {
+        count == other.count && withUnsafeBufferPointer { a in other.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
+    }
+}

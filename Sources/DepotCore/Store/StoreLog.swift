@@ -13,8 +13,14 @@ public import Logging
 /// ```
 public struct StoreLog: Sendable {
     public var logger: Logger
-    /// Transactions that take longer are logged at `warning`.
-    public var slowThreshold: Duration
+    /// Transactions that take longer are logged at `warning`. A negative threshold counts
+    /// as zero (every transaction is slow); one past about 584 years, as never.
+    public var slowThreshold: Duration {
+        didSet { slowNanoseconds = Self.nanoseconds(slowThreshold) }
+    }
+    /// The threshold in nanoseconds, computed once so checking a transaction cannot
+    /// overflow whatever the caller set.
+    @usableFromInline var slowNanoseconds: UInt64
 
     /// A logger that discards everything.
     public static let disabled = StoreLog(logger: Logger(label: "depot", factory: { _ in SwiftLogNoOpLogHandler() }))
@@ -22,6 +28,16 @@ public struct StoreLog: Sendable {
     public init(logger: Logger, slowThreshold: Duration = .milliseconds(500)) {
         self.logger = logger
         self.slowThreshold = slowThreshold
+        self.slowNanoseconds = Self.nanoseconds(slowThreshold)
+    }
+
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        if seconds < 0 || (seconds == 0 && attoseconds < 0) { return 0 }
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return .max }
+        let (total, carry) = whole.addingReportingOverflow(UInt64(attoseconds / 1_000_000_000))
+        return carry ? .max : total
     }
 
     /// Whether `trace` events are wanted; check before building an expensive message.
@@ -98,7 +114,7 @@ public struct StoreLog: Sendable {
     @usableFromInline
     func finished(_ kind: StaticString, since start: UInt64) {
         let elapsed = DispatchTime.now().uptimeNanoseconds &- start
-        if elapsed > UInt64(slowThreshold.components.seconds) * 1_000_000_000 + UInt64(slowThreshold.components.attoseconds / 1_000_000_000) {
+        if elapsed > slowNanoseconds {
             logger.warning("Depot \(kind) transaction was slow", metadata: ["depot.milliseconds": .stringConvertible(Double(elapsed) / 1_000_000)])
         } else if logger.logLevel <= .debug {
             logger.debug("Depot \(kind) transaction", metadata: ["depot.microseconds": .stringConvertible(elapsed / 1_000)])
