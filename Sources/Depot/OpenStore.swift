@@ -85,13 +85,20 @@ public func openStore(url: String, logger: Logger? = nil) async throws(DepotErro
 
 /// Runs blocking work (opening files, waiting for locks) on a thread of its own, never on
 /// Swift's cooperative pool, and resumes the caller with its result.
-enum BlockingWork {
-    static func run<T: Sendable>(_ work: @escaping @Sendable () throws(DepotError) -> T) async throws(DepotError) -> T {
+public enum BlockingWork {
+    /// Set in the `threadDictionary` of the threads that run blocking work, so tests (and
+    /// diagnostics) can tell them from the cooperative pool's.
+    public static let marker = "depot.blockingWork"
+
+    /// Runs `work` on a new thread and returns its result.
+    public static func run<T: Sendable>(_ work: @escaping @Sendable () throws(DepotError) -> T) async throws(DepotError) -> T {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, DepotError>, Never>) in
             let thread = Thread {
+                // Named from inside: on Linux a name set before start() is not applied.
+                Thread.current.name = "depot.open"
+                Thread.current.threadDictionary[BlockingWork.marker] = true
                 continuation.resume(returning: Result { () throws(DepotError) -> T in try work() })
             }
-            thread.name = "depot.open"
             thread.start()
         }
         return try result.get()
