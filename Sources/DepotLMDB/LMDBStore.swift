@@ -196,23 +196,12 @@ public final class LMDBStore: Store {
     private static func validate(path: String, options: Options) throws(DepotError) {
         let env = try openEnvironment(path: path, options: options, flags: Int32(MDB_RDONLY) | Int32(MDB_NOTLS))
         defer { mdb_env_close(env) }
-        // A data file shorter than the pages its meta page claims (a truncated copy, a disk
-        // that lost its tail) would make LMDB read past the end of the map: SIGBUS, not an
-        // error. Compare the sizes before reading any page.
-        var info = MDB_envinfo()
-        var stat = MDB_stat()
-        if mdb_env_info(env, &info) == 0, mdb_env_stat(env, &stat) == 0 {
-            let needed = (Int(info.me_last_pgno) + 1) * Int(stat.ms_psize)
-            let dataFile = (path as NSString).appendingPathComponent("data.mdb")
-            let size = ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? NSNumber)?.intValue ?? 0
-            if size < needed {
-                throw DepotError(.storeCorrupted, "\(dataFile) is truncated: it has \(size) bytes, but its pages reach \(needed) bytes. It was not modified; restore it from a backup or point the store at another directory.")
-            }
-        }
-        var begun: OpaquePointer?
-        var rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
-        guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+        // A data file shorter than the pages its snapshot uses (a truncated copy, a disk that
+        // lost its tail) would make LMDB read past the end of the map: SIGBUS, not an error.
+        // Check the pages before LMDB reads any beyond the meta pages (see DataFileCheck).
+        let txn = try beginCheckedSnapshot(env, path: path)
         defer { mdb_txn_abort(txn) }
+        var rc: Int32
         var meta: MDB_dbi = 0
         rc = mdb_dbi_open(txn, Catalog.metaName, 0, &meta)
         if rc == MDB_NOTFOUND {
@@ -242,6 +231,45 @@ public final class LMDBStore: Store {
         guard format == String(Catalog.formatVersion) else {
             throw DepotError(.storeCorrupted, "The LMDB store at \(path) has layout format '\(format.prefix(16))', but this version of Depot reads format \(Catalog.formatVersion). It was not modified.")
         }
+    }
+
+    /// Begins a read transaction on the read-only `env` whose snapshot is checked to lie
+    /// inside `data.mdb`.
+    ///
+    /// The check reads the meta page of the transaction's own snapshot: while the
+    /// transaction is open, no writer (of any process) reuses that snapshot's pages. A
+    /// writer in another process may overwrite the meta slot two commits later; the check
+    /// then starts over with a new transaction.
+    private static func beginCheckedSnapshot(_ env: OpaquePointer, path: String) throws(DepotError) -> OpaquePointer {
+        var descriptor: Int32 = -1
+        var stat = MDB_stat()
+        var rc = mdb_env_get_fd(env, &descriptor)
+        if rc == 0 { rc = mdb_env_stat(env, &stat) }
+        if rc != 0 { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+        let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+        let check = DataFileCheck(descriptor: descriptor, pageSize: Int(stat.ms_psize), path: dataFile)
+        for _ in 0..<100 {
+            var begun: OpaquePointer?
+            rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
+            guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+            let id = UInt64(mdb_txn_id(txn))
+            do throws(DepotError) {
+                if let meta = try check.meta(slot: Int(id % 2)), meta.txnid == id {
+                    var status = Foundation.stat()
+                    guard fstat(descriptor, &status) == 0 else {
+                        throw DepotError.lmdb(errno, context: "Reading the size of \(dataFile)")
+                    }
+                    try check.check(meta, fileSize: Int(status.st_size))
+                    // Read again: a meta page torn by a concurrent commit is not trusted.
+                    if try check.meta(slot: Int(id % 2)) == meta { return txn }
+                }
+            } catch {
+                mdb_txn_abort(txn)
+                throw error
+            }
+            mdb_txn_abort(txn)
+        }
+        throw DepotError(.busy, "The LMDB store at \(path) changed too fast to be checked while opening (another process commits continuously); retry the open.")
     }
 
     /// Opens (creating when new) the metadata database and records the layout format.
