@@ -101,6 +101,10 @@ struct DataFileCheck {
     /// within the first `fileSize` bytes.
     func check(_ meta: Meta, fileSize: Int) throws(DepotError) {
         let filePages = UInt64(fileSize / pageSize)
+        // A last page no file can reach is damage (and would overflow the arithmetic below).
+        guard meta.lastPage < UInt64(Int.max / pageSize) else {
+            throw corrupt("its meta page names page \(meta.lastPage) as its last")
+        }
         guard meta.lastPage >= filePages else { return }
         // Pages filePages...lastPage are missing: harmless only when every one is free.
         let free = try freePages(meta, filePages: filePages, fileSize: fileSize)

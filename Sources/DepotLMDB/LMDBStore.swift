@@ -122,6 +122,11 @@ public final class LMDBStore: Store {
         else {
             throw DepotError(.invalidConfiguration, "LMDBStore options must be positive (mapSize \(options.mapSize), maxReaders \(options.maxReaders), maxDatabases \(options.maxDatabases) of at least 2).")
         }
+        // The map is address space: more than this cannot be mapped on today's machines, and
+        // bounding it here keeps page rounding and doubling free of overflow.
+        guard options.mapSize <= Environment.maximumMapSize else {
+            throw DepotError(.invalidConfiguration, "LMDBStore mapSize \(options.mapSize) is larger than the largest map Depot supports, \(Environment.maximumMapSize) bytes (16 TiB); use a smaller mapSize (the map grows when it fills up).")
+        }
         let fileManager = FileManager.default
         var isDirectory: ObjCBool = false
         if fileManager.fileExists(atPath: directory, isDirectory: &isDirectory) {
@@ -168,6 +173,15 @@ public final class LMDBStore: Store {
             ["depot.mapSize": .stringConvertible(options.mapSize), "depot.durability": .string("\(options.durability)")])
     }
 
+    /// `size` rounded up to whole system pages, at least 16 of them, and at most
+    /// ``Environment/maximumMapSize``: never an overflow, whatever `size` is.
+    static func roundedMapSize(_ size: Int) -> Int {
+        let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
+        let bounded = min(max(size, 16 * page), Environment.maximumMapSize)
+        let (pages, remainder) = bounded.quotientAndRemainder(dividingBy: page)
+        return (pages + (remainder == 0 ? 0 : 1)) * page
+    }
+
     private static func openEnvironment(path: String, options: Options, flags: Int32) throws(DepotError) -> OpaquePointer {
         var created: OpaquePointer?
         var rc = mdb_env_create(&created)
@@ -176,9 +190,7 @@ public final class LMDBStore: Store {
         rc = mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases))
         if rc == 0 { rc = mdb_env_set_maxreaders(env, UInt32(options.maxReaders)) }
         if rc == 0 && !readOnly {
-            let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
-            let rounded = (options.mapSize / page + (options.mapSize % page == 0 ? 0 : 1)) * page
-            rc = mdb_env_set_mapsize(env, max(rounded, 16 * page))
+            rc = mdb_env_set_mapsize(env, Self.roundedMapSize(options.mapSize))
         }
         if rc == 0 { rc = mdb_env_open(env, path, UInt32(flags), 0o644) }
         if rc != 0 {

@@ -166,7 +166,8 @@ final class LMDBTransaction: WriteTransaction {
         var stat = MDB_stat()
         let rc = mdb_stat(txn, dbi, &stat)
         if rc != 0 { throw fail(rc, "Reading database statistics in \(storeName)") }
-        return stat.ms_entries
+        // The count comes from the file: a damaged one must not make later arithmetic overflow.
+        return max(0, stat.ms_entries)
     }
 
     func withCursor<R>(_ dbi: MDB_dbi, _ body: (OpaquePointer) throws -> R) throws -> R {
