@@ -65,6 +65,17 @@ extension LMDBTransaction {
         guard let stored = try? JSONDecoder().decode(StoredEntity.self, from: bytes), stored.entity.name == name else {
             throw corrupted("The stored schema cannot be read", entity: name)
         }
+        // JSON that decodes can still describe an impossible entity (a primary key index
+        // outside the attributes, duplicate names) or a version that cannot be incremented:
+        // refuse it here rather than trap on it later.
+        do {
+            try stored.entity.validate()
+        } catch {
+            throw corrupted("The stored schema is invalid (\(error.message))", entity: name)
+        }
+        guard stored.schemaVersion >= 1, stored.schemaVersion < Int.max else {
+            throw corrupted("The stored schema version \(stored.schemaVersion) is invalid", entity: name)
+        }
         guard stored.recordFormat == Int(RecordFormat.version) else {
             throw DepotError(.storeCorrupted, "The \(name) records in the LMDB store at \(storeName) use record format \(stored.recordFormat), which this version of Depot does not read (it reads format \(RecordFormat.version)).")
         }
