@@ -82,6 +82,20 @@ extension LMDBTransaction {
         return stored
     }
 
+    /// The exact stored bytes of `name`'s schema, empty when there is none.
+    func storedStamp(_ name: String) throws(DepotError) -> [UInt8] {
+        guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else { return [] }
+        return Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+    }
+
+    /// ``register(_:current:)``, with the handles stamped with the stored schema they
+    /// belong to.
+    func registerStamped(_ entity: EntityDescription, current: EntityHandles?) throws -> EntityHandles {
+        var handles = try register(entity, current: current)
+        handles.stamp = try storedStamp(entity.name)
+        return handles
+    }
+
     private func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

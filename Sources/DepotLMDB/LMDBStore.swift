@@ -366,16 +366,48 @@ public final class LMDBStore: Store {
     private func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
         try begin()
         defer { end() }
-        let (txn, snapshot) = try beginRead()
-        defer {
+        var attempts = 0
+        while true {
+            attempts += 1
+            let (txn, snapshot) = try beginRead()
+            let transaction = LMDBTransaction(
+                txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
+                metaDBI: environment.metaDBI, storeName: directory, recording: false)
+            let result = Result { try body(transaction) }
+            transaction.isFinished = true
             environment.endReader(txn)
             environment.gate.leave()
+            // Another process migrated an entity: reload the catalog (on the writer queue,
+            // where every mdb_dbi_open of this process runs) and read again.
+            guard transaction.catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
+            try writer.sync { try reloadCatalog() }
         }
-        let transaction = LMDBTransaction(
-            txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
-            metaDBI: environment.metaDBI, storeName: directory, recording: false)
-        defer { transaction.isFinished = true }
-        return try body(transaction)
+    }
+
+    /// How often one transaction follows schema changes of other processes before it gives
+    /// up with the ``DepotError/Code/schemaMismatch`` it met.
+    private static let catalogReloads = 8
+
+    /// Reloads the handles of every entity whose stored schema another process changed.
+    /// Runs on the writer queue.
+    private func reloadCatalog() throws {
+        let snapshot = catalog.withLock { $0 }
+        let (changed, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
+            var updated: [String: EntityHandles] = [:]
+            for (name, handles) in snapshot {
+                guard try transaction.storedStamp(name) != handles.stamp, let stored = try transaction.readStoredEntity(name) else {
+                    continue
+                }
+                // Opens the databases of the stored schema (new indexes included); writes nothing.
+                updated[name] = try transaction.registerStamped(stored.entity, current: nil)
+            }
+            return updated
+        }
+        for (name, handles) in changed {
+            log.logger.info(
+                "LMDB catalog reloaded: another process changed the schema",
+                metadata: ["depot.entity": .string(name), "depot.schemaVersion": .stringConvertible(handles.schemaVersion)])
+        }
     }
 
     /// Runs `body` in a write transaction and commits it; on `MDB_MAP_FULL` (from any
@@ -387,7 +419,9 @@ public final class LMDBStore: Store {
         publish: ((T) -> [String: EntityHandles])? = nil, _ body: (LMDBTransaction) throws -> T
     ) throws -> (T, ChangeRecorder?) {
         let env = environment
+        var snapshot = snapshot
         var attempts = 0
+        var reloads = 0
         while true {
             attempts += 1
             guard attempts <= 64 else {
@@ -418,6 +452,12 @@ public final class LMDBStore: Store {
                     try grow(env)
                     continue
                 }
+                if transaction.catalogChanged, reloads < Self.catalogReloads {
+                    reloads += 1
+                    try reloadCatalog()
+                    snapshot = catalog.withLock { $0 }
+                    continue
+                }
                 if log.tracing { log.trace("LMDB write transaction aborted") }
                 throw error
             }
@@ -428,6 +468,16 @@ public final class LMDBStore: Store {
                 mdb_txn_abort(txn)
                 env.gate.leave()
                 try grow(env)
+                continue
+            }
+            if transaction.catalogChanged, reloads < Self.catalogReloads {
+                // The closure caught the stale-schema error and returned: what it wrote used
+                // the old layout, so roll it back and run it again with the new catalog.
+                mdb_txn_abort(txn)
+                env.gate.leave()
+                reloads += 1
+                try reloadCatalog()
+                snapshot = catalog.withLock { $0 }
                 continue
             }
             if let publish {
@@ -480,7 +530,7 @@ public final class LMDBStore: Store {
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: EntityHandles] = [:]
             for entity in entities {
-                updated[entity.name] = try transaction.register(entity, current: updated[entity.name] ?? snapshot[entity.name])
+                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name])
             }
             return updated
         }

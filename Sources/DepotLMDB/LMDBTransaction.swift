@@ -17,6 +17,11 @@ struct EntityHandles: Sendable {
     let schemaVersion: Int
     /// The attribute types in order, so decoding a record does not copy descriptions.
     let types: [AttributeType]
+    /// The exact bytes of the entity's stored schema (`entity:<Name>` in `depot_meta`) these
+    /// handles were made from. Another process that migrates the entity changes them; every
+    /// transaction compares them before using the handles (see
+    /// ``LMDBTransaction/handles(for:)``).
+    var stamp: [UInt8] = []
 
     init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int) {
         self.entity = entity
@@ -50,6 +55,10 @@ final class LMDBTransaction: WriteTransaction {
     /// Set when LMDB reported `MDB_MAP_FULL`; the store then grows the map and reruns the
     /// whole transaction, whatever the closure did with the error.
     var mapFull = false
+    /// Set when an entity's stored schema is no longer the one the store's catalog was
+    /// made from (another process migrated it); the store then reloads its catalog and
+    /// reruns the whole transaction, whatever the closure did with the error.
+    var catalogChanged = false
 
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
@@ -93,8 +102,22 @@ final class LMDBTransaction: WriteTransaction {
         guard let handles = catalog[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
-        guard handles.entity.attributes.count == entity.attributes.count else {
-            throw DepotError(.schemaMismatch, "The entity \(entity.name) is registered with \(handles.entity.attributes.count) attributes, but this request describes \(entity.attributes.count); use the record type that registered it.")
+        // Several processes may share the directory: one may have migrated the entity since
+        // this process loaded its catalog. Writing with stale handles would store rows in the
+        // old layout and skip new indexes, so the stored schema is compared, once per
+        // entity per transaction (one lookup in the small metadata database).
+        guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
+            Self.compare(stored, handles.stamp) == 0
+        else {
+            catalogChanged = true
+            throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
+        }
+        guard handles.entity.attributes.count == entity.attributes.count,
+            zip(handles.entity.attributes, entity.attributes).allSatisfy({ $0.name == $1.name && $0.type == $1.type })
+        else {
+            let registered = handles.entity.attributes.map { "\($0.name): \($0.type.rawValue)" }.joined(separator: ", ")
+            let requested = entity.attributes.map { "\($0.name): \($0.type.rawValue)" }.joined(separator: ", ")
+            throw DepotError(.schemaMismatch, "The entity \(entity.name) is stored with the attributes (\(registered)) at schema version \(handles.schemaVersion), but this request describes (\(requested)). If another process migrated the entity, this process must use the new record type (restart it with the new version); otherwise use the record type that registered it.")
         }
         lastHandles = handles
         return handles
