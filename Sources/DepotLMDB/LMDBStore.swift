@@ -10,7 +10,8 @@ import Synchronization
 /// Read transactions run concurrently on the store's reader queue and see a snapshot;
 /// write transactions run one at a time on the store's writer queue, in submission order.
 /// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
-/// doubles it and reruns the transaction, so a commit never fails for map size.
+/// doubles it and reruns the transaction; see <doc:DepotLMDB#Map-growth> for how growth
+/// waits for open reads without stalling the others.
 ///
 /// ```swift
 /// let store = try LMDBStore(directory: "/var/lib/app/cats")
@@ -46,9 +47,9 @@ public final class LMDBStore: Store {
 
     /// How a store opens its environment.
     public struct Options: Sendable, Hashable {
-        /// The initial size of the memory map in bytes (64 MiB by default). It is address
-        /// space, not disk: the file grows with the data. When it fills up, the store
-        /// doubles it.
+        /// The initial size of the memory map in bytes (64 MiB by default, at most 16 TiB;
+        /// rounded up to whole pages). It is address space, not disk: the file grows with
+        /// the data. When it fills up, the store doubles it.
         public var mapSize: Int
         /// The most read transactions open at once, across every process using the
         /// directory (LMDB's default, 126).
@@ -94,15 +95,20 @@ public final class LMDBStore: Store {
     /// they do not exist.
     ///
     /// Stale reader slots left by crashed processes are cleared on open. An existing
-    /// `data.mdb` is first checked in read-only mode, so a damaged or foreign file is
-    /// refused without being modified.
+    /// `data.mdb` is first checked in read-only mode, so a damaged, truncated or foreign
+    /// file is refused without being modified.
+    ///
+    /// Opening blocks the calling thread: it reads the file, and its first write transaction
+    /// waits while another process holds LMDB's write lock. It never sleeps on a timer. In
+    /// async code, use Depot's async store opener, which runs this off Swift's cooperative
+    /// pool.
     ///
     /// - Parameters:
     ///   - directory: The environment's directory.
     ///   - options: Map size, reader and database limits, durability.
     /// - Throws: ``DepotError`` — ``DepotError/Code/storeCorrupted`` when the directory holds
     ///   a damaged or foreign `data.mdb`; ``DepotError/Code/invalidConfiguration`` for a
-    ///   bad option or a path that is a file; ``DepotError/Code/busy`` when the directory is
+    ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; ``DepotError/Code/busy`` when the directory is
     ///   already open in this process; ``DepotError/Code/permissionDenied`` or
     ///   ``DepotError/Code/io`` when the files cannot be created.
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
@@ -340,16 +346,16 @@ public final class LMDBStore: Store {
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    private func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles]) {
+    private func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles], UInt64) {
         let env = environment
         for _ in 0..<8 {
-            env.gate.enter()
+            let ticket = env.gate.enter()
             let (rc, begun, snapshot) = catalog.withLock { entities in
                 let (rc, txn) = env.beginReader()
                 return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
             }
-            if rc == 0, let txn = begun?.txn { return (txn, snapshot) }
-            env.gate.leave()
+            if rc == 0, let txn = begun?.txn { return (txn, snapshot, ticket) }
+            env.gate.leave(ticket)
             if rc == MDB_MAP_RESIZED {
                 try env.adoptMapSize()
                 continue
@@ -369,14 +375,14 @@ public final class LMDBStore: Store {
         var attempts = 0
         while true {
             attempts += 1
-            let (txn, snapshot) = try beginRead()
+            let (txn, snapshot, ticket) = try beginRead()
             let transaction = LMDBTransaction(
                 txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
                 metaDBI: environment.metaDBI, storeName: directory, recording: false)
             let result = Result { try body(transaction) }
             transaction.isFinished = true
             environment.endReader(txn)
-            environment.gate.leave()
+            environment.gate.leave(ticket)
             // Another process migrated an entity: reload the catalog (on the writer queue,
             // where every mdb_dbi_open of this process runs) and read again.
             guard transaction.catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
@@ -427,11 +433,11 @@ public final class LMDBStore: Store {
             guard attempts <= 64 else {
                 throw DepotError(.storeFull, "The LMDB store at \(directory) could not grow its map enough for this transaction.", nativeCode: MDB_MAP_FULL)
             }
-            env.gate.enter()
+            let ticket = env.gate.enter()
             var begun: OpaquePointer?
             var rc = mdb_txn_begin(env.pointer, nil, 0, &begun)
             guard rc == 0, let txn = begun else {
-                env.gate.leave()
+                env.gate.leave(ticket)
                 if rc == MDB_MAP_RESIZED {
                     try env.adoptMapSize()
                     continue
@@ -447,7 +453,7 @@ public final class LMDBStore: Store {
             } catch {
                 transaction.isFinished = true
                 mdb_txn_abort(txn)
-                env.gate.leave()
+                env.gate.leave(ticket)
                 if transaction.mapFull {
                     try grow(env)
                     continue
@@ -466,7 +472,7 @@ public final class LMDBStore: Store {
                 // The closure caught the error and returned; LMDB has poisoned the
                 // transaction anyway, so rerun it in a larger map.
                 mdb_txn_abort(txn)
-                env.gate.leave()
+                env.gate.leave(ticket)
                 try grow(env)
                 continue
             }
@@ -474,7 +480,7 @@ public final class LMDBStore: Store {
                 // The closure caught the stale-schema error and returned: what it wrote used
                 // the old layout, so roll it back and run it again with the new catalog.
                 mdb_txn_abort(txn)
-                env.gate.leave()
+                env.gate.leave(ticket)
                 reloads += 1
                 try reloadCatalog()
                 snapshot = catalog.withLock { $0 }
@@ -490,7 +496,7 @@ public final class LMDBStore: Store {
             } else {
                 rc = mdb_txn_commit(txn)
             }
-            env.gate.leave()
+            env.gate.leave(ticket)
             if rc == MDB_MAP_FULL {
                 try grow(env)
                 continue
