@@ -132,4 +132,24 @@ struct LMDBCatalogTests {
             #expect(try await grown.fetchAll(Request(\.name == "New")).map(\.id) == [600])
         }
     }
+
+    @Test("stored schema bytes that are not a valid schema are refused, never trapped on")
+    func parseJunk() throws {
+        let valid = try JSONEncoder().encode(StoredEntity(schemaVersion: 1, recordFormat: 1, entity: CatRecord.entity.description))
+        let text = String(decoding: valid, as: UTF8.self)
+        let inputs: [String] = [
+            "", "{}", "null", "[1,2]", String(repeating: "[", count: 10_000),
+            text.replacingOccurrences(of: "\"primaryKeyIndex\":0", with: "\"primaryKeyIndex\":-9223372036854775808"),
+            text.replacingOccurrences(of: "\"schemaVersion\":1", with: "\"schemaVersion\":-1"),
+            text.replacingOccurrences(of: "\"recordFormat\":1", with: "\"recordFormat\":99"),
+            text.replacingOccurrences(of: "\"name\":\"Cat\"", with: "\"name\":\"Dog\""),
+        ]
+        for input in inputs {
+            #expect(throws: DepotError.self, "\(input.prefix(80))") {
+                try Array(input.utf8).withUnsafeBytes { try StoredEntity.parse($0, name: "Cat", store: "test") }
+            }
+        }
+        let parsed = try Array(valid).withUnsafeBytes { try StoredEntity.parse($0, name: "Cat", store: "test") }
+        #expect(parsed.entity == CatRecord.entity.description)
+    }
 }
