@@ -31,6 +31,35 @@ struct StoredEntity: Codable {
     /// The version of ``RecordFormat`` the rows are written in.
     var recordFormat: Int
     var entity: EntityDescription
+
+    /// Decodes and checks the stored schema of entity `name` (bytes from the file: anything
+    /// may be there).
+    ///
+    /// - Throws: ``DepotError/Code/storeCorrupted`` for bytes that are not a valid schema of
+    ///   `name`, or a record format this version does not read.
+    static func parse(_ bytes: UnsafeRawBufferPointer, name: String, store: String) throws(DepotError) -> StoredEntity {
+        func corrupted(_ what: String) -> DepotError {
+            DepotError(.storeCorrupted, "\(what) in the \(name) database of the LMDB store at \(store); the file is damaged or was written by something else. Restore it from a backup.")
+        }
+        guard let stored = try? JSONDecoder().decode(StoredEntity.self, from: Data(bytes)), stored.entity.name == name else {
+            throw corrupted("The stored schema cannot be read")
+        }
+        // JSON that decodes can still describe an impossible entity (a primary key index
+        // outside the attributes, duplicate names) or a version that cannot be incremented:
+        // refuse it here rather than trap on it later.
+        do {
+            try stored.entity.validate()
+        } catch {
+            throw corrupted("The stored schema is invalid (\(error.message))")
+        }
+        guard stored.schemaVersion >= 1, stored.schemaVersion < Int.max else {
+            throw corrupted("The stored schema version \(stored.schemaVersion) is invalid")
+        }
+        guard stored.recordFormat == Int(RecordFormat.version) else {
+            throw DepotError(.storeCorrupted, "The \(name) records in the LMDB store at \(store) use record format \(stored.recordFormat), which this version of Depot does not read (it reads format \(RecordFormat.version)).")
+        }
+        return stored
+    }
 }
 
 extension LMDBTransaction {
@@ -61,14 +90,21 @@ extension LMDBTransaction {
         guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else {
             return nil
         }
-        let bytes = Data(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
-        guard let stored = try? JSONDecoder().decode(StoredEntity.self, from: bytes), stored.entity.name == name else {
-            throw corrupted("The stored schema cannot be read", entity: name)
-        }
-        guard stored.recordFormat == Int(RecordFormat.version) else {
-            throw DepotError(.storeCorrupted, "The \(name) records in the LMDB store at \(storeName) use record format \(stored.recordFormat), which this version of Depot does not read (it reads format \(RecordFormat.version)).")
-        }
-        return stored
+        return try StoredEntity.parse(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size), name: name, store: storeName)
+    }
+
+    /// The exact stored bytes of `name`'s schema, empty when there is none.
+    func storedStamp(_ name: String) throws(DepotError) -> [UInt8] {
+        guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else { return [] }
+        return Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+    }
+
+    /// ``register(_:current:)``, with the handles stamped with the stored schema they
+    /// belong to.
+    func registerStamped(_ entity: EntityDescription, current: EntityHandles?) throws -> EntityHandles {
+        var handles = try register(entity, current: current)
+        handles.stamp = try storedStamp(entity.name)
+        return handles
     }
 
     private func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {

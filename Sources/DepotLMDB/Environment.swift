@@ -7,44 +7,87 @@ import Synchronization
 /// there are none, as `mdb_env_set_mapsize` requires: a resize remaps the file, and every
 /// pointer an open transaction holds into the old mapping would dangle.
 ///
-/// New transactions wait while a resize is pending; the resize itself waits for open ones
-/// only up to a deadline, so a reader that waits for the writer cannot deadlock it.
+/// A resize must not stall the process while one slow transaction finishes. So it never
+/// holds back new transactions for longer than ``admissionWait``: it closes the gate, waits
+/// that long for the open transactions to finish, and if one is still open, reopens the
+/// gate and waits — admitting new transactions — until every transaction that was open
+/// then has finished, and tries again. Each transaction carries the generation it entered
+/// in, which tells the long ones (entered before the failed attempt) from the newcomers.
+/// Only the resizing writer waits for a long reader, up to ``resizePatience``.
+///
 /// `@unchecked Sendable`: every field is guarded by `condition`.
 final class TransactionGate: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var active = 0
-    private var exclusive = false
+    /// How long one resize attempt holds back new transactions.
+    static let admissionWait: TimeInterval = 0.05
+    /// How long a resize waits in all for open transactions before it gives up.
+    static let resizePatience: TimeInterval = 600
 
-    func enter() {
+    private let condition = NSCondition()
+    /// Open transactions per generation.
+    private var active: [UInt64: Int] = [:]
+    private var generation: UInt64 = 0
+    private var closed = false
+    private var resizing = false
+
+    /// Whether a resize is waiting for open transactions (for tests).
+    var isResizing: Bool {
         condition.lock()
-        while exclusive { condition.wait() }
-        active += 1
-        condition.unlock()
+        defer { condition.unlock() }
+        return resizing
     }
 
-    func leave() {
+    /// Admits a transaction (waiting while a resize attempt holds the gate closed) and
+    /// returns the ticket to give to ``leave(_:)``.
+    func enter() -> UInt64 {
         condition.lock()
-        active -= 1
-        if active == 0 { condition.broadcast() }
-        condition.unlock()
+        defer { condition.unlock() }
+        while closed { condition.wait() }
+        active[generation, default: 0] += 1
+        return generation
+    }
+
+    func leave(_ ticket: UInt64) {
+        condition.lock()
+        defer { condition.unlock() }
+        if let count = active[ticket], count > 1 {
+            active[ticket] = count - 1
+        } else {
+            active[ticket] = nil
+            if resizing { condition.broadcast() }
+        }
     }
 
     /// Runs `body` while no transaction is open, or returns `nil` when open transactions
-    /// did not finish within `timeout` seconds.
-    func whenIdle(timeout: TimeInterval, _ body: () -> Int32) -> Int32? {
+    /// did not let it within `patience` seconds.
+    func whenIdle(patience: TimeInterval = resizePatience, _ body: () -> Int32) -> Int32? {
         condition.lock()
         defer { condition.unlock() }
-        while exclusive { condition.wait() }
-        exclusive = true
+        // One resize at a time (the writer, or a reader following another process's resize).
+        while resizing { condition.wait() }
+        resizing = true
         defer {
-            exclusive = false
+            resizing = false
+            closed = false
             condition.broadcast()
         }
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        while active > 0 {
-            if !condition.wait(until: deadline) && active > 0 { return nil }
+        let deadline = Date(timeIntervalSinceNow: patience)
+        while true {
+            // Hold new transactions back briefly while the open ones finish.
+            closed = true
+            let attempt = min(deadline, Date(timeIntervalSinceNow: Self.admissionWait))
+            while !active.isEmpty {
+                if !condition.wait(until: attempt) && !active.isEmpty { break }
+            }
+            if active.isEmpty { return body() }
+            // A long transaction: admit new ones again and wait for the ones open now.
+            closed = false
+            condition.broadcast()
+            let stuck = generation
+            generation += 1
+            while active.keys.contains(where: { $0 <= stuck }) {
+                if !condition.wait(until: deadline) && active.keys.contains(where: { $0 <= stuck }) { return nil }
+            }
         }
-        return body()
     }
 }
 
@@ -80,8 +123,6 @@ final class Environment: @unchecked Sendable {
         // Owned by exactly one party at a time: the pool (under its lock) or one reader.
         let txn: OpaquePointer
     }
-    /// How long a resize waits for open transactions before the write fails.
-    static let resizeTimeout: TimeInterval = 15
     /// Growth stops here (the map is virtual address space, not disk).
     static let maximumMapSize = 1 << 44
 
@@ -104,16 +145,16 @@ final class Environment: @unchecked Sendable {
             throw DepotError(.storeFull, "The LMDB store at \(path) has reached the largest map Depot grows to (\(current) bytes).", nativeCode: MDB_MAP_FULL)
         }
         let target = min(current * 2, Self.maximumMapSize)
-        guard let rc = gate.whenIdle(timeout: Self.resizeTimeout, { mdb_env_set_mapsize(pointer, target) }) else {
-            throw DepotError(.storeFull, "The LMDB store at \(path) is full at \(current) bytes and could not grow its map: read transactions stayed open for \(Int(Self.resizeTimeout)) s. Finish reads sooner or open the store with a larger mapSize.", nativeCode: MDB_MAP_FULL)
+        guard let rc = gate.whenIdle({ mdb_env_set_mapsize(pointer, target) }) else {
+            throw DepotError(.storeFull, "The LMDB store at \(path) is full at \(current) bytes and could not grow its map: a read transaction stayed open for \(Int(TransactionGate.resizePatience)) s (the map can only grow while no transaction of the process is open). Finish reads sooner, or open the store with a larger mapSize.", nativeCode: MDB_MAP_FULL)
         }
         if rc != 0 { throw DepotError.lmdb(rc, context: "Growing the map of \(path) to \(target) bytes") }
     }
 
     /// Adopts the map size another process set (`MDB_MAP_RESIZED`).
     func adoptMapSize() throws(DepotError) {
-        guard let rc = gate.whenIdle(timeout: Self.resizeTimeout, { mdb_env_set_mapsize(pointer, 0) }) else {
-            throw DepotError(.busy, "Another process grew the LMDB store at \(path), and this process could not follow because its transactions stayed open for \(Int(Self.resizeTimeout)) s.", nativeCode: MDB_MAP_RESIZED)
+        guard let rc = gate.whenIdle({ mdb_env_set_mapsize(pointer, 0) }) else {
+            throw DepotError(.busy, "Another process grew the LMDB store at \(path), and this process could not follow because a transaction stayed open for \(Int(TransactionGate.resizePatience)) s.", nativeCode: MDB_MAP_RESIZED)
         }
         if rc != 0 { throw DepotError.lmdb(rc, context: "Adopting the new map size of \(path)") }
     }

@@ -10,7 +10,8 @@ import Synchronization
 /// Read transactions run concurrently on the store's reader queue and see a snapshot;
 /// write transactions run one at a time on the store's writer queue, in submission order.
 /// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
-/// doubles it and reruns the transaction, so a commit never fails for map size.
+/// doubles it and reruns the transaction; see <doc:DepotLMDB#Map-growth> for how growth
+/// waits for open reads without stalling the others.
 ///
 /// ```swift
 /// let store = try LMDBStore(directory: "/var/lib/app/cats")
@@ -46,9 +47,9 @@ public final class LMDBStore: Store {
 
     /// How a store opens its environment.
     public struct Options: Sendable, Hashable {
-        /// The initial size of the memory map in bytes (64 MiB by default). It is address
-        /// space, not disk: the file grows with the data. When it fills up, the store
-        /// doubles it.
+        /// The initial size of the memory map in bytes (64 MiB by default, at most 16 TiB;
+        /// rounded up to whole pages). It is address space, not disk: the file grows with
+        /// the data. When it fills up, the store doubles it.
         public var mapSize: Int
         /// The most read transactions open at once, across every process using the
         /// directory (LMDB's default, 126).
@@ -94,15 +95,20 @@ public final class LMDBStore: Store {
     /// they do not exist.
     ///
     /// Stale reader slots left by crashed processes are cleared on open. An existing
-    /// `data.mdb` is first checked in read-only mode, so a damaged or foreign file is
-    /// refused without being modified.
+    /// `data.mdb` is first checked in read-only mode, so a damaged, truncated or foreign
+    /// file is refused without being modified.
+    ///
+    /// Opening blocks the calling thread: it reads the file, and its first write transaction
+    /// waits while another process holds LMDB's write lock. It never sleeps on a timer. In
+    /// async code, use Depot's async store opener, which runs this off Swift's cooperative
+    /// pool.
     ///
     /// - Parameters:
     ///   - directory: The environment's directory.
     ///   - options: Map size, reader and database limits, durability.
     /// - Throws: ``DepotError`` — ``DepotError/Code/storeCorrupted`` when the directory holds
     ///   a damaged or foreign `data.mdb`; ``DepotError/Code/invalidConfiguration`` for a
-    ///   bad option or a path that is a file; ``DepotError/Code/busy`` when the directory is
+    ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; ``DepotError/Code/busy`` when the directory is
     ///   already open in this process; ``DepotError/Code/permissionDenied`` or
     ///   ``DepotError/Code/io`` when the files cannot be created.
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
@@ -121,6 +127,11 @@ public final class LMDBStore: Store {
             options.maxReaders <= Int(UInt32.max), options.maxDatabases <= Int(UInt32.max)
         else {
             throw DepotError(.invalidConfiguration, "LMDBStore options must be positive (mapSize \(options.mapSize), maxReaders \(options.maxReaders), maxDatabases \(options.maxDatabases) of at least 2).")
+        }
+        // The map is address space: more than this cannot be mapped on today's machines, and
+        // bounding it here keeps page rounding and doubling free of overflow.
+        guard options.mapSize <= Environment.maximumMapSize else {
+            throw DepotError(.invalidConfiguration, "LMDBStore mapSize \(options.mapSize) is larger than the largest map Depot supports, \(Environment.maximumMapSize) bytes (16 TiB); use a smaller mapSize (the map grows when it fills up).")
         }
         let fileManager = FileManager.default
         var isDirectory: ObjCBool = false
@@ -168,6 +179,15 @@ public final class LMDBStore: Store {
             ["depot.mapSize": .stringConvertible(options.mapSize), "depot.durability": .string("\(options.durability)")])
     }
 
+    /// `size` rounded up to whole system pages, at least 16 of them, and at most
+    /// ``Environment/maximumMapSize``: never an overflow, whatever `size` is.
+    static func roundedMapSize(_ size: Int) -> Int {
+        let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
+        let bounded = min(max(size, 16 * page), Environment.maximumMapSize)
+        let (pages, remainder) = bounded.quotientAndRemainder(dividingBy: page)
+        return (pages + (remainder == 0 ? 0 : 1)) * page
+    }
+
     private static func openEnvironment(path: String, options: Options, flags: Int32) throws(DepotError) -> OpaquePointer {
         var created: OpaquePointer?
         var rc = mdb_env_create(&created)
@@ -176,9 +196,7 @@ public final class LMDBStore: Store {
         rc = mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases))
         if rc == 0 { rc = mdb_env_set_maxreaders(env, UInt32(options.maxReaders)) }
         if rc == 0 && !readOnly {
-            let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
-            let rounded = (options.mapSize / page + (options.mapSize % page == 0 ? 0 : 1)) * page
-            rc = mdb_env_set_mapsize(env, max(rounded, 16 * page))
+            rc = mdb_env_set_mapsize(env, Self.roundedMapSize(options.mapSize))
         }
         if rc == 0 { rc = mdb_env_open(env, path, UInt32(flags), 0o644) }
         if rc != 0 {
@@ -196,23 +214,12 @@ public final class LMDBStore: Store {
     private static func validate(path: String, options: Options) throws(DepotError) {
         let env = try openEnvironment(path: path, options: options, flags: Int32(MDB_RDONLY) | Int32(MDB_NOTLS))
         defer { mdb_env_close(env) }
-        // A data file shorter than the pages its meta page claims (a truncated copy, a disk
-        // that lost its tail) would make LMDB read past the end of the map: SIGBUS, not an
-        // error. Compare the sizes before reading any page.
-        var info = MDB_envinfo()
-        var stat = MDB_stat()
-        if mdb_env_info(env, &info) == 0, mdb_env_stat(env, &stat) == 0 {
-            let needed = (Int(info.me_last_pgno) + 1) * Int(stat.ms_psize)
-            let dataFile = (path as NSString).appendingPathComponent("data.mdb")
-            let size = ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? NSNumber)?.intValue ?? 0
-            if size < needed {
-                throw DepotError(.storeCorrupted, "\(dataFile) is truncated: it has \(size) bytes, but its pages reach \(needed) bytes. It was not modified; restore it from a backup or point the store at another directory.")
-            }
-        }
-        var begun: OpaquePointer?
-        var rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
-        guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+        // A data file shorter than the pages its snapshot uses (a truncated copy, a disk that
+        // lost its tail) would make LMDB read past the end of the map: SIGBUS, not an error.
+        // Check the pages before LMDB reads any beyond the meta pages (see DataFileCheck).
+        let txn = try beginCheckedSnapshot(env, path: path)
         defer { mdb_txn_abort(txn) }
+        var rc: Int32
         var meta: MDB_dbi = 0
         rc = mdb_dbi_open(txn, Catalog.metaName, 0, &meta)
         if rc == MDB_NOTFOUND {
@@ -242,6 +249,45 @@ public final class LMDBStore: Store {
         guard format == String(Catalog.formatVersion) else {
             throw DepotError(.storeCorrupted, "The LMDB store at \(path) has layout format '\(format.prefix(16))', but this version of Depot reads format \(Catalog.formatVersion). It was not modified.")
         }
+    }
+
+    /// Begins a read transaction on the read-only `env` whose snapshot is checked to lie
+    /// inside `data.mdb`.
+    ///
+    /// The check reads the meta page of the transaction's own snapshot: while the
+    /// transaction is open, no writer (of any process) reuses that snapshot's pages. A
+    /// writer in another process may overwrite the meta slot two commits later; the check
+    /// then starts over with a new transaction.
+    private static func beginCheckedSnapshot(_ env: OpaquePointer, path: String) throws(DepotError) -> OpaquePointer {
+        var descriptor: Int32 = -1
+        var stat = MDB_stat()
+        var rc = mdb_env_get_fd(env, &descriptor)
+        if rc == 0 { rc = mdb_env_stat(env, &stat) }
+        if rc != 0 { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+        let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+        let check = DataFileCheck(descriptor: descriptor, pageSize: Int(stat.ms_psize), path: dataFile)
+        for _ in 0..<100 {
+            var begun: OpaquePointer?
+            rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &begun)
+            guard rc == 0, let txn = begun else { throw DepotError.lmdb(rc, context: "Reading the LMDB environment at \(path)") }
+            let id = UInt64(mdb_txn_id(txn))
+            do throws(DepotError) {
+                if let meta = try check.meta(slot: Int(id % 2)), meta.txnid == id {
+                    var status = Foundation.stat()
+                    guard fstat(descriptor, &status) == 0 else {
+                        throw DepotError.lmdb(errno, context: "Reading the size of \(dataFile)")
+                    }
+                    try check.check(meta, fileSize: Int(status.st_size))
+                    // Read again: a meta page torn by a concurrent commit is not trusted.
+                    if try check.meta(slot: Int(id % 2)) == meta { return txn }
+                }
+            } catch {
+                mdb_txn_abort(txn)
+                throw error
+            }
+            mdb_txn_abort(txn)
+        }
+        throw DepotError(.busy, "The LMDB store at \(path) changed too fast to be checked while opening (another process commits continuously); retry the open.")
     }
 
     /// Opens (creating when new) the metadata database and records the layout format.
@@ -300,16 +346,16 @@ public final class LMDBStore: Store {
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    private func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles]) {
+    private func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles], UInt64) {
         let env = environment
         for _ in 0..<8 {
-            env.gate.enter()
+            let ticket = env.gate.enter()
             let (rc, begun, snapshot) = catalog.withLock { entities in
                 let (rc, txn) = env.beginReader()
                 return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
             }
-            if rc == 0, let txn = begun?.txn { return (txn, snapshot) }
-            env.gate.leave()
+            if rc == 0, let txn = begun?.txn { return (txn, snapshot, ticket) }
+            env.gate.leave(ticket)
             if rc == MDB_MAP_RESIZED {
                 try env.adoptMapSize()
                 continue
@@ -326,16 +372,48 @@ public final class LMDBStore: Store {
     private func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
         try begin()
         defer { end() }
-        let (txn, snapshot) = try beginRead()
-        defer {
+        var attempts = 0
+        while true {
+            attempts += 1
+            let (txn, snapshot, ticket) = try beginRead()
+            let transaction = LMDBTransaction(
+                txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
+                metaDBI: environment.metaDBI, storeName: directory, recording: false)
+            let result = Result { try body(transaction) }
+            transaction.isFinished = true
             environment.endReader(txn)
-            environment.gate.leave()
+            environment.gate.leave(ticket)
+            // Another process migrated an entity: reload the catalog (on the writer queue,
+            // where every mdb_dbi_open of this process runs) and read again.
+            guard transaction.catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
+            try writer.sync { try reloadCatalog() }
         }
-        let transaction = LMDBTransaction(
-            txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
-            metaDBI: environment.metaDBI, storeName: directory, recording: false)
-        defer { transaction.isFinished = true }
-        return try body(transaction)
+    }
+
+    /// How often one transaction follows schema changes of other processes before it gives
+    /// up with the ``DepotError/Code/schemaMismatch`` it met.
+    private static let catalogReloads = 8
+
+    /// Reloads the handles of every entity whose stored schema another process changed.
+    /// Runs on the writer queue.
+    private func reloadCatalog() throws {
+        let snapshot = catalog.withLock { $0 }
+        let (changed, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
+            var updated: [String: EntityHandles] = [:]
+            for (name, handles) in snapshot {
+                guard try transaction.storedStamp(name) != handles.stamp, let stored = try transaction.readStoredEntity(name) else {
+                    continue
+                }
+                // Opens the databases of the stored schema (new indexes included); writes nothing.
+                updated[name] = try transaction.registerStamped(stored.entity, current: nil)
+            }
+            return updated
+        }
+        for (name, handles) in changed {
+            log.logger.info(
+                "LMDB catalog reloaded: another process changed the schema",
+                metadata: ["depot.entity": .string(name), "depot.schemaVersion": .stringConvertible(handles.schemaVersion)])
+        }
     }
 
     /// Runs `body` in a write transaction and commits it; on `MDB_MAP_FULL` (from any
@@ -347,17 +425,19 @@ public final class LMDBStore: Store {
         publish: ((T) -> [String: EntityHandles])? = nil, _ body: (LMDBTransaction) throws -> T
     ) throws -> (T, ChangeRecorder?) {
         let env = environment
+        var snapshot = snapshot
         var attempts = 0
+        var reloads = 0
         while true {
             attempts += 1
             guard attempts <= 64 else {
                 throw DepotError(.storeFull, "The LMDB store at \(directory) could not grow its map enough for this transaction.", nativeCode: MDB_MAP_FULL)
             }
-            env.gate.enter()
+            let ticket = env.gate.enter()
             var begun: OpaquePointer?
             var rc = mdb_txn_begin(env.pointer, nil, 0, &begun)
             guard rc == 0, let txn = begun else {
-                env.gate.leave()
+                env.gate.leave(ticket)
                 if rc == MDB_MAP_RESIZED {
                     try env.adoptMapSize()
                     continue
@@ -373,9 +453,15 @@ public final class LMDBStore: Store {
             } catch {
                 transaction.isFinished = true
                 mdb_txn_abort(txn)
-                env.gate.leave()
+                env.gate.leave(ticket)
                 if transaction.mapFull {
                     try grow(env)
+                    continue
+                }
+                if transaction.catalogChanged, reloads < Self.catalogReloads {
+                    reloads += 1
+                    try reloadCatalog()
+                    snapshot = catalog.withLock { $0 }
                     continue
                 }
                 if log.tracing { log.trace("LMDB write transaction aborted") }
@@ -386,8 +472,18 @@ public final class LMDBStore: Store {
                 // The closure caught the error and returned; LMDB has poisoned the
                 // transaction anyway, so rerun it in a larger map.
                 mdb_txn_abort(txn)
-                env.gate.leave()
+                env.gate.leave(ticket)
                 try grow(env)
+                continue
+            }
+            if transaction.catalogChanged, reloads < Self.catalogReloads {
+                // The closure caught the stale-schema error and returned: what it wrote used
+                // the old layout, so roll it back and run it again with the new catalog.
+                mdb_txn_abort(txn)
+                env.gate.leave(ticket)
+                reloads += 1
+                try reloadCatalog()
+                snapshot = catalog.withLock { $0 }
                 continue
             }
             if let publish {
@@ -400,7 +496,7 @@ public final class LMDBStore: Store {
             } else {
                 rc = mdb_txn_commit(txn)
             }
-            env.gate.leave()
+            env.gate.leave(ticket)
             if rc == MDB_MAP_FULL {
                 try grow(env)
                 continue
@@ -439,7 +535,7 @@ public final class LMDBStore: Store {
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: EntityHandles] = [:]
             for entity in entities {
-                updated[entity.name] = try transaction.register(entity, current: updated[entity.name] ?? snapshot[entity.name])
+                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name])
             }
             return updated
         }

@@ -17,6 +17,11 @@ struct EntityHandles: Sendable {
     let schemaVersion: Int
     /// The attribute types in order, so decoding a record does not copy descriptions.
     let types: [AttributeType]
+    /// The exact bytes of the entity's stored schema (`entity:<Name>` in `depot_meta`) these
+    /// handles were made from. Another process that migrates the entity changes them; every
+    /// transaction compares them before using the handles (see
+    /// ``LMDBTransaction/handles(for:)``).
+    var stamp: [UInt8] = []
 
     init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int) {
         self.entity = entity
@@ -50,6 +55,10 @@ final class LMDBTransaction: WriteTransaction {
     /// Set when LMDB reported `MDB_MAP_FULL`; the store then grows the map and reruns the
     /// whole transaction, whatever the closure did with the error.
     var mapFull = false
+    /// Set when an entity's stored schema is no longer the one the store's catalog was
+    /// made from (another process migrated it); the store then reloads its catalog and
+    /// reruns the whole transaction, whatever the closure did with the error.
+    var catalogChanged = false
 
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
@@ -95,6 +104,17 @@ final class LMDBTransaction: WriteTransaction {
         guard let handles = catalog[entity.name] else {
             throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
         }
+        // Several processes may share the directory: one may have migrated the entity since
+        // this process loaded its catalog. Writing with stale handles would store rows in the
+        // old layout and skip new indexes, so the stored schema is compared, once per
+        // entity per transaction (one lookup in the small metadata database).
+        guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
+            Self.compare(stored, handles.stamp) == 0
+        else {
+            catalogChanged = true
+            throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
+        }
+        // The registered layout, attribute for attribute (one check for every backend).
         try handles.entity.checkSameShape(as: entity)
         lastHandles = handles
         lastAttributes = entity.attributes
@@ -167,7 +187,8 @@ final class LMDBTransaction: WriteTransaction {
         var stat = MDB_stat()
         let rc = mdb_stat(txn, dbi, &stat)
         if rc != 0 { throw fail(rc, "Reading database statistics in \(storeName)") }
-        return stat.ms_entries
+        // The count comes from the file: a damaged one must not make later arithmetic overflow.
+        return max(0, stat.ms_entries)
     }
 
     func withCursor<R>(_ dbi: MDB_dbi, _ body: (OpaquePointer) throws -> R) throws -> R {
@@ -337,10 +358,9 @@ final class LMDBTransaction: WriteTransaction {
             return
         }
         var rows: [Row] = []
-        if let limit = query.limit {
+        if let window = query.end, window <= Query.largestTopNWindow {
             // Bounded top-N: a sorted window of offset + limit rows, so a small limit over
-            // many candidates costs O(n log k) and keeps k rows.
-            let window = query.offset + limit
+            // many candidates keeps k rows; a large window sorts once instead.
             try visit(plan, handles) { row in
                 guard plan.exact || filter.matches(row) else { return true }
                 if rows.count == window {
@@ -365,7 +385,7 @@ final class LMDBTransaction: WriteTransaction {
             rows.sort(by: query.areInIncreasingOrder)
         }
         guard query.offset < rows.count else { return }
-        let end = query.limit.map { min(rows.count, query.offset + $0) } ?? rows.count
+        let end = query.end.map { min(rows.count, $0) } ?? rows.count
         reserve(end - query.offset)
         for i in query.offset..<end { try body(rows[i]) }
     }
@@ -386,7 +406,7 @@ final class LMDBTransaction: WriteTransaction {
     func count(_ query: Query) throws -> Int {
         let handles = try handles(for: query.entity)
         if case .constant(let b) = query.filter, b != true { return 0 }
-        let window = query.limit.map { query.offset + $0 }
+        let window = query.end
         let matched: Int
         if query.filter == .constant(true) {
             matched = try entries(handles.main)
