@@ -327,11 +327,27 @@ public final class SQLiteStore: Store {
                 }
                 entities.append(entity)
             }
+            try repairIndexes(entities, on: writer)
             try writer.execute("COMMIT")
             return entities
         } catch {
             try? writer.execute("ROLLBACK")
             throw error
+        }
+    }
+
+    /// Creates the declared indexes a file lacks. Versions before collision-free index names
+    /// skipped the second of two attributes whose names collided (`a_b` + `c` and
+    /// `a` + `b_c`); their files get the missing index the first time this version opens
+    /// them. An entity whose table is missing is left for registration to report.
+    private static func repairIndexes(_ entities: [EntityDescription], on writer: Connection) throws(DepotError) {
+        for entity in entities where entity.attributes.contains(where: { DDL.wantsIndex($0, in: entity) }) {
+            let table = try writer.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE", cached: false)
+            try writer.bind(.string(entity.name), at: 1, in: table)
+            guard try writer.step(table, "Looking up table \(entity.name)") else { continue }
+            for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
+                try ensureIndex(attribute, in: entity, on: writer)
+            }
         }
     }
 
@@ -416,7 +432,37 @@ public final class SQLiteStore: Store {
         }
         try writer.execute(DDL.createTable(entity))
         for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
-            try writer.execute(DDL.createIndex(attribute, in: entity))
+            try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+    }
+
+    /// The indexes Depot made for `attribute` on the entity's table, by the current name or
+    /// the one earlier versions gave them. Looked up by table as well as name: a legacy
+    /// name can belong to another entity's table (`a_b` + `c` and `a` + `b_c`).
+    static func existingIndexes(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) -> [String] {
+        let statement = try connection.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 COLLATE NOCASE AND name IN (?2, ?3)", cached: false)
+        try connection.bind(.string(entity.name), at: 1, in: statement)
+        try connection.bind(.string(DDL.indexName(entity: entity.name, attribute: attribute.name)), at: 2, in: statement)
+        try connection.bind(.string(DDL.legacyIndexName(entity: entity.name, attribute: attribute.name)), at: 3, in: statement)
+        var names: [String] = []
+        while try connection.step(statement, "Looking up the index of \(entity.name).\(attribute.name)") {
+            if case .string(let name) = try connection.column(0, of: statement, as: .string) { names.append(name) }
+        }
+        return names
+    }
+
+    /// Creates the index of `attribute` unless its table already has it (under either name).
+    static func ensureIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        if try existingIndexes(attribute, in: entity, on: connection).isEmpty {
+            try connection.execute(DDL.createIndex(attribute, in: entity))
+        }
+    }
+
+    /// Drops the index of `attribute`, whichever name it has.
+    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        for name in try existingIndexes(attribute, in: entity, on: connection) {
+            try connection.execute("DROP INDEX \(quoted(name))")
         }
     }
 
@@ -432,10 +478,10 @@ public final class SQLiteStore: Store {
             }
         }
         for attribute in migration.droppedIndexes {
-            try writer.execute(DDL.dropIndex(attribute, in: entity))
+            try Self.dropIndex(attribute, in: entity, on: writer)
         }
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
-            try writer.execute(DDL.createIndex(attribute, in: entity))
+            try Self.ensureIndex(attribute, in: entity, on: writer)
         }
     }
 
