@@ -227,7 +227,7 @@ public final class SQLiteStore: Store {
             // Depot's (or new, or adopted on purpose): setting WAL mode rewrites the header.
             try Self.checkHeader(writer)
             try Self.checkOwnership(writer, adopt: options.adoptForeignDatabase)
-            let journal = try Self.retryingWhileBusy(options.busyTimeout) { () throws(DepotError) in
+            let journal = try Self.retryingWhileBusy(writer, options.busyTimeout) { () throws(DepotError) in
                 try writer.scalarText("PRAGMA journal_mode = WAL")
             }
             guard journal?.lowercased() == "wal" else {
@@ -270,15 +270,24 @@ public final class SQLiteStore: Store {
         }
     }
 
-    /// Runs `body` again while it fails with `busy`, for up to `timeout`. Switching a new
-    /// database to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY at once,
-    /// without its busy handler, while another process is creating the same file.
-    private static func retryingWhileBusy<T>(_ timeout: Duration, _ body: () throws(DepotError) -> T) throws(DepotError) -> T {
-        let deadline = ContinuousClock.now + timeout
+    /// Runs `body` on `connection` again while it fails with `busy`, for up to `timeout`
+    /// in all. Switching a new database to WAL needs an exclusive lock, and SQLite returns
+    /// SQLITE_BUSY at once, without its busy handler, while another process is creating
+    /// the same file. Each attempt may also wait in SQLite's busy handler, so the handler
+    /// is given only the time left: the whole loop ends within `timeout` (plus one 5 ms
+    /// pause). It sleeps on the calling thread, which is why opening is documented as
+    /// blocking.
+    private static func retryingWhileBusy<T>(
+        _ connection: Connection, _ timeout: Duration, _ body: () throws(DepotError) -> T
+    ) throws(DepotError) -> T {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        defer { connection.setBusyTimeout(timeout) }
         while true {
+            connection.setBusyTimeout(max(.zero, deadline - clock.now))
             do {
                 return try body()
-            } catch where error.code == .busy && ContinuousClock.now < deadline {
+            } catch where error.code == .busy && clock.now < deadline {
                 usleep(5_000)
             }
         }
@@ -416,9 +425,25 @@ public final class SQLiteStore: Store {
         }
     }
 
+    /// A store released without ``close()``: closing its connections checkpoints the WAL,
+    /// blocking I/O that must not run on whatever thread dropped the last reference (a
+    /// thread of Swift's cooperative pool, often). The writer's thread does it, after any
+    /// job still queued there; this returns at once.
     deinit {
-        // Jobs hold the store strongly, so nothing runs any more when this runs.
-        closeConnections()
+        // Jobs hold the store strongly, so no job of this store runs or waits any more.
+        let alreadyClosed = state.withLock { $0.closed }
+        if !alreadyClosed {
+            let readers = self.readers
+            let writer = self.writer
+            let temporaryDirectory = self.temporaryDirectory
+            let log = self.log
+            let location = isInMemory ? ":memory:" : path
+            let close: @Sendable () -> Void = {
+                Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+                log.closed("sqlite", at: location)
+            }
+            if !writerWorker.submit(close) { close() }
+        }
         stopWorkers()
     }
 
@@ -735,8 +760,12 @@ public final class SQLiteStore: Store {
         log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
-    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
     private func closeConnections() {
+        Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+    }
+
+    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
+    private static func closeConnections(readers: [Reader], writer: Connection, temporaryDirectory: URL?) {
         for reader in readers { reader.connection.close() }
         writer.close()
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }

@@ -2,6 +2,7 @@ import DepotCore
 import DepotTesting
 import Dispatch
 import Foundation
+import Logging
 import Testing
 
 @testable import DepotSQLite
@@ -197,6 +198,47 @@ struct SQLiteOpeningTests {
         }
     }
     #endif
+
+    // MARK: Released without close (issue #11, item 11)
+
+    @Test func aStoreReleasedWithoutCloseIsClosedOnItsWriterThread() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("released.sqlite").path
+            let events = ThreadRecordingLog()
+            var logger = Logger(label: "test.depot") { _ in events }
+            logger.logLevel = .info
+            var store: SQLiteStore? = try SQLiteStore(path: path, log: StoreLog(logger: logger))
+            try await Cats(store: store!).save(Cat.workload(count: 100))
+            // A write body runs on the writer's thread: learn which one it is.
+            let writerThread = try await store!.write { _ in UInt(bitPattern: Int(bitPattern: pthread_self())) }
+            #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+            let releasingThread = UInt(bitPattern: Int(bitPattern: pthread_self()))
+            store = nil  // the last reference, dropped on a thread of the cooperative pool
+
+            let thread = await events.threadOfFirst("Depot store closed")
+            #expect(thread == writerThread, "closing ran on the writer's thread")
+            #expect(thread != releasingThread, "not on the thread that released the store")
+            #expect(!FileManager.default.fileExists(atPath: path + "-wal"), "closing checkpointed and removed the WAL")
+            let reopened = try SQLiteStore(path: path)
+            #expect(try await Cats(store: reopened).count() == 100)
+            await reopened.close()
+        }
+    }
+
+    // MARK: Busy at open (issue #11, item 11)
+
+    @Test func openingGivesUpWithBusyWhenAnotherConnectionKeepsTheFileLocked() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("busy.sqlite").path
+            let holder = try Connection.open(path: path, create: true, busyTimeout: .zero)
+            try holder.execute("BEGIN EXCLUSIVE")
+            await expectDepotError(.busy) { try SQLiteStore(path: path, options: .init(busyTimeout: .milliseconds(50))) }
+            try holder.execute("ROLLBACK")
+            holder.close()
+            let store = try SQLiteStore(path: path)
+            await store.close()
+        }
+    }
 }
 
 /// Runs the `sqlite3` command line and returns its exit status and output, without
@@ -212,4 +254,59 @@ func sqlite3CLIResult(_ path: String, _ sql: String) throws -> (status: Int32, t
     let data = output.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// A log handler that remembers the thread (`pthread_self`) each message was logged on, and
+/// lets a test wait for a message.
+final class ThreadRecordingLog: LogHandler, @unchecked Sendable {
+    private let lock = NSLock()
+    private var entries: [(message: String, thread: UInt)] = []
+    private var waiters: [(message: String, deliver: @Sendable (UInt) -> Void)] = []
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let message = "\(event.message)"
+        let thread = UInt(bitPattern: Int(bitPattern: pthread_self()))
+        lock.lock()
+        entries.append((message, thread))
+        let ready = waiters.filter { $0.message == message }
+        waiters.removeAll { $0.message == message }
+        lock.unlock()
+        for waiter in ready { waiter.deliver(thread) }
+    }
+
+    /// The thread `message` was logged on, waiting for it if need be. Gives up after a
+    /// minute (a failure, not a measurement) so a missing message cannot hang the suite.
+    func threadOfFirst(_ message: String) async -> UInt? {
+        let result: UInt?? = await withCheckedContinuation { (continuation: CheckedContinuation<UInt??, Never>) in
+            let resumed = Locked(false)
+            let resume: @Sendable (UInt??) -> Void = { value in
+                let first = resumed.withLock { done in
+                    defer { done = true }
+                    return !done
+                }
+                if first { continuation.resume(returning: value) }
+            }
+            lock.lock()
+            if let entry = entries.first(where: { $0.message == message }) {
+                lock.unlock()
+                resume(.some(entry.thread))
+                return
+            }
+            waiters.append((message, { resume(.some($0)) }))
+            lock.unlock()
+            DispatchQueue.global().asyncAfter(deadline: .now() + 60) { resume(nil) }
+        }
+        guard let thread = result else {
+            Issue.record("'\(message)' was never logged")
+            return nil
+        }
+        return thread
+    }
 }
