@@ -98,6 +98,13 @@ final class Connection: @unchecked Sendable {
         var size: sqlite3_int64 = 0
         let sizeCode = fileSize(file, &size)
         guard sizeCode == SQLITE_OK else { throw error(sizeCode, "Reading the size of \(path)") }
+        if size == 0 {
+            // The unix VFS reports a 1-byte file as empty (a workaround for an old OS X msdos
+            // file system bug, SQLite ticket #3260), and SQLite would then write a database
+            // over it: ask for the byte itself.
+            var byte: UInt8 = 0
+            if read(file, &byte, 1, 0) == SQLITE_OK { size = 1 }
+        }
         let length = Int(max(0, min(sqlite3_int64(max(0, count)), size)))
         var head = [UInt8](repeating: 0, count: length)
         if length > 0 {

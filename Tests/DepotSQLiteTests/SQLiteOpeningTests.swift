@@ -153,6 +153,17 @@ struct SQLiteOpeningTests {
         }
     }
 
+    @Test func aOneByteFileIsRefusedNotOverwritten() async throws {
+        try await withTemporaryDirectory { directory in
+            // SQLite's unix VFS reports a 1-byte file as empty, so the header must be read,
+            // not inferred from the size.
+            let path = directory.appendingPathComponent("one.sqlite").path
+            try Data([0x7B]).write(to: URL(fileURLWithPath: path))
+            await expectDepotError(.storeCorrupted) { try SQLiteStore(path: path) }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data([0x7B]))
+        }
+    }
+
     #if os(Linux)
     /// Whether a lock that SQLite's SHARED lock conflicts with could be taken on `path` now,
     /// asked with an open-file-description lock: unlike a classic POSIX lock, it conflicts
