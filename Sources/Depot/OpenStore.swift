@@ -24,6 +24,7 @@ extension StoreURL {
             if let value = self[option: "durability"] { options.durability = value == "full" ? .full : .normal }
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
             if let value = self[option: "busyTimeout"], let timeout = Self.parseDuration(value) { options.busyTimeout = timeout }
+            if let value = self[option: "adopt"] { options.adoptForeignDatabase = value == "true" }
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
         case .lmdb:

@@ -25,7 +25,8 @@ extension StoreURL {
     /// Reads the store URL and its options from swift-configuration: `depot.store.url`
     /// and option keys under `depot.store` (a JSON file's `{"depot": {"store": {"url": ...,
     /// "durability": "full"}}}`, or the environment variables `DEPOT_STORE_URL`,
-    /// `DEPOT_STORE_DURABILITY`, `DEPOT_STORE_MAP_SIZE`, `DEPOT_STORE_BUSY_TIMEOUT`, ...:
+    /// `DEPOT_STORE_DURABILITY`, `DEPOT_STORE_MAP_SIZE`, `DEPOT_STORE_BUSY_TIMEOUT`,
+    /// `DEPOT_STORE_ADOPT`, ...:
     /// swift-configuration spells camel-case keys with underscores in the environment).
     ///
     /// - Returns: `nil` when `depot.store.url` is not set.
@@ -38,6 +39,9 @@ extension StoreURL {
             let value: String?
             if case .integer = spec.kind, let number = config.int(forKey: key) {
                 value = String(number)
+            } else if case .choice(let choices) = spec.kind, Set(choices) == ["false", "true"], let flag = config.bool(forKey: key) {
+                // A switch such as `adopt` may be a JSON boolean, not only the text "true".
+                value = String(flag)
             } else {
                 value = config.string(forKey: key)
             }

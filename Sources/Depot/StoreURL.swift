@@ -13,6 +13,8 @@ import Foundation
 /// | `lmdb:///var/lib/app/db` | an LMDB environment in a directory |
 ///
 /// Options are query items, e.g. `sqlite:///srv/app.sqlite?durability=full&readers=8`.
+/// `sqlite:` URLs take `adopt=true` to open a database another program made (see
+/// `SQLiteStore.Options.adoptForeignDatabase`); without it such a file is refused untouched.
 /// Every option is typed and validated; an unknown scheme or option, or a bad value, is a
 /// ``DepotError`` with code ``DepotError/Code/invalidConfiguration`` that names the problem
 /// and lists what is accepted.
@@ -51,6 +53,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             OptionSpec(name: "durability", kind: .choice(["normal", "full"]), help: "normal: WAL + synchronous=NORMAL (default); full: fsync at every commit"),
             OptionSpec(name: "readers", kind: .integer(1...64), help: "reader connections in the pool (default 4)"),
             OptionSpec(name: "busyTimeout", kind: .duration, help: "how long to wait for a lock held by another process (default 5s)"),
+            OptionSpec(name: "adopt", kind: .choice(["false", "true"]), help: "true: open an SQLite database another program made, adding Depot's tables beside its own (default false: such a file is refused untouched)"),
         ],
         .lmdb: [
             OptionSpec(name: "mapSize", kind: .size, help: "initial map size; the map grows when full (default 64MiB)"),

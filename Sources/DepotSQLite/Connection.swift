@@ -61,10 +61,57 @@ final class Connection: @unchecked Sendable {
             throw DepotError.sqlite(rc, message: message, context: "Opening the SQLite database at \(path)")
         }
         sqlite3_extended_result_codes(db, 1)
-        let (seconds, attoseconds) = busyTimeout.components
-        let milliseconds = max(0, min(Int64(Int32.max), seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000))
-        sqlite3_busy_timeout(db, Int32(milliseconds))
-        return Connection(handle: db, path: path)
+        let connection = Connection(handle: db, path: path)
+        connection.setBusyTimeout(busyTimeout)
+        return connection
+    }
+
+    /// How long SQLite's busy handler waits for a lock, clamped to what SQLite takes.
+    func setBusyTimeout(_ timeout: Duration) {
+        guard let handle else { return }
+        let (seconds, attoseconds) = timeout.components
+        // Saturating: a caller's Duration may be far beyond what milliseconds in Int64 hold.
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        let whole = overflow ? (seconds < 0 ? Int64.min : Int64.max) : scaled
+        let milliseconds = max(0, min(Int64(Int32.max), whole.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue))
+        sqlite3_busy_timeout(handle, Int32(milliseconds))
+    }
+
+    /// The first `count` bytes of the main database file (fewer when the file is shorter)
+    /// and the file's size, read through the file SQLite itself opened.
+    ///
+    /// Not through a descriptor of our own: closing any descriptor of a file drops every
+    /// POSIX lock this process holds on it, including the locks of other connections to
+    /// the same database in this process (SQLite's "How To Corrupt An SQLite Database
+    /// File", section 2.2). SQLite's unix VFS shares one lock state per file and defers
+    /// closing descriptors while locks are held; reading through its own file object
+    /// keeps that bookkeeping intact.
+    func readMainFileHead(_ count: Int) throws(DepotError) -> (head: [UInt8], size: Int) {
+        let db = try liveHandle()
+        var pointer: UnsafeMutablePointer<sqlite3_file>?
+        let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pointer)
+        guard rc == SQLITE_OK, let file = pointer, let methods = file.pointee.pMethods,
+            let fileSize = methods.pointee.xFileSize, let read = methods.pointee.xRead
+        else {
+            throw DepotError(.io, "Cannot reach the file of the SQLite database at \(path) (SQLite result \(rc)).", nativeCode: rc)
+        }
+        var size: sqlite3_int64 = 0
+        let sizeCode = fileSize(file, &size)
+        guard sizeCode == SQLITE_OK else { throw error(sizeCode, "Reading the size of \(path)") }
+        if size == 0 {
+            // The unix VFS reports a 1-byte file as empty (a workaround for an old OS X msdos
+            // file system bug, SQLite ticket #3260), and SQLite would then write a database
+            // over it: ask for the byte itself.
+            var byte: UInt8 = 0
+            if read(file, &byte, 1, 0) == SQLITE_OK { size = 1 }
+        }
+        let length = Int(max(0, min(sqlite3_int64(max(0, count)), size)))
+        var head = [UInt8](repeating: 0, count: length)
+        if length > 0 {
+            let readCode = head.withUnsafeMutableBytes { read(file, $0.baseAddress, Int32(length), 0) }
+            guard readCode == SQLITE_OK else { throw error(readCode, "Reading the header of \(path)") }
+        }
+        return (head, Int(size))
     }
 
     deinit { close() }

@@ -42,11 +42,28 @@ public final class SQLiteStore: Store {
         /// How long a connection waits for a lock held by another process before failing
         /// with ``DepotError/Code/busy``; 5 seconds by default.
         public var busyTimeout: Duration
+        /// Whether to open an SQLite database that another program created; `false` by
+        /// default (URL option `adopt=true`).
+        ///
+        /// By default a database that has tables but none of Depot's bookkeeping
+        /// (`depot_meta`, `depot_entities`) is refused with
+        /// ``DepotError/Code/storeCorrupted`` and left byte for byte as it was, so a
+        /// mistyped path never changes another program's file. Set this when you mean
+        /// Depot to share the file: Depot then adds its bookkeeping tables and one table
+        /// per entity beside the existing ones, never reads, changes or drops those, and
+        /// refuses an entity whose name is already taken (``DepotError/Code/invalidSchema``).
+        /// The file is switched to WAL mode for good, so every program that uses it must
+        /// run on the same host (WAL needs shared memory) with SQLite 3.7 or newer.
+        public var adoptForeignDatabase: Bool
 
-        public init(durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5)) {
+        public init(
+            durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5),
+            adoptForeignDatabase: Bool = false
+        ) {
             self.durability = durability
             self.readers = readers
             self.busyTimeout = busyTimeout
+            self.adoptForeignDatabase = adoptForeignDatabase
         }
     }
 
@@ -109,13 +126,22 @@ public final class SQLiteStore: Store {
     /// ```
     ///
     /// The file is checked before anything is written to it: a file that is not an SQLite
-    /// database, or whose schema cannot be read, is refused and left untouched.
+    /// database, or whose schema cannot be read, is refused and left untouched. So is an
+    /// SQLite database that another program made (it has tables, but not Depot's), unless
+    /// ``Options/adoptForeignDatabase`` is set. An empty file, or a database with no
+    /// tables at all, is a new store: that is what a crash while creating one leaves.
+    ///
+    /// Opening blocks the calling thread: it reads the file, and waits up to
+    /// ``Options/busyTimeout`` at each step that needs a lock another process holds. From
+    /// async code, open the store off Swift's cooperative thread pool.
     ///
     /// - Parameters:
     ///   - path: The database file.
-    ///   - options: Durability, reader count and busy timeout.
+    ///   - options: Durability, reader count, busy timeout and whether to adopt another
+    ///     program's database.
     /// - Throws: ``DepotError`` with ``DepotError/Code/storeCorrupted`` for a file that is
-    ///   not a database or is damaged, ``DepotError/Code/invalidConfiguration`` for bad
+    ///   not a database, is damaged, or is another program's database (see
+    ///   ``Options/adoptForeignDatabase``), ``DepotError/Code/invalidConfiguration`` for bad
     ///   options or a path that is a directory, ``DepotError/Code/io`` or
     ///   ``DepotError/Code/permissionDenied`` when the file cannot be opened or created,
     ///   ``DepotError/Code/busy`` when another process holds a lock past the timeout.
@@ -131,7 +157,6 @@ public final class SQLiteStore: Store {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
         }
         do {
-            try Self.checkHeader(url.path)
             try self.init(file: url.path, temporaryDirectory: nil, options: options, log: log)
         } catch {
             log.failed("opening the SQLite store at \(url.path)", error)
@@ -198,8 +223,11 @@ public final class SQLiteStore: Store {
         let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
         writer.traceStatements(to: log)
         do throws(DepotError) {
-            try Self.checkReadable(writer)
-            let journal = try Self.retryingWhileBusy(options.busyTimeout) { () throws(DepotError) in
+            // Nothing below writes until the file has been found to be a database that is
+            // Depot's (or new, or adopted on purpose): setting WAL mode rewrites the header.
+            try Self.checkHeader(writer)
+            try Self.checkOwnership(writer, adopt: options.adoptForeignDatabase)
+            let journal = try Self.retryingWhileBusy(writer, options.busyTimeout) { () throws(DepotError) in
                 try writer.scalarText("PRAGMA journal_mode = WAL")
             }
             guard journal?.lowercased() == "wal" else {
@@ -242,15 +270,24 @@ public final class SQLiteStore: Store {
         }
     }
 
-    /// Runs `body` again while it fails with `busy`, for up to `timeout`. Switching a new
-    /// database to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY at once,
-    /// without its busy handler, while another process is creating the same file.
-    private static func retryingWhileBusy<T>(_ timeout: Duration, _ body: () throws(DepotError) -> T) throws(DepotError) -> T {
-        let deadline = ContinuousClock.now + timeout
+    /// Runs `body` on `connection` again while it fails with `busy`, for up to `timeout`
+    /// in all. Switching a new database to WAL needs an exclusive lock, and SQLite returns
+    /// SQLITE_BUSY at once, without its busy handler, while another process is creating
+    /// the same file. Each attempt may also wait in SQLite's busy handler, so the handler
+    /// is given only the time left: the whole loop ends within `timeout` (plus one 5 ms
+    /// pause). It sleeps on the calling thread, which is why opening is documented as
+    /// blocking.
+    private static func retryingWhileBusy<T>(
+        _ connection: Connection, _ timeout: Duration, _ body: () throws(DepotError) -> T
+    ) throws(DepotError) -> T {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        defer { connection.setBusyTimeout(timeout) }
         while true {
+            connection.setBusyTimeout(max(.zero, deadline - clock.now))
             do {
                 return try body()
-            } catch where error.code == .busy && ContinuousClock.now < deadline {
+            } catch where error.code == .busy && clock.now < deadline {
                 usleep(5_000)
             }
         }
@@ -260,12 +297,22 @@ public final class SQLiteStore: Store {
     /// writes a new one over it; a non-empty file must therefore start with SQLite's magic
     /// string, or it is not ours to touch. (An empty file is a new database: what a crash
     /// during creation leaves behind.)
-    private static func checkHeader(_ file: String) throws(DepotError) {
-        guard let handle = FileHandle(forReadingAtPath: file) else { return }  // missing or unreadable: open reports it
-        defer { try? handle.close() }
-        let head = [UInt8]((try? handle.read(upToCount: 100)) ?? Data())
+    ///
+    /// The header is read through the connection's own file (see
+    /// ``Connection/readMainFileHead(_:)``), never through a second descriptor, which would
+    /// drop the locks of every other connection of this process to the same file.
+    private static func checkHeader(_ connection: Connection) throws(DepotError) {
+        let (head, size) = try connection.readMainFileHead(100)
+        // stat, not open: a size needs no descriptor.
+        let walSize = ((try? FileManager.default.attributesOfItem(atPath: connection.path + "-wal"))?[.size] as? NSNumber)?.intValue ?? 0
+        try validateHeader(head, fileSize: size, walSize: walSize, file: connection.path)
+    }
+
+    /// Checks the first (up to) 100 bytes of a database file, the file's size and its
+    /// WAL's size. Pure, so tests and fuzzers can feed it anything; it never traps.
+    static func validateHeader(_ head: [UInt8], fileSize size: Int, walSize: Int, file: String) throws(DepotError) {
         if head.isEmpty { return }
-        guard head.starts(with: Array("SQLite format 3\u{0}".utf8)), head.count == 100 else {
+        guard head.count >= 100, head.starts(with: Array("SQLite format 3\u{0}".utf8)) else {
             throw DepotError(.storeCorrupted, "\(file) is not an SQLite database (it does not start with SQLite's header). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_NOTADB)
         }
         // SQLite reads a page cut short by truncation as if its missing bytes were zeros and
@@ -273,25 +320,38 @@ public final class SQLiteStore: Store {
         // is not a whole number of pages, or (with no WAL to replay) shorter than the page
         // count its header states, has lost data.
         let pageSize = head[16] == 0 && head[17] == 1 ? 65_536 : Int(head[16]) << 8 | Int(head[17])
-        let size = (try? handle.seekToEnd()).map(Int.init) ?? 0
         func truncated(_ detail: String) -> DepotError {
             DepotError(.storeCorrupted, "\(file) is truncated (\(detail)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_CORRUPT)
         }
         guard pageSize >= 512, pageSize & (pageSize - 1) == 0 else { return }  // SQLite reports a bad header itself
         if size % pageSize != 0 { throw truncated("\(size) bytes is not a whole number of \(pageSize)-byte pages") }
+        // At most 2^32 - 1 pages of at most 65,536 bytes: the product fits in 64 bits.
         let headerPages = Int(head[28]) << 24 | Int(head[29]) << 16 | Int(head[30]) << 8 | Int(head[31])
         let headerPagesValid = head[24..<28] == head[92..<96]
-        let walSize = ((try? FileManager.default.attributesOfItem(atPath: file + "-wal"))?[.size] as? NSNumber)?.intValue ?? 0
         if headerPagesValid && walSize == 0 && size < headerPages * pageSize {
             throw truncated("\(size) bytes, but its header counts \(headerPages) pages of \(pageSize) bytes")
         }
     }
 
-    /// Reads the schema before anything writes: setting WAL mode writes the header, and a
-    /// file that is not a database must stay byte for byte as it was.
-    private static func checkReadable(_ connection: Connection) throws(DepotError) {
+    /// Reads the schema before anything writes, and refuses another program's database.
+    ///
+    /// Setting WAL mode rewrites the header, so a file that is not a database, or is a
+    /// database Depot did not make, must be refused here to stay byte for byte as it was.
+    /// A database with no schema objects at all is new: SQLite's view of an empty file,
+    /// and what a crash leaves between switching a new file to WAL and committing the
+    /// bookkeeping tables (created in one transaction, so they exist both or neither).
+    private static func checkOwnership(_ connection: Connection, adopt: Bool) throws(DepotError) {
+        var tables: [String] = []
+        var objects = 0
         do {
-            _ = try connection.scalarText("SELECT count(*) FROM sqlite_master")
+            let statement = try connection.prepare("SELECT type, name FROM sqlite_master", cached: false)
+            while try connection.step(statement, "Reading the schema of \(connection.path)") {
+                objects += 1
+                guard case .string(let type) = try connection.column(0, of: statement, as: .string), type == "table",
+                    case .string(let name) = try connection.column(1, of: statement, as: .string)
+                else { continue }
+                tables.append(name)
+            }
         } catch {
             let primary = (error.nativeCode ?? 0) & 0xFF
             if primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT {
@@ -299,6 +359,20 @@ public final class SQLiteStore: Store {
             }
             throw error
         }
+        if let refusal = foreignDatabaseRefusal(file: connection.path, objects: objects, tables: tables, adopt: adopt) { throw refusal }
+    }
+
+    /// The error that refuses a database with schema objects but without Depot's
+    /// bookkeeping tables, or nil when the database is Depot's, new, or adopted on purpose.
+    static func foreignDatabaseRefusal(file: String, objects: Int, tables: [String], adopt: Bool) -> DepotError? {
+        if objects == 0 || adopt { return nil }
+        let names = Set(tables.map { $0.lowercased() })
+        if names.contains("depot_meta") && names.contains("depot_entities") { return nil }
+        let shown = tables.filter { !$0.lowercased().hasPrefix("sqlite_") }.sorted()
+        let list = shown.isEmpty ? "\(objects) schema objects" : "tables " + shown.prefix(5).joined(separator: ", ") + (shown.count > 5 ? " and \(shown.count - 5) more" : "")
+        return DepotError(
+            .storeCorrupted,
+            "\(file) is an SQLite database that another program made: it has \(list), but not Depot's bookkeeping tables (depot_meta, depot_entities). It is not damaged, and Depot did not modify it. Open another path for Depot's store; or, to keep Depot's tables beside the existing ones in this file (switching it to WAL mode for good), open it with SQLiteStore.Options(adoptForeignDatabase: true), or the URL option adopt=true.")
     }
 
     /// Creates Depot's bookkeeping tables when missing and reads the stored entities.
@@ -327,6 +401,7 @@ public final class SQLiteStore: Store {
                 }
                 entities.append(entity)
             }
+            try repairIndexes(entities, on: writer)
             try writer.execute("COMMIT")
             return entities
         } catch {
@@ -335,9 +410,40 @@ public final class SQLiteStore: Store {
         }
     }
 
+    /// Creates the declared indexes a file lacks. Versions before collision-free index names
+    /// skipped the second of two attributes whose names collided (`a_b` + `c` and
+    /// `a` + `b_c`); their files get the missing index the first time this version opens
+    /// them. An entity whose table is missing is left for registration to report.
+    private static func repairIndexes(_ entities: [EntityDescription], on writer: Connection) throws(DepotError) {
+        for entity in entities where entity.attributes.contains(where: { DDL.wantsIndex($0, in: entity) }) {
+            let table = try writer.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE", cached: false)
+            try writer.bind(.string(entity.name), at: 1, in: table)
+            guard try writer.step(table, "Looking up table \(entity.name)") else { continue }
+            for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
+                try ensureIndex(attribute, in: entity, on: writer)
+            }
+        }
+    }
+
+    /// A store released without ``close()``: closing its connections checkpoints the WAL,
+    /// blocking I/O that must not run on whatever thread dropped the last reference (a
+    /// thread of Swift's cooperative pool, often). The writer's thread does it, after any
+    /// job still queued there; this returns at once.
     deinit {
-        // Jobs hold the store strongly, so nothing runs any more when this runs.
-        closeConnections()
+        // Jobs hold the store strongly, so no job of this store runs or waits any more.
+        let alreadyClosed = state.withLock { $0.closed }
+        if !alreadyClosed {
+            let readers = self.readers
+            let writer = self.writer
+            let temporaryDirectory = self.temporaryDirectory
+            let log = self.log
+            let location = isInMemory ? ":memory:" : path
+            let close: @Sendable () -> Void = {
+                Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+                log.closed("sqlite", at: location)
+            }
+            if !writerWorker.submit(close) { close() }
+        }
         stopWorkers()
     }
 
@@ -416,7 +522,37 @@ public final class SQLiteStore: Store {
         }
         try writer.execute(DDL.createTable(entity))
         for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
-            try writer.execute(DDL.createIndex(attribute, in: entity))
+            try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+    }
+
+    /// The indexes Depot made for `attribute` on the entity's table, by the current name or
+    /// the one earlier versions gave them. Looked up by table as well as name: a legacy
+    /// name can belong to another entity's table (`a_b` + `c` and `a` + `b_c`).
+    static func existingIndexes(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) -> [String] {
+        let statement = try connection.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 COLLATE NOCASE AND name IN (?2, ?3)", cached: false)
+        try connection.bind(.string(entity.name), at: 1, in: statement)
+        try connection.bind(.string(DDL.indexName(entity: entity.name, attribute: attribute.name)), at: 2, in: statement)
+        try connection.bind(.string(DDL.legacyIndexName(entity: entity.name, attribute: attribute.name)), at: 3, in: statement)
+        var names: [String] = []
+        while try connection.step(statement, "Looking up the index of \(entity.name).\(attribute.name)") {
+            if case .string(let name) = try connection.column(0, of: statement, as: .string) { names.append(name) }
+        }
+        return names
+    }
+
+    /// Creates the index of `attribute` unless its table already has it (under either name).
+    static func ensureIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        if try existingIndexes(attribute, in: entity, on: connection).isEmpty {
+            try connection.execute(DDL.createIndex(attribute, in: entity))
+        }
+    }
+
+    /// Drops the index of `attribute`, whichever name it has.
+    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        for name in try existingIndexes(attribute, in: entity, on: connection) {
+            try connection.execute("DROP INDEX \(quoted(name))")
         }
     }
 
@@ -432,10 +568,10 @@ public final class SQLiteStore: Store {
             }
         }
         for attribute in migration.droppedIndexes {
-            try writer.execute(DDL.dropIndex(attribute, in: entity))
+            try Self.dropIndex(attribute, in: entity, on: writer)
         }
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
-            try writer.execute(DDL.createIndex(attribute, in: entity))
+            try Self.ensureIndex(attribute, in: entity, on: writer)
         }
     }
 
@@ -626,8 +762,12 @@ public final class SQLiteStore: Store {
         log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
-    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
     private func closeConnections() {
+        Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+    }
+
+    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
+    private static func closeConnections(readers: [Reader], writer: Connection, temporaryDirectory: URL?) {
         for reader in readers { reader.connection.close() }
         writer.close()
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }

@@ -81,8 +81,52 @@ enum DDL {
         }
     }
 
-    static func indexName(_ entity: String, _ attribute: String) -> String {
-        quoted("depot_idx_\(entity)_\(attribute)")
+    /// The name (unquoted) of the index Depot makes for `attribute` of `entity`:
+    /// `depot_idx_<n>_<entity>_<attribute>`, where `n` is the entity name's length in
+    /// UTF-8 bytes.
+    ///
+    /// The length makes the name decodable (``indexNameParts(_:)``), so two different
+    /// pairs never get the same name. Versions before it wrote
+    /// ``legacyIndexName(entity:attribute:)``, `depot_idx_<entity>_<attribute>`, where
+    /// `a_b` + `c` and `a` + `b_c` collide, and `CREATE INDEX IF NOT EXISTS` then silently
+    /// left the second attribute without an index. Entity names never start with a digit,
+    /// so no legacy name equals a current one.
+    static func indexName(entity: String, attribute: String) -> String {
+        "depot_idx_\(entity.utf8.count)_\(entity)_\(attribute)"
+    }
+
+    /// The name earlier versions gave the index of `attribute`; still recognised when an
+    /// index is looked up, so files they wrote keep working.
+    static func legacyIndexName(entity: String, attribute: String) -> String {
+        "depot_idx_\(entity)_\(attribute)"
+    }
+
+    /// The entity and attribute a current index name stands for, or nil when `name` is not
+    /// one. The inverse of ``indexName(entity:attribute:)``, which is what makes names
+    /// collision-free.
+    static func indexNameParts(_ name: String) -> (entity: String, attribute: String)? {
+        let prefix = Array("depot_idx_".utf8)
+        let bytes = Array(name.utf8)
+        guard bytes.starts(with: prefix) else { return nil }
+        var position = prefix.count
+        var length = 0
+        var digits = 0
+        while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
+            // Nine digits already exceed any name: stop before the number can overflow.
+            guard digits < 9 else { return nil }
+            length = length * 10 + Int(bytes[position] - 48)
+            digits += 1
+            position += 1
+        }
+        guard digits > 0, !(digits > 1 && bytes[prefix.count] == 48), position < bytes.count, bytes[position] == 95 else { return nil }
+        let entityStart = position + 1
+        let entityEnd = entityStart + length
+        guard entityEnd < bytes.count, bytes[entityEnd] == 95 else { return nil }
+        let entity = String(decoding: bytes[entityStart..<entityEnd], as: UTF8.self)
+        let attribute = String(decoding: bytes[(entityEnd + 1)...], as: UTF8.self)
+        // A cut through a multi-byte character decodes to replacement characters.
+        guard indexName(entity: entity, attribute: attribute) == name else { return nil }
+        return (entity, attribute)
     }
 
     /// The table, with the primary key, NOT NULL and UNIQUE constraints. An integer key is
@@ -109,12 +153,11 @@ enum DDL {
         attribute.isIndexed && !attribute.isUnique && attribute.name != entity.primaryKey.name
     }
 
+    /// Without `IF NOT EXISTS`: the caller has looked the index up by table
+    /// (`SQLiteStore.ensureIndex`), so a name already taken is an error to report, not an
+    /// index to skip.
     static func createIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
-        "CREATE INDEX IF NOT EXISTS \(indexName(entity.name, attribute.name)) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
-    }
-
-    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
-        "DROP INDEX IF EXISTS \(indexName(entity.name, attribute.name))"
+        "CREATE INDEX \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
     }
 
     /// `ALTER TABLE … ADD COLUMN` for a new attribute, and whether existing rows must then

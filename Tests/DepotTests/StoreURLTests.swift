@@ -1,3 +1,4 @@
+import Configuration
 import Depot
 import DepotTesting
 import Foundation
@@ -51,6 +52,9 @@ struct StoreURLTests {
         ("lmdb:///d?readers=4", "Accepted options: mapSize"),
         ("memory:?durability=full", "Accepted options: slowThreshold"),
         ("sqlite:///a.sqlite?readers=2&readers=3", "given twice"),
+        ("sqlite:///a.sqlite?adopt=yes", "use one of: false, true"),
+        ("sqlite:///a.sqlite?adopt", "use one of: false, true"),
+        ("lmdb:///d?adopt=true", "Unknown option 'adopt'"),
     ])
     func malformedURLsNameTheProblem(url: String, fragment: String) {
         do {
@@ -86,5 +90,40 @@ struct StoreURLTests {
         #expect(lmdb.options.durability == .relaxed)
         await lmdb.close()
         #expect(try await openStore(url: "memory:") is MemoryStore)
+    }
+
+    /// Issue #11, item 4: another program's SQLite database is refused untouched unless the
+    /// URL (or the configuration) says `adopt=true`.
+    @Test func adoptOpensAnotherProgramsDatabaseOnlyWhenAskedTo() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("theirs.sqlite").path
+        let process = try Process.run(URL(fileURLWithPath: "/usr/bin/sqlite3"), arguments: [path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL)"])
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+
+        for url in ["sqlite://\(path)", "sqlite://\(path)?adopt=false"] {
+            do {
+                let store = try openStore(url: url)
+                await store.close()
+                Issue.record("\(url) opened another program's database")
+            } catch {
+                #expect(error.code == .storeCorrupted && error.message.contains("adopt=true"), "\(error)")
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before, "the file is left as it was")
+        }
+
+        let config = ConfigReader(provider: InMemoryProvider(values: ["depot.store.url": .init(.string("sqlite://\(path)"), isSecret: false), "depot.store.adopt": true]))
+        #expect(try StoreURL(config: config)?[option: "adopt"] == "true", "a JSON-style boolean is accepted")
+        let environment = ConfigReader(provider: EnvironmentVariablesProvider(environmentVariables: ["DEPOT_STORE_URL": "sqlite://\(path)", "DEPOT_STORE_ADOPT": "true"]))
+        #expect(try StoreURL(config: environment)?[option: "adopt"] == "true")
+
+        let store = try #require(try openStore(url: "sqlite://\(path)?adopt=true") as? SQLiteStore)
+        #expect(store.options.adoptForeignDatabase)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", weight: 4.5, age: 3))
+        await store.close()
     }
 }
