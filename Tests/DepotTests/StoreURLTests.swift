@@ -106,7 +106,7 @@ struct StoreURLTests {
 
         for url in ["sqlite://\(path)", "sqlite://\(path)?adopt=false"] {
             do {
-                let store = try openStore(url: url)
+                let store = try await openStore(url: url)
                 await store.close()
                 Issue.record("\(url) opened another program's database")
             } catch {
@@ -120,7 +120,7 @@ struct StoreURLTests {
         let environment = ConfigReader(provider: EnvironmentVariablesProvider(environmentVariables: ["DEPOT_STORE_URL": "sqlite://\(path)", "DEPOT_STORE_ADOPT": "true"]))
         #expect(try StoreURL(config: environment)?[option: "adopt"] == "true")
 
-        let store = try #require(try openStore(url: "sqlite://\(path)?adopt=true") as? SQLiteStore)
+        let store = try #require(try await openStore(url: "sqlite://\(path)?adopt=true") as? SQLiteStore)
         #expect(store.options.adoptForeignDatabase)
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat(id: 1, name: "Tom", weight: 4.5, age: 3))
