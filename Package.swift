@@ -62,7 +62,10 @@ let package = Package(
             dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(name: "DepotTesting", dependencies: ["DepotCore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
-        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting"]),
+        // Test-only: an SQLite VFS that makes writes and syncs fail on demand
+        // (DepotSQLiteTests' fault-injection tests).
+        .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
+        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS"]),
         .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
         .testTarget(
             name: "DepotTests",
