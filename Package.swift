@@ -17,6 +17,9 @@ let package = Package(
         .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
         .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
+        // Test-only: the LD_PRELOAD shim the LMDB fault-injection tests load into
+        // depot-fault-writer (see Sources/CFaultShim/include/CFaultShim.h).
+        .library(name: "DepotFaultShim", type: .dynamic, targets: ["CFaultShim"]),
     ],
     dependencies: [
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
@@ -77,6 +80,10 @@ let package = Package(
         // The crash-safety helper: writes transactions to a store and logs each acknowledged
         // commit until DepotReliabilityTests kills it with SIGKILL.
         .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
+        // The fault-injection helper: commits transactions with DepotFaultShim preloaded and
+        // reports each commit's outcome, for DepotReliabilityTests.
+        .executableTarget(name: "depot-fault-writer", dependencies: ["Depot", "DepotTesting"]),
+        .target(name: "CFaultShim", linkerSettings: [.linkedLibrary("dl")]),
         .testTarget(
             name: "DepotReliabilityTests",
             dependencies: [
