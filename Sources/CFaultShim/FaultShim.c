@@ -48,46 +48,68 @@ static int should_fail(int fd) {
     return 1;
 }
 
-#define NEXT(name) static __typeof__(name) *next; if (next == NULL) next = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+// The C library's functions, looked up in the constructor, while the process has one
+// thread (a call that comes before it, from another library's constructor, looks its
+// function up itself, still single-threaded).
+static __typeof__(write) *next_write;
+static __typeof__(pwrite) *next_pwrite;
+static __typeof__(pwrite64) *next_pwrite64;
+static __typeof__(writev) *next_writev;
+static __typeof__(pwritev) *next_pwritev;
+static __typeof__(fsync) *next_fsync;
+static __typeof__(fdatasync) *next_fdatasync;
+
+#define NEXT(name) \
+    if (next_##name == NULL) next_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+__attribute__((constructor)) static void find_next(void) {
+    NEXT(write);
+    NEXT(pwrite);
+    NEXT(pwrite64);
+    NEXT(writev);
+    NEXT(pwritev);
+    NEXT(fsync);
+    NEXT(fdatasync);
+}
 
 ssize_t write(int fd, const void *buffer, size_t count) {
     NEXT(write);
     if (should_fail(fd)) return -1;
-    return next(fd, buffer, count);
+    return next_write(fd, buffer, count);
 }
 
 ssize_t pwrite(int fd, const void *buffer, size_t count, off_t offset) {
     NEXT(pwrite);
     if (should_fail(fd)) return -1;
-    return next(fd, buffer, count, offset);
+    return next_pwrite(fd, buffer, count, offset);
 }
 
 ssize_t pwrite64(int fd, const void *buffer, size_t count, off64_t offset) {
     NEXT(pwrite64);
     if (should_fail(fd)) return -1;
-    return next(fd, buffer, count, offset);
+    return next_pwrite64(fd, buffer, count, offset);
 }
 
 ssize_t writev(int fd, const struct iovec *vector, int count) {
     NEXT(writev);
     if (should_fail(fd)) return -1;
-    return next(fd, vector, count);
+    return next_writev(fd, vector, count);
 }
 
 ssize_t pwritev(int fd, const struct iovec *vector, int count, off_t offset) {
     NEXT(pwritev);
     if (should_fail(fd)) return -1;
-    return next(fd, vector, count, offset);
+    return next_pwritev(fd, vector, count, offset);
 }
 
 int fsync(int fd) {
     NEXT(fsync);
     if (should_fail(fd)) return -1;
-    return next(fd);
+    return next_fsync(fd);
 }
 
 int fdatasync(int fd) {
     NEXT(fdatasync);
     if (should_fail(fd)) return -1;
-    return next(fd);
+    return next_fdatasync(fd);
 }
