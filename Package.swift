@@ -17,6 +17,9 @@ let package = Package(
         .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
         .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
+        // Test-only: the LD_PRELOAD shim the LMDB fault-injection tests load into
+        // depot-fault-writer (see Sources/CFaultShim/include/CFaultShim.h).
+        .library(name: "DepotFaultShim", type: .dynamic, targets: ["CFaultShim"]),
     ],
     dependencies: [
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
@@ -62,7 +65,10 @@ let package = Package(
             dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(name: "DepotTesting", dependencies: ["DepotCore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
-        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting"]),
+        // Test-only: an SQLite VFS that makes writes and syncs fail on demand
+        // (DepotSQLiteTests' fault-injection tests).
+        .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
+        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS"]),
         .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
         .testTarget(
             name: "DepotTests",
@@ -74,6 +80,10 @@ let package = Package(
         // The crash-safety helper: writes transactions to a store and logs each acknowledged
         // commit until DepotReliabilityTests kills it with SIGKILL.
         .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
+        // The fault-injection helper: commits transactions with DepotFaultShim preloaded and
+        // reports each commit's outcome, for DepotReliabilityTests.
+        .executableTarget(name: "depot-fault-writer", dependencies: ["Depot", "DepotTesting"]),
+        .target(name: "CFaultShim", linkerSettings: [.linkedLibrary("dl")]),
         .testTarget(
             name: "DepotReliabilityTests",
             dependencies: [

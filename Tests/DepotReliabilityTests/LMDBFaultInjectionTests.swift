@@ -1,0 +1,125 @@
+import Depot
+import DepotTesting
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `depot-fault-writer` and the `DepotFaultShim` library it runs with, found next to
+/// `depot-crash-writer` (the same products directory).
+private let faultTools: (writer: String, shim: String)? = {
+    guard let crashWriter = crashWriterPath else { return nil }
+    let directory = URL(fileURLWithPath: crashWriter).deletingLastPathComponent()
+    let writer = directory.appendingPathComponent("depot-fault-writer").path
+    let shim = directory.appendingPathComponent("libDepotFaultShim.so").path
+    guard FileManager.default.isExecutableFile(atPath: writer), FileManager.default.fileExists(atPath: shim) else { return nil }
+    return (writer, shim)
+}()
+
+/// LMDB's "the environment had a fatal error" code.
+private let mdbPanic: Int32 = -30795
+
+/// What one run of `depot-fault-writer` printed: its acknowledged transactions and its
+/// failures (transaction number, or nil for the open; error code name; native code).
+private struct FaultRun {
+    var acknowledged: [Int] = []
+    var failures: [(transaction: Int?, code: String, native: Int32)] = []
+    var unreadable: [String] = []
+
+    init(output: String) {
+        for line in output.split(separator: "\n") {
+            let words = line.split(separator: " ").map(String.init)
+            if words.count == 2, words[0] == "ack", let i = Int(words[1]) {
+                acknowledged.append(i)
+            } else if words.count == 4, words[0] == "error", let native = Int32(words[3]) {
+                failures.append((Int(words[1]), words[2], native))
+            } else {
+                unreadable.append(String(line))
+            }
+        }
+    }
+}
+
+@Suite("LMDB when the disk fails (LD_PRELOAD shim)")
+struct LMDBFaultInjectionTests {
+    /// Runs `depot-fault-writer` against a fresh LMDB store with DepotFaultShim preloaded:
+    /// the write or sync call number `after` on data.mdb fails once with `errno`, then the
+    /// disk works again. Every call position in the first transactions is tried (opening,
+    /// data pages, the sync, the meta page). Each failure must be a DepotError of the
+    /// disk's kind, every acknowledged transaction must be in the store when it is opened
+    /// again, nothing of a failed one may be, and the store must keep committing after
+    /// the failure.
+    @Test(arguments: [EIO, ENOSPC])
+    func aFailedWriteIsReportedAndLosesNothingAcknowledged(errno: Int32) async throws {
+        let tools = try #require(faultTools, "depot-fault-writer and libDepotFaultShim.so are built next to the test runner (swift build)")
+        let expected: DepotError.Code = errno == ENOSPC ? .storeFull : .io
+        let commits = 5
+        var runsWithAFailure = 0
+        var refusedAfterTheFault: [Int] = []
+        for after in 0..<20 {
+            let directory = TemporaryDirectory("fault")
+            defer { directory.remove() }
+            let store = directory.file("store")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: tools.writer)
+            process.arguments = ["lmdb://\(store)", "\(commits)"]
+            var environment = ProcessInfo.processInfo.environment
+            environment["LD_PRELOAD"] = tools.shim
+            // The shim compares with the path the kernel reports for the descriptor: no
+            // doubled slashes, no symbolic links.
+            let resolved = URL(fileURLWithPath: directory.path).standardizedFileURL.resolvingSymlinksInPath().path
+            environment["DEPOT_FAULT_FILE"] = resolved + "/store/data.mdb"
+            environment["DEPOT_FAULT_AFTER"] = "\(after)"
+            environment["DEPOT_FAULT_TIMES"] = "1"
+            environment["DEPOT_FAULT_ERRNO"] = "\(errno)"
+            process.environment = environment
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "fault after \(after) calls: \(printed)")
+            let run = FaultRun(output: printed)
+            #expect(run.unreadable.isEmpty, "fault after \(after) calls: \(run.unreadable)")
+
+            // The one failed call is reported as the disk's error. Failures after it are
+            // the store refusing to work once the disk works again (checked below).
+            if let first = run.failures.first {
+                runsWithAFailure += 1
+                #expect(first.code == expected.name && first.native == errno, "fault after \(after) calls: \(printed)")
+                if first.transaction == nil { #expect(run.acknowledged.isEmpty) }
+            }
+            let later = run.failures.dropFirst()
+            if !later.isEmpty {
+                refusedAfterTheFault.append(after)
+                #expect(later.allSatisfy { $0.native == mdbPanic }, "fault after \(after) calls: \(printed)")
+            }
+            if run.failures.first?.transaction != nil {
+                #expect(run.acknowledged.count + run.failures.count == commits, "fault after \(after) calls: \(printed)")
+            }
+
+            // Opened again without the shim: exactly the acknowledged transactions, and the
+            // store takes a write.
+            let reopened = try openStore(url: "lmdb://\(store)")
+            let cats = Controller<Cat, CatRecord>(store: reopened)
+            let found = Set(try await cats.fetchAll().map(\.id))
+            let acknowledged = Set(run.acknowledged.flatMap { i in (0..<10).map { Int64(10 * i + $0) } })
+            #expect(found == acknowledged, "fault after \(after) calls: \(printed)")
+            try await cats.save(Cat(id: 1, name: "after the fault", weight: 1, age: 1))
+            #expect(try await cats.count() == acknowledged.count + 1)
+            await reopened.close()
+        }
+        #expect(runsWithAFailure >= 10, "the fault hit \(runsWithAFailure) of 20 runs")
+        report("fault injection lmdb errno=\(errno): \(runsWithAFailure) of 20 runs had a failed call, \(refusedAfterTheFault.count) refused every later transaction")
+        // A failed write of LMDB's meta page sets MDB_FATAL_ERROR on the environment: every
+        // later transaction, read or write, fails with MDB_PANIC (reported as `.backend`)
+        // until the store is closed and opened again, although nothing is damaged (the
+        // reopen above finds every acknowledged commit). Reported to the lead; remove
+        // `withKnownIssue` once the store recovers (or refuses with a clear "reopen").
+        withKnownIssue("LMDBStore stays unusable (MDB_PANIC) after one failed meta-page write") {
+            #expect(refusedAfterTheFault.isEmpty, "fault positions after which every transaction failed: \(refusedAfterTheFault)")
+        }
+    }
+}
