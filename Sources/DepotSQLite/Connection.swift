@@ -129,8 +129,16 @@ final class Connection: @unchecked Sendable {
 
     func error(_ code: Int32, _ context: @autoclosure () -> String) -> DepotError {
         let message = handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
-        return DepotError.sqlite(code, message: message, context: context())
+        let error = DepotError.sqlite(code, message: message, context: context())
+        lastError = error
+        return error
     }
+
+    /// The last error this connection reported. When SQLite rolls a transaction back by
+    /// itself (after an I/O error or a full disk), the statements that follow are refused;
+    /// their error names this cause so the caller still sees `io` or `storeFull`.
+    /// Transactions clear it when they begin.
+    var lastError: DepotError?
 
     private func liveHandle() throws(DepotError) -> OpaquePointer {
         guard let handle else { throw DepotError(.closed, "The SQLite store has been closed; open a new store to continue.") }

@@ -726,7 +726,7 @@ public final class SQLiteStore: Store {
         do {
             result = try body(transaction)
             transaction.isFinished = true
-            if !writer.isInTransaction { throw DepotError.rolledBack }
+            if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
             try writer.run(key: Keys.commit, "COMMIT")
         } catch {
             transaction.isFinished = true

@@ -26,6 +26,7 @@ final class SQLiteTransaction: WriteTransaction {
         self.writable = writable
         self.explicit = explicit
         self.recorder = recorder
+        connection.lastError = nil
     }
 
     @inline(__always)
@@ -35,7 +36,7 @@ final class SQLiteTransaction: WriteTransaction {
         }
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
-        if explicit && !connection.isInTransaction { throw DepotError.rolledBack }
+        if explicit && !connection.isInTransaction { throw DepotError.rolledBack(after: connection.lastError) }
         if let last = lastTable, last.entity.name == entity.name, Self.sameArray(lastAttributes, entity.attributes) {
             return last
         }
@@ -263,7 +264,12 @@ final class SQLiteTransaction: WriteTransaction {
 }
 
 extension DepotError {
-    static var rolledBack: DepotError {
-        DepotError(.backend, "SQLite rolled this transaction back after an earlier error in it (see that error); nothing of it was kept. Retry the operation.")
+    /// The error for a statement run after SQLite rolled the transaction back by itself:
+    /// the cause's code (`io`, `storeFull`, ...) and message, so the caller can act on it.
+    static func rolledBack(after cause: DepotError?) -> DepotError {
+        guard let cause else {
+            return DepotError(.backend, "SQLite rolled this transaction back after an earlier error in it (see that error); nothing of it was kept. Retry the operation.")
+        }
+        return DepotError(cause.code, "SQLite rolled this transaction back after an error in it and kept nothing of it: \(cause.message)", nativeCode: cause.nativeCode)
     }
 }

@@ -102,7 +102,7 @@ struct LMDBFaultInjectionTests {
 
             // Opened again without the shim: exactly the acknowledged transactions, and the
             // store takes a write.
-            let reopened = try openStore(url: "lmdb://\(store)")
+            let reopened = try await openStore(url: "lmdb://\(store)")
             let cats = Controller<Cat, CatRecord>(store: reopened)
             let found = Set(try await cats.fetchAll().map(\.id))
             let acknowledged = Set(run.acknowledged.flatMap { i in (0..<10).map { Int64(10 * i + $0) } })

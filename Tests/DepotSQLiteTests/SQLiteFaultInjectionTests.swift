@@ -243,14 +243,10 @@ struct SQLiteFaultInjectionTests {
             #expect(inside.count == 1, "the fault hit a save inside the transaction, not its commit: \(inside)")
             #expect(inside.first?.code == expected, "\(inside)")
             #expect(final != nil)
-            // SQLite rolled the whole transaction back at the failed save; the next save
-            // is refused with a generic `.backend` "rolled back" error that has lost the
-            // cause, so a caller sees neither `storeFull` nor `io` (reported to the lead:
-            // the rollback error should carry the code and native code of the error that
-            // caused it). Remove `withKnownIssue` once it does.
-            withKnownIssue("the rollback error does not carry the disk error's code") {
-                #expect(final?.code == expected, "\(String(describing: final))")
-            }
+            // SQLite rolled the whole transaction back at the failed save; the next save is
+            // refused, with the code of the disk error that caused the rollback, so the
+            // caller still sees `storeFull` or `io`.
+            #expect(final?.code == expected, "\(String(describing: final))")
             #expect(try await contents(cats) == acknowledged)
             faults.clear()
 
