@@ -85,7 +85,6 @@ public final class SQLiteStore: Store {
     public let log: StoreLog
 
     private struct State: Sendable {
-        var closed = false
         var tables: [String: Table] = [:]
         var nextSerial = 1
     }
@@ -114,7 +113,7 @@ public final class SQLiteStore: Store {
     private let writer: Connection
     private let writerWorker: Worker
     private let readers: [Reader]
-    private let idle = DispatchGroup()
+    private let gate: StoreGate
     private let temporaryDirectory: URL?
 
     // MARK: Opening
@@ -218,6 +217,7 @@ public final class SQLiteStore: Store {
         self.isInMemory = temporaryDirectory != nil
         self.options = options
         self.log = log
+        self.gate = StoreGate(store: temporaryDirectory == nil ? "SQLite store at \(file)" : "SQLite store (sqlite::memory:)")
         self.temporaryDirectory = temporaryDirectory
 
         let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
@@ -431,7 +431,7 @@ public final class SQLiteStore: Store {
     /// job still queued there; this returns at once.
     deinit {
         // Jobs hold the store strongly, so no job of this store runs or waits any more.
-        let alreadyClosed = state.withLock { $0.closed }
+        let alreadyClosed = gate.isClosed
         if !alreadyClosed {
             let readers = self.readers
             let writer = self.writer
@@ -449,16 +449,11 @@ public final class SQLiteStore: Store {
 
     // MARK: Work accounting
 
-    private func begin() throws(DepotError) {
-        try state.withLock { (s: inout State) throws(DepotError) in
-            if s.closed { throw DepotError.closedStore }
-            idle.enter()
-        }
-    }
+    @inline(__always)
+    private func begin() throws(DepotError) { try gate.enter() }
 
-    private func end() {
-        idle.leave()
-    }
+    @inline(__always)
+    private func end() { gate.leave() }
 
     private var tables: [String: Table] { state.withLock { $0.tables } }
 
@@ -740,13 +735,7 @@ public final class SQLiteStore: Store {
     // MARK: Closing
 
     public func close() async {
-        let first = state.withLock { s in
-            defer { s.closed = true }
-            return !s.closed
-        }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            idle.notify(queue: .global()) { continuation.resume() }
-        }
+        let first = await gate.close()
         // After the last commit: observations end with `closed` instead of waiting forever.
         changes.finish()
         guard first else { return }
@@ -811,8 +800,3 @@ public final class SQLiteStore: Store {
     }
 }
 
-extension DepotError {
-    static var closedStore: DepotError {
-        DepotError(.closed, "The SQLite store has been closed; open a new store to continue.")
-    }
-}

@@ -72,14 +72,12 @@ public final class MemoryStore: Store {
 
     struct State: Sendable {
         var snapshot = Snapshot()
-        var closed = false
-        var running = 0
     }
 
     let state = NIOLockedValueBox(State())
     private let writer = DispatchQueue(label: "depot.memory.writer")
     private let readers = DispatchQueue(label: "depot.memory.readers", attributes: .concurrent)
-    private let idle = DispatchGroup()
+    private let gate = StoreGate(store: "memory store")
     public let changes = ChangeFeed()
 
     public var backendName: String { "memory" }
@@ -98,20 +96,11 @@ public final class MemoryStore: Store {
     // MARK: Work accounting
 
     private func begin() throws(DepotError) -> Snapshot {
-        let snapshot = state.withLockedValue { s -> Snapshot? in
-            if s.closed { return nil }
-            s.running += 1
-            idle.enter()
-            return s.snapshot
-        }
-        guard let snapshot else { throw DepotError.closed("memory store") }
-        return snapshot
+        try gate.enter()
+        return state.withLockedValue { $0.snapshot }
     }
 
-    private func end() {
-        state.withLockedValue { $0.running -= 1 }
-        idle.leave()
-    }
+    private func end() { gate.leave() }
 
     // MARK: Store
 
@@ -226,13 +215,7 @@ public final class MemoryStore: Store {
     }
 
     public func close() async {
-        let first = state.withLockedValue { s -> Bool in
-            defer { s.closed = true }
-            return !s.closed
-        }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            idle.notify(queue: .global()) { continuation.resume() }
-        }
+        let first = await gate.close()
         state.withLockedValue { $0.snapshot = Snapshot() }
         // After the last commit: observations end with `closed` instead of waiting forever.
         changes.finish()
