@@ -157,8 +157,7 @@ final class MemoryTransaction: WriteTransaction {
         } else {
             for row in rows(of: table) where query.filter.matches(row) { matched += 1 }
         }
-        let afterOffset = max(0, matched - query.offset)
-        return query.limit.map { min($0, afterOffset) } ?? afterOffset
+        return query.count(ofMatching: matched)
     }
 
     // MARK: WriteTransaction

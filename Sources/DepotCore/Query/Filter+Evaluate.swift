@@ -111,35 +111,61 @@ extension Query {
     /// Applies filter, order, offset and limit to rows in memory, keeping at most
     /// `offset + limit` rows while scanning when that is small.
     public func apply(to rows: some Sequence<Row>) -> [Row] {
-        var matched: [Row] = []
-        if let window = end, window <= Self.largestTopNWindow {
-            // Bounded top-N: keep a sorted window so a small limit over a large table
-            // costs O(n log k) rather than a full sort.
-            if window == 0 { return [] }
-            for row in rows where filter.matches(row) {
-                if matched.count == window {
-                    guard let last = matched.last, areInIncreasingOrder(row, last) else { continue }
-                    matched.removeLast()
-                }
-                let position = insertionIndex(for: row, in: matched)
-                matched.insert(row, at: position)
-            }
-        } else {
-            for row in rows where filter.matches(row) { matched.append(row) }
-            matched.sort(by: areInIncreasingOrder)
-        }
-        if offset >= matched.count { return [] }
-        let last = end.map { Swift.min(matched.count, $0) } ?? matched.count
-        return Array(matched[offset..<last])
+        var page = Page(self)
+        for row in rows where filter.matches(row) { page.add(row) }
+        return Array(page.rows())
     }
 
-    private func insertionIndex(for row: Row, in sorted: [Row]) -> Int {
-        var low = 0
-        var high = sorted.count
-        while low < high {
-            let mid = (low + high) / 2
-            if areInIncreasingOrder(row, sorted[mid]) { high = mid } else { low = mid + 1 }
+    /// How many rows the query returns when `matched` rows match its filter: its offset
+    /// and limit applied to a count, for backends that count matches themselves.
+    @inlinable
+    public func count(ofMatching matched: Int) -> Int {
+        let afterOffset = Swift.max(0, matched - offset)
+        return limit.map { Swift.min($0, afterOffset) } ?? afterOffset
+    }
+
+    /// Collects the rows that match a query, in any order, and gives back the ones its
+    /// order, offset and limit select: the top-N every backend that sorts in memory needs.
+    ///
+    /// A small `offset + limit` keeps only that many rows while scanning (a sorted window,
+    /// so a small limit over a large table keeps k rows); otherwise every row is kept and
+    /// sorted once.
+    public struct Page {
+        public let query: Query
+        private let window: Int?
+        private var kept: [Row] = []
+
+        public init(_ query: Query) {
+            self.query = query
+            self.window = query.end.flatMap { $0 <= Query.largestTopNWindow ? $0 : nil }
         }
-        return low
+
+        /// Adds a row that matches the query's filter.
+        public mutating func add(_ row: Row) {
+            guard let window else { return kept.append(row) }
+            if kept.count == window {
+                guard let last = kept.last, query.areInIncreasingOrder(row, last) else { return }
+                kept.removeLast()
+            }
+            kept.insert(row, at: insertionIndex(for: row))
+        }
+
+        /// The selected rows, in the query's order.
+        public mutating func rows() -> ArraySlice<Row> {
+            if window == nil { kept.sort(by: query.areInIncreasingOrder) }
+            if query.offset >= kept.count { return [] }
+            let end = query.end.map { Swift.min(kept.count, $0) } ?? kept.count
+            return kept[query.offset..<end]
+        }
+
+        private func insertionIndex(for row: Row) -> Int {
+            var low = 0
+            var high = kept.count
+            while low < high {
+                let mid = (low + high) / 2
+                if query.areInIncreasingOrder(row, kept[mid]) { high = mid } else { low = mid + 1 }
+            }
+            return low
+        }
     }
 }
