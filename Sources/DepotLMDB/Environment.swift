@@ -58,8 +58,8 @@ final class TransactionGate: @unchecked Sendable {
     }
 
     /// Runs `body` while no transaction is open, or returns `nil` when open transactions
-    /// did not let it within `patience` seconds.
-    func whenIdle(patience: TimeInterval = resizePatience, _ body: () -> Int32) -> Int32? {
+    /// did not let it within `patience` seconds. `body` must not enter the gate itself.
+    func whenIdle<T>(patience: TimeInterval = resizePatience, _ body: () -> T) -> T? {
         condition.lock()
         defer { condition.unlock() }
         // One resize at a time (the writer, or a reader following another process's resize).
@@ -100,17 +100,27 @@ enum OpenDirectories {
     static func release(_ path: String) { _ = paths.withLock { $0.remove(path) } }
 }
 
-/// Owns one `MDB_env`.
+/// Owns one `MDB_env`, and replaces it when LMDB declares it dead.
 ///
 /// `@unchecked Sendable`: an environment opened with `MDB_NOTLS` may begin transactions on
-/// any thread; the map is only resized through ``gate`` when no transaction is open; and
-/// the store closes it only after its work has drained (``close()`` runs once).
+/// any thread; the map is only resized, and ``pointer`` only replaced, through ``gate`` when
+/// no transaction is open (every transaction reads ``pointer`` and ``metaDBI`` while it
+/// holds a gate ticket); and the store closes it only after its work has drained
+/// (``close()`` runs once).
 final class Environment: @unchecked Sendable {
-    let pointer: OpaquePointer
+    /// The open environment, or `nil` after a reopen failed (each new transaction then
+    /// tries again). Changed only inside `gate.whenIdle`.
+    private(set) var pointer: OpaquePointer?
+    /// Counts the replacements of ``pointer``: a transaction that met `MDB_PANIC` passes the
+    /// epoch it saw, so that of several transactions meeting the same dead environment only
+    /// the first reopens it.
+    private(set) var epoch: UInt64 = 0
+    /// The map size when the environment was last closed for a reopen.
+    private var lastMapSize = 0
     let path: String
     let maxKeySize: Int
     let gate = TransactionGate()
-    /// Set once during open, before the environment is shared.
+    /// Set during open and by a reopen, while no transaction is open.
     var metaDBI: MDB_dbi = 0
     private let closed = Atomic<Bool>(false)
     /// Read transactions reset after use. Renewing one skips the allocation and the
@@ -132,7 +142,11 @@ final class Environment: @unchecked Sendable {
         self.maxKeySize = Int(mdb_env_get_maxkeysize(pointer))
     }
 
+    /// The size of the map (0 while the environment is closed after a failed reopen). Read
+    /// it with no transaction of this store starting (on the writer queue, inside the gate,
+    /// or in tests).
     var mapSize: Int {
+        guard let pointer else { return 0 }
         var info = MDB_envinfo()
         mdb_env_info(pointer, &info)
         return info.me_mapsize
@@ -140,32 +154,47 @@ final class Environment: @unchecked Sendable {
 
     /// Doubles the map after `MDB_MAP_FULL`. Call with no transaction of this store open.
     func grow() throws(DepotError) {
+        guard let result = gate.whenIdle({ growNow() }) else {
+            throw DepotError(.storeFull, "The LMDB store at \(path) is full and could not grow its map: a read transaction stayed open for \(Int(TransactionGate.resizePatience)) s (the map can only grow while no transaction of the process is open). Finish reads sooner, or open the store with a larger mapSize.", nativeCode: MDB_MAP_FULL)
+        }
+        try result.get()
+    }
+
+    /// Doubles the map. Call with no transaction open (inside `gate.whenIdle`).
+    func growNow() -> Result<Void, DepotError> {
+        guard let pointer else { return .failure(DepotError(.io, "The LMDB store at \(path) is not open (reopening it failed); retry.")) }
         let current = mapSize
         guard current < Self.maximumMapSize else {
-            throw DepotError(.storeFull, "The LMDB store at \(path) has reached the largest map Depot grows to (\(current) bytes).", nativeCode: MDB_MAP_FULL)
+            return .failure(DepotError(.storeFull, "The LMDB store at \(path) has reached the largest map Depot grows to (\(current) bytes).", nativeCode: MDB_MAP_FULL))
         }
         let target = min(current * 2, Self.maximumMapSize)
-        guard let rc = gate.whenIdle({ mdb_env_set_mapsize(pointer, target) }) else {
-            throw DepotError(.storeFull, "The LMDB store at \(path) is full at \(current) bytes and could not grow its map: a read transaction stayed open for \(Int(TransactionGate.resizePatience)) s (the map can only grow while no transaction of the process is open). Finish reads sooner, or open the store with a larger mapSize.", nativeCode: MDB_MAP_FULL)
-        }
-        if rc != 0 { throw DepotError.lmdb(rc, context: "Growing the map of \(path) to \(target) bytes") }
+        let rc = mdb_env_set_mapsize(pointer, target)
+        if rc != 0 { return .failure(DepotError.lmdb(rc, context: "Growing the map of \(path) to \(target) bytes")) }
+        return .success(())
     }
 
     /// Adopts the map size another process set (`MDB_MAP_RESIZED`).
     func adoptMapSize() throws(DepotError) {
-        guard let rc = gate.whenIdle({ mdb_env_set_mapsize(pointer, 0) }) else {
+        guard let rc = gate.whenIdle({ adoptMapSizeNow() }) else {
             throw DepotError(.busy, "Another process grew the LMDB store at \(path), and this process could not follow because a transaction stayed open for \(Int(TransactionGate.resizePatience)) s.", nativeCode: MDB_MAP_RESIZED)
         }
         if rc != 0 { throw DepotError.lmdb(rc, context: "Adopting the new map size of \(path)") }
     }
 
-    /// Begins a read transaction, renewing an idle one when there is one.
-    func beginReader() -> (Int32, OpaquePointer?) {
+    /// Adopts the map size another process set. Call with no transaction open.
+    func adoptMapSizeNow() -> Int32 {
+        guard let pointer else { return MDB_PANIC }
+        return mdb_env_set_mapsize(pointer, 0)
+    }
+
+    /// Begins a read transaction, renewing an idle one when there is one. Call holding a
+    /// gate ticket, with ``pointer`` not `nil`.
+    func beginReader(_ pointer: OpaquePointer) -> (Int32, OpaquePointer?) {
         if let idle = idleReaders.withLock({ $0.popLast() }) {
             let rc = mdb_txn_renew(idle.txn)
             if rc == 0 { return (0, idle.txn) }
             mdb_txn_abort(idle.txn)
-            if rc == MDB_MAP_RESIZED { return (rc, nil) }
+            if rc == MDB_MAP_RESIZED || rc == MDB_PANIC { return (rc, nil) }
         }
         var begun: OpaquePointer?
         let rc = mdb_txn_begin(pointer, nil, UInt32(MDB_RDONLY), &begun)
@@ -183,12 +212,55 @@ final class Environment: @unchecked Sendable {
         if !kept { mdb_txn_abort(txn) }
     }
 
-    func close() {
-        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    /// Closes the environment LMDB declared dead (`MDB_PANIC`: a write of its meta page
+    /// failed, and LMDB refuses every transaction from then on, although the file is
+    /// intact) and opens it again with `open`. Call with no transaction open (inside
+    /// `gate.whenIdle`), and only when ``epoch`` is still the one the failing transaction
+    /// saw.
+    ///
+    /// The idle readers go first: with `MDB_NOTLS` each keeps a reader slot and points into
+    /// the old environment, so renewing one later would use freed memory. Closing the
+    /// environment then clears this process's reader slots and locks; the directory stays
+    /// claimed in ``OpenDirectories`` throughout (LMDB forbids a second environment of the
+    /// same directory in the process, and closing first keeps to that). When `open` fails,
+    /// ``pointer`` stays `nil` and the next transaction tries again.
+    func replace(
+        open: (_ mapSize: Int) throws(DepotError) -> OpaquePointer, prepare: (Environment) throws(DepotError) -> Void
+    ) throws(DepotError) {
+        guard !closed.load(ordering: .acquiring) else { throw DepotError.closed("LMDB store at \(path)") }
+        if let old = pointer {
+            // Reopened at the size it had grown to, so the writes that grew it need not
+            // grow it again.
+            lastMapSize = mapSize
+            abortIdleReaders()
+            mdb_env_close(old)
+            pointer = nil
+            epoch += 1
+        }
+        let reopened = try open(lastMapSize)
+        pointer = reopened
+        epoch += 1
+        do throws(DepotError) {
+            try prepare(self)
+        } catch {
+            mdb_env_close(reopened)
+            pointer = nil
+            epoch += 1
+            throw error
+        }
+    }
+
+    private func abortIdleReaders() {
         for idle in idleReaders.withLock({ idle in defer { idle.removeAll() }; return idle }) {
             mdb_txn_abort(idle.txn)
         }
-        mdb_env_close(pointer)
+    }
+
+    func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        abortIdleReaders()
+        if let pointer { mdb_env_close(pointer) }
+        pointer = nil
         OpenDirectories.release(path)
     }
 

@@ -20,6 +20,11 @@ extension DepotError {
             return DepotError(.busy, "\(detail). Every reader slot is in use; raise the reader limit or finish read transactions sooner.", nativeCode: code)
         case MDB_BAD_VALSIZE:
             return DepotError(.invalidValue, "\(detail). A key is empty or longer than LMDB's key limit.", nativeCode: code)
+        case MDB_PANIC:
+            // Set after a failed write of the meta page; the file is intact. LMDBStore
+            // reopens the environment when a transaction meets it, so this reaches a caller
+            // only from the transaction that was running then.
+            return DepotError(.io, "\(detail). A write to disk failed earlier, so LMDB stopped this environment; nothing acknowledged was lost. The store reopens it at the next transaction: retry, and check the disk (free space, I/O errors) if it keeps failing.", nativeCode: code)
         case 28 /* ENOSPC */:
             return DepotError(.storeFull, "\(detail). The disk is full; free space and retry.", nativeCode: code)
         case 5 /* EIO */:
