@@ -66,6 +66,13 @@ final class Connection: @unchecked Sendable {
         return connection
     }
 
+    /// Whether closing this connection, when it is the last one, checkpoints a WAL database
+    /// into its main file and removes the `-wal` and `-shm` files (SQLite's default).
+    func setCheckpointOnClose(_ enabled: Bool) {
+        guard let handle else { return }
+        _ = depot_sqlite3_db_config_int(handle, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, enabled ? 0 : 1)
+    }
+
     /// How long SQLite's busy handler waits for a lock, clamped to what SQLite takes.
     func setBusyTimeout(_ timeout: Duration) {
         guard let handle else { return }
@@ -73,7 +80,9 @@ final class Connection: @unchecked Sendable {
         // Saturating: a caller's Duration may be far beyond what milliseconds in Int64 hold.
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1000)
         let whole = overflow ? (seconds < 0 ? Int64.min : Int64.max) : scaled
-        let milliseconds = max(0, min(Int64(Int32.max), whole.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue))
+        let (sum, carry) = whole.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        let total = carry ? (whole < 0 ? Int64.min : Int64.max) : sum
+        let milliseconds = max(0, min(Int64(Int32.max), total))
         sqlite3_busy_timeout(handle, Int32(milliseconds))
     }
 

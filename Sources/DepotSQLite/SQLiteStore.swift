@@ -220,13 +220,19 @@ public final class SQLiteStore: Store {
         self.gate = StoreGate(store: temporaryDirectory == nil ? "SQLite store at \(file)" : "SQLite store (sqlite::memory:)")
         self.temporaryDirectory = temporaryDirectory
 
+        let companionsBefore = Self.companions(of: file)
         let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
         writer.traceStatements(to: log)
         do throws(DepotError) {
             // Nothing below writes until the file has been found to be a database that is
             // Depot's (or new, or adopted on purpose): setting WAL mode rewrites the header.
+            // Closing the last connection to a WAL database checkpoints it and deletes its
+            // -wal and -shm, which would rewrite another program's file while refusing it:
+            // no checkpoint on close until the file is known to be ours.
+            writer.setCheckpointOnClose(false)
             try Self.checkHeader(writer)
             try Self.checkOwnership(writer, adopt: options.adoptForeignDatabase)
+            writer.setCheckpointOnClose(true)
             let journal = try Self.retryingWhileBusy(writer, options.busyTimeout) { () throws(DepotError) in
                 try writer.scalarText("PRAGMA journal_mode = WAL")
             }
@@ -258,8 +264,29 @@ public final class SQLiteStore: Store {
                 ["depot.durability": .string("\(options.durability)"), "depot.readers": .stringConvertible(options.readers), "depot.entities": .stringConvertible(stored.count)])
         } catch {
             writer.close()
+            Self.removeCompanions(of: file, createdSince: companionsBefore)
             throw error
         }
+    }
+
+    /// Which of a database's `-wal` and `-shm` files exist.
+    private static func companions(of file: String) -> (wal: Bool, shm: Bool) {
+        (FileManager.default.fileExists(atPath: file + "-wal"), FileManager.default.fileExists(atPath: file + "-shm"))
+    }
+
+    /// Removes the `-wal` and `-shm` that reading a WAL database created when opening it
+    /// failed: with checkpointing on close turned off, SQLite leaves them behind, and a file
+    /// Depot refuses must be left as it was. A `-wal` that holds frames, or that existed
+    /// before (another program's uncheckpointed commits), is never touched.
+    private static func removeCompanions(of file: String, createdSince before: (wal: Bool, shm: Bool)) {
+        let wal = file + "-wal"
+        var walGone = !FileManager.default.fileExists(atPath: wal)
+        if !before.wal, !walGone,
+            let size = (try? FileManager.default.attributesOfItem(atPath: wal))?[.size] as? NSNumber, size.intValue == 0
+        {
+            walGone = (try? FileManager.default.removeItem(atPath: wal)) != nil
+        }
+        if !before.shm, walGone { try? FileManager.default.removeItem(atPath: file + "-shm") }
     }
 
     private static func synchronous(_ options: Options, inMemory: Bool) -> String {

@@ -1,3 +1,4 @@
+import CSQLite
 import DepotCore
 import DepotTesting
 import Dispatch
@@ -54,6 +55,35 @@ struct SQLiteOpeningTests {
             let before = try FileState(path)
             await expectDepotError(.storeCorrupted) { try SQLiteStore(path: path) }
             #expect(try FileState(path) == before)
+        }
+    }
+
+    /// A program that died with its WAL database open leaves committed frames in `-wal`.
+    /// Refusing the file must not checkpoint them into the main file or delete the `-wal`
+    /// and `-shm` (SQLite does both when the last connection closes).
+    @Test func anotherProgramsUncheckpointedWALIsLeftAsItWas() async throws {
+        try await withTemporaryDirectory { directory in
+            let live = directory.appendingPathComponent("live.sqlite").path
+            let path = directory.appendingPathComponent("crashed.sqlite").path
+            var db: OpaquePointer?
+            #expect(sqlite3_open(live, &db) == SQLITE_OK)
+            defer { sqlite3_close(db) }
+            for sql in [
+                "PRAGMA journal_mode=WAL", "PRAGMA wal_autocheckpoint=0", "CREATE TABLE notes(body TEXT)",
+                "INSERT INTO notes VALUES ('kept only in the WAL')",
+            ] {
+                #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+            }
+            // Copy the three files while the connection is open: what a crash leaves.
+            for suffix in ["", "-wal", "-shm"] {
+                try FileManager.default.copyItem(atPath: live + suffix, toPath: path + suffix)
+            }
+            let before = try FileState(path)
+            let walBefore = try Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
+            #expect(before.wal && before.shm)
+            await expectDepotError(.storeCorrupted) { try SQLiteStore(path: path) }
+            #expect(try FileState(path) == before, "main file unchanged, -wal and -shm still there")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path + "-wal")) == walBefore, "the WAL is not checkpointed or reset")
         }
     }
 

@@ -219,14 +219,24 @@ final class Registration: Sendable {
     }
 
     /// Runs every waiting call in order (each one submits its work), including calls that
-    /// arrive while they run, then marks the registration done (or, after a failure, lets
-    /// the next call try again).
+    /// arrive while they run, then marks the registration done. After a failure, the calls
+    /// that waited get it and the next call tries again.
     private func release(_ result: Result<Void, any Error>) {
+        if case .failure = result {
+            // Only the calls that waited for this registration share its failure; a call
+            // arriving from now on starts a registration of its own.
+            let failed = waiting.withLockedValue { waiting -> [Next] in
+                defer { waiting = nil }
+                return waiting ?? []
+            }
+            for next in failed { next(result) }
+            return
+        }
         while true {
             let batch = waiting.withLockedValue { waiting -> [Next] in
                 let batch = waiting ?? []
                 if batch.isEmpty {
-                    if case .success = result { done.store(true, ordering: .releasing) }
+                    done.store(true, ordering: .releasing)
                     waiting = nil
                 } else {
                     waiting = []

@@ -164,7 +164,7 @@ extension ResultSet: AsyncSequence {
             if let lastRow { predicate = predicate.and(Self.after(lastRow, in: base)) }
             let query = try Query(
                 entity: base.entity, predicate: predicate, sortKeys: base.sort.map { SortKey(base.entity.attributes[$0.attributeIndex].name, ascending: $0.ascending) },
-                limit: want, offset: lastRow == nil ? request.offset : 0)
+                limit: want, offset: lastRow == nil ? request.offset : 0, extraDepth: 1)
             let batch = try await set.controller.read { context -> ([Object], Row?) in
                 var objects: [Object] = []
                 var last: Row?

@@ -62,13 +62,23 @@ public struct Query: Sendable, Hashable {
         entity: EntityDescription, predicate: PredicateExpression, sortKeys: [SortKey] = [], limit: Int? = nil,
         offset: Int = 0
     ) throws(DepotError) {
+        try self.init(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset, extraDepth: 0)
+    }
+
+    /// `extraDepth` lets Depot itself wrap a caller's predicate, already checked, in one
+    /// more level (the keyset condition of a streamed result set) without refusing a
+    /// predicate the caller was allowed to write.
+    init(
+        entity: EntityDescription, predicate: PredicateExpression, sortKeys: [SortKey], limit: Int?, offset: Int,
+        extraDepth: Int
+    ) throws(DepotError) {
         if let limit, limit < 0 {
             throw DepotError(.invalidPredicate, "The limit \(limit) is negative; use a limit of 0 or more, or none.")
         }
         if offset < 0 {
             throw DepotError(.invalidPredicate, "The offset \(offset) is negative; use an offset of 0 or more.")
         }
-        try Self.checkDepth(of: predicate, in: entity)
+        try Self.checkDepth(of: predicate, in: entity, allowing: Self.maximumPredicateDepth + extraDepth)
         self.entity = entity
         self.filter = try Self.resolve(predicate, in: entity)
         var sort: [ResolvedSortKey] = []
@@ -104,10 +114,10 @@ public struct Query: Sendable, Hashable {
 
     /// Measures the nesting without recursion, so even a tree far too deep is measured
     /// safely.
-    static func checkDepth(of predicate: PredicateExpression, in entity: EntityDescription) throws(DepotError) {
+    static func checkDepth(of predicate: PredicateExpression, in entity: EntityDescription, allowing maximum: Int) throws(DepotError) {
         var pending: [(PredicateExpression, Int)] = [(predicate, 1)]
         while let (expression, depth) = pending.popLast() {
-            guard depth <= maximumPredicateDepth else {
+            guard depth <= maximum else {
                 throw DepotError(.invalidPredicate, "The predicate on \(entity.name) nests &&, || and ! more than \(maximumPredicateDepth) levels deep; flatten it (a list of conditions joined by && or || counts as one level).")
             }
             switch expression {

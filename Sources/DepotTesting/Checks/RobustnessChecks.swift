@@ -245,11 +245,19 @@ enum RobustnessChecks {
             let expected = fixtureCats.filter { $0.age >= 7 }.map(\.id).sorted()
             try await expectEqual(cats.fetchAll(Request(Condition(allowed))).map(\.id), expected, "nested ! at the limit gives its answer")
             var mixed: DepotCore.PredicateExpression = .compare(attribute: "age", .greaterOrEqual, .int(7))
-            for level in 0..<(Query.maximumPredicateDepth - 1) {
-                // `x && true` and `x || false` keep x's meaning at every level.
+            for level in 1..<Query.maximumPredicateDepth {
+                // `x && true` and `x || false` keep x's meaning at every level; the last
+                // level is an `||`, so streaming's `&&` cannot merge into it.
                 mixed = level % 2 == 0 ? .and([mixed, .constant(true)]) : .or([mixed, .constant(false)])
             }
             try await expectEqual(cats.fetchAll(Request(Condition(mixed))).map(\.id), expected, "&& and || at the limit give their answer")
+            // Streaming adds its keyset condition around the caller's predicate.
+            var streamed: [Int64] = []
+            for try await cat in cats.results.filter(Condition(mixed)).batched(2) { streamed.append(cat.id) }
+            try expectEqual(streamed, expected, "streaming a predicate at the limit")
+            var streamedNots: [Int64] = []
+            for try await cat in cats.results.filter(Condition(allowed)).sorted(by: \.age, ascending: false).batched(2) { streamedNots.append(cat.id) }
+            try expectEqual(Set(streamedNots), Set(expected), "streaming nested ! at the limit")
         },
         ConformanceCheck("a declaration that reorders the registered attributes is refused") { store in
             let pairs = Controller<Pair, Pair>(store: store)
