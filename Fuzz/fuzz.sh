@@ -14,7 +14,13 @@ WORK=.build/fuzz
 
 # -sanitize on the command line reaches every Swift module, so Depot's own code is
 # coverage-instrumented and checked by ASan, not only the harness.
-$SWIFT build -c debug -Xswiftc -sanitize=fuzzer,address --product DepotFuzz || exit 1
+mkdir -p "$WORK"
+echo "Building the fuzz targets (log: Fuzz/$WORK/build.log)..."
+if ! $SWIFT build -c debug -Xswiftc -sanitize=fuzzer,address --product DepotFuzz >"$WORK/build.log" 2>&1; then
+	# The linker's notes about ASan's local symbols are noise; the errors are what matter.
+	grep -v "ld.gold: warning: Cannot export local symbol" "$WORK/build.log" | tail -40
+	exit 1
+fi
 BIN=.build/debug/DepotFuzz
 
 # Leak reports would be the Swift runtime's caches; the Swift backtracer cannot run under ASan.
@@ -27,10 +33,12 @@ for target in $TARGETS; do
 	mkdir -p "$WORK/$target"
 	rm -f "$WORK/$target"-crash-* "$WORK/$target"-timeout-* "$WORK/$target"-oom-*
 	log="$WORK/$target.log"
+	dict=""
+	[ -f "$target.dict" ] && dict="-dict=$target.dict"
 	# New inputs go to the first folder (scratch); the committed seeds and regressions
 	# (Corpus/<target>, read recursively) run first, every time.
 	"$BIN" "$target" "$WORK/$target" "Corpus/$target" -max_total_time="$SECONDS_PER_TARGET" -timeout=20 \
-		-rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$WORK/$target-" >"$log" 2>&1
+		-rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$WORK/$target-" $dict >"$log" 2>&1
 	rc=$?
 	executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 	found=$(ls "$WORK/$target"-crash-* "$WORK/$target"-timeout-* "$WORK/$target"-oom-* 2>/dev/null | wc -l)
@@ -40,7 +48,7 @@ for target in $TARGETS; do
 	summary="$summary$line\n"
 	if [ "$found" -ne 0 ]; then
 		status=1
-		grep -E "property violated|Fatal error|ERROR: AddressSanitizer|ERROR: libFuzzer|SUMMARY" "$log" | head -3 | sed 's/^/    /'
+		grep -E "property violated|Fatal error|runtime failure|ERROR: AddressSanitizer|ERROR: libFuzzer|SUMMARY" "$log" | head -3 | sed 's/^/    /'
 		for file in "$WORK/$target"-crash-* "$WORK/$target"-timeout-* "$WORK/$target"-oom-*; do
 			[ -f "$file" ] && echo "    input: Fuzz/$file (reproduce: Fuzz/$BIN $target Fuzz/$file; log: Fuzz/$log)"
 		done
