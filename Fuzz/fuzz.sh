@@ -33,11 +33,13 @@ for target in $TARGETS; do
 	mkdir -p "$WORK/$target"
 	rm -f "$WORK/$target"-crash-* "$WORK/$target"-timeout-* "$WORK/$target"-oom-*
 	log="$WORK/$target.log"
+	# The targets' scratch stores; a crashed run cannot remove its own.
+	rm -rf "$WORK/tmp" && mkdir -p "$WORK/tmp"
 	dict=""
 	[ -f "$target.dict" ] && dict="-dict=$target.dict"
 	# New inputs go to the first folder (scratch); the committed seeds and regressions
 	# (Corpus/<target>, read recursively) run first, every time.
-	"$BIN" "$target" "$WORK/$target" "Corpus/$target" -max_total_time="$SECONDS_PER_TARGET" -timeout=20 \
+	TMPDIR="$PWD/$WORK/tmp" "$BIN" "$target" "$WORK/$target" "Corpus/$target" -max_total_time="$SECONDS_PER_TARGET" -timeout=20 \
 		-rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$WORK/$target-" $dict >"$log" 2>&1
 	rc=$?
 	executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -40,10 +40,9 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
     }
     selected = target.run
     // libFuzzer sees the remaining arguments as if the target name had not been there.
-    var count = argc - 1
-    var rest: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv
     argv[1] = argv[0]
-    rest = argv + 1
+    var count = argc - 1
+    var rest: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv + 1
     return runDriver(&count, &rest) { data, size in
         selected?(UnsafeRawBufferPointer(start: data, count: size))
         return 0
