@@ -38,13 +38,15 @@ struct FuzzRegressionTests {
 
     /// Fuzz/Corpus/request/regressions/deep-not-chain: `!` applied 15,337 times to `false`.
     /// Resolving recursed once per level and overflowed an 8 MiB stack (issue #11, item 12).
+    /// not-chain-256-store-worker: 256 levels resolved, then SQLite's query compiler
+    /// overflowed its worker thread's stack under ASan; 2,000 levels do without ASan.
     /// A predicate this deep must give a result (every backend alike) or a DepotError.
-    @Test("a predicate nested 15,337 levels deep gives a result or a DepotError, never a stack overflow")
-    func deepPredicate() async throws {
+    @Test("a deeply nested predicate gives a result or a DepotError, never a stack overflow", arguments: [2_000, 15_337])
+    func deepPredicate(_ depth: Int) async throws {
         try await Self.withStores { stores in
             for shape in 0..<3 {
                 var tree = PredicateExpression.constant(false)
-                for _ in 0..<15_337 {
+                for _ in 0..<depth {
                     switch shape {
                     case 0: tree = .not(tree)
                     case 1: tree = .and([tree, .constant(true)])
@@ -61,7 +63,7 @@ struct FuzzRegressionTests {
                     }
                 }
                 // An odd number of negations of false is true: every record, when answered.
-                #expect(answers.allSatisfy { $0 == (shape == 0 ? Self.idsInKeyOrder : []) })
+                #expect(answers.allSatisfy { $0 == (shape == 0 && depth % 2 == 1 ? Self.idsInKeyOrder : []) })
             }
         }
     }
