@@ -5,7 +5,7 @@
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan stress bench bench-smoke benchmarks
+.PHONY: deps test test-tsan stress fuzz bench bench-smoke benchmarks
 
 # Installs libsqlite3-dev, liblmdb-dev and the command-line tools the tests use.
 deps:
@@ -20,9 +20,11 @@ deps:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-# Runs every test (the conformance suite against every backend included).
+# Runs every test (the conformance suite against every backend included), then each fuzz
+# target for a few seconds: the committed seeds and crash regressions, and a little more.
 test: deps
 	$(SWIFT) test
+	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The same tests under Thread Sanitizer, in a build folder of their own. DEPOT_TSAN=1 tells
 # the reliability tests to run at their smallest size (TSan is 5-15 times slower).
@@ -39,6 +41,14 @@ stress: deps
 	grep -E "✘|error:" .build/depot-stress.log | head -40; \
 	echo; echo "Reliability figures:"; grep -h "^depot-reliability:" .build/depot-stress.log | sort; \
 	grep -E "^✔ Test run|^✘ Test run" .build/depot-stress.log; exit $$status
+
+# Coverage-guided fuzzing (libFuzzer + AddressSanitizer, Fuzz/): builds the targets, runs
+# each for FUZZ_SECONDS, prints executions and crashes per target; any crash fails the run
+# and its input is kept under Fuzz/.build/fuzz. FUZZ_TARGETS picks targets (Fuzz/README.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TEST_SECONDS ?= 3
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The main job: every backend beside the raw engines, release build, about a minute.
 bench: deps
