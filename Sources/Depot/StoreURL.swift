@@ -74,13 +74,38 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// The options given, validated, by name.
     public private(set) var options: [String: String]
 
+    /// The URL as text that ``init(_:)`` parses back to this URL: characters that would
+    /// change its meaning (`%`, `?`, `&`, `=`, spaces, non-ASCII) are %-escaped.
     public var description: String {
         var text = "\(backend.rawValue):"
-        if let path { text += path.hasPrefix("/") ? "//\(path)" : path } else if backend == .sqlite { text += ":memory:" }
+        if let path {
+            let escaped = Self.escape(path, keeping: Self.pathCharacters)
+            text += path.hasPrefix("/") ? "//\(escaped)" : escaped
+        } else if backend == .sqlite {
+            text += ":memory:"
+        }
         if !options.isEmpty {
-            text += "?" + options.keys.sorted().map { "\($0)=\(options[$0] ?? "")" }.joined(separator: "&")
+            text += "?" + options.keys.sorted().map {
+                "\(Self.escape($0, keeping: Self.optionCharacters))=\(Self.escape(options[$0] ?? "", keeping: Self.optionCharacters))"
+            }.joined(separator: "&")
         }
         return text
+    }
+
+    private static let pathCharacters: CharacterSet = {
+        var set = CharacterSet.urlPathAllowed
+        set.remove(charactersIn: "%?#")
+        return set
+    }()
+
+    private static let optionCharacters: CharacterSet = {
+        var set = CharacterSet.urlQueryAllowed
+        set.remove(charactersIn: "%&=+#?")
+        return set
+    }()
+
+    private static func escape(_ text: String, keeping allowed: CharacterSet) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
     }
 
     /// Parses and validates a store URL.

@@ -145,7 +145,7 @@ struct FuzzRegressionTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-fuzz-regression-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         do {
-            let store = try openStore(url: "lmdb://\(directory)?mapSize=9223372036854775807")
+            let store = try await openStore(url: "lmdb://\(directory)?mapSize=9223372036854775807")
             await store.close()
         } catch {
             #expect([.invalidConfiguration, .storeFull, .io, .backend].contains(error.code), "\(error)")
