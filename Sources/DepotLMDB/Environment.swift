@@ -7,11 +7,12 @@ import Synchronization
 /// there are none, as `mdb_env_set_mapsize` requires: a resize remaps the file, and every
 /// pointer an open transaction holds into the old mapping would dangle.
 ///
-/// A resize must not stall the process while one slow transaction finishes. So it never
-/// holds back new transactions for longer than ``admissionWait``: it closes the gate, waits
-/// that long for the open transactions to finish, and if one is still open, reopens the
-/// gate and waits — admitting new transactions — until every transaction that was open
-/// then has finished, and tries again. Each transaction carries the generation it entered
+/// A resize must not stall the process while one slow transaction finishes. So it holds
+/// back new transactions only briefly: it closes the gate, waits ``admissionWait`` for the
+/// open transactions to finish, and if one is still open, reopens the gate and waits —
+/// admitting new transactions — until every transaction that was open then has finished,
+/// and tries again with twice the wait (up to ``longestAdmissionWait``), so reads that keep
+/// overlapping each other cannot starve the resize forever. Each transaction carries the generation it entered
 /// in, which tells the long ones (entered before the failed attempt) from the newcomers.
 /// Only the resizing writer waits for a long reader, up to ``resizePatience``.
 ///
@@ -19,6 +20,8 @@ import Synchronization
 final class TransactionGate: @unchecked Sendable {
     /// How long one resize attempt holds back new transactions.
     static let admissionWait: TimeInterval = 0.05
+    /// The longest one attempt holds back new transactions, after repeated failures.
+    static let longestAdmissionWait: TimeInterval = 5
     /// How long a resize waits in all for open transactions before it gives up.
     static let resizePatience: TimeInterval = 600
 
@@ -71,10 +74,12 @@ final class TransactionGate: @unchecked Sendable {
             condition.broadcast()
         }
         let deadline = Date(timeIntervalSinceNow: patience)
+        var wait = Self.admissionWait
         while true {
             // Hold new transactions back briefly while the open ones finish.
             closed = true
-            let attempt = min(deadline, Date(timeIntervalSinceNow: Self.admissionWait))
+            let attempt = min(deadline, Date(timeIntervalSinceNow: wait))
+            wait = min(wait * 2, Self.longestAdmissionWait)
             while !active.isEmpty {
                 if !condition.wait(until: attempt) && !active.isEmpty { break }
             }

@@ -58,4 +58,38 @@ struct LMDBGrowthTests {
             #expect(try await cats.count() == Set(batch.map(\.id) + Cat.fixtures.map(\.id)).count)
         }
     }
+
+    /// Readers that each take longer than one attempt's wait, and always overlap, left a
+    /// resize waiting out its whole patience when every attempt held new readers back for
+    /// the same 50 ms: there was always a reader admitted in the last open window.
+    @Test("a resize is not starved by reads that keep overlapping each other")
+    func overlappingReadersDoNotStarveAResize() async throws {
+        let gate = TransactionGate()
+        let running = Locked<Bool>(true)
+        let group = DispatchGroup()
+        for reader in 0..<3 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                // Staggered, so a reader is open at every instant.
+                Thread.sleep(forTimeInterval: Double(reader) * 0.03)
+                while running.withLock({ $0 }) {
+                    let ticket = gate.enter()
+                    Thread.sleep(forTimeInterval: 0.09)
+                    gate.leave(ticket)
+                }
+            }
+        }
+        let resized = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            Thread.detachNewThread {
+                Thread.sleep(forTimeInterval: 0.2)
+                continuation.resume(returning: gate.whenIdle(patience: 30) { true } ?? false)
+            }
+        }
+        running.withLock { $0 = false }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            group.notify(queue: .global()) { continuation.resume() }
+        }
+        #expect(resized, "the resize ran while reads kept overlapping")
+    }
 }
