@@ -68,10 +68,6 @@ public final class LMDBStore: Store {
         }
     }
 
-    private struct State: Sendable {
-        var closed = false
-    }
-
     /// The directory that holds the environment (`data.mdb`, `lock.mdb`).
     public let directory: String
     /// The options the store was opened with.
@@ -82,14 +78,13 @@ public final class LMDBStore: Store {
     public var backendName: String { "lmdb" }
 
     let environment: Environment
-    private let state = Locked(State())
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
     private let catalog = Locked<[String: EntityHandles]>([:])
     private let writer = DispatchQueue(label: "depot.lmdb.writer")
     private let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
-    private let idle = DispatchGroup()
+    private let gate: StoreGate
 
     /// Opens the store in `directory`, creating the directory and an empty environment when
     /// they do not exist.
@@ -167,6 +162,7 @@ public final class LMDBStore: Store {
         environment.metaDBI = try Self.prepareMetadata(environment, pointer: pointer, idle: false)
         self.environment = environment
         self.directory = path
+        self.gate = StoreGate(store: "LMDB store at \(path)")
         self.options = options
         log.opened(
             "lmdb", at: path,
@@ -347,14 +343,11 @@ public final class LMDBStore: Store {
 
     // MARK: Work accounting
 
-    private func begin() throws(DepotError) {
-        try state.withLock { (s: inout State) throws(DepotError) in
-            if s.closed { throw DepotError.closed("LMDB store at \(directory)") }
-            idle.enter()
-        }
-    }
+    @inline(__always)
+    private func begin() throws(DepotError) { try gate.enter() }
 
-    private func end() { idle.leave() }
+    @inline(__always)
+    private func end() { gate.leave() }
 
     // MARK: Transactions
 
@@ -743,13 +736,11 @@ public final class LMDBStore: Store {
     /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
     /// when the store is released.
     public func close() async {
-        let first = state.withLock { s -> Bool in
-            defer { s.closed = true }
-            return !s.closed
-        }
+        let first = await gate.close()
         let environment = self.environment
+        // Closing the environment is blocking work: on the writer's queue, not the pool.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            idle.notify(queue: .global()) {
+            writer.async {
                 environment.close()
                 continuation.resume()
             }

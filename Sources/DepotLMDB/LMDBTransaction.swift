@@ -357,37 +357,16 @@ final class LMDBTransaction: WriteTransaction {
             }
             return
         }
-        var rows: [Row] = []
-        if let window = query.end, window <= Query.largestTopNWindow {
-            // Bounded top-N: a sorted window of offset + limit rows, so a small limit over
-            // many candidates keeps k rows; a large window sorts once instead.
-            try visit(plan, handles) { row in
-                guard plan.exact || filter.matches(row) else { return true }
-                if rows.count == window {
-                    guard let last = rows.last, query.areInIncreasingOrder(row, last) else { return true }
-                    rows.removeLast()
-                }
-                var low = 0
-                var high = rows.count
-                while low < high {
-                    let mid = (low + high) / 2
-                    if query.areInIncreasingOrder(row, rows[mid]) { high = mid } else { low = mid + 1 }
-                }
-                rows.insert(row, at: low)
-                return true
-            }
-        } else {
-            if plan.exact && plan.ranges == nil { rows.reserveCapacity(try entries(handles.main)) }
-            try visit(plan, handles) { row in
-                if plan.exact || filter.matches(row) { rows.append(row) }
-                return true
-            }
-            rows.sort(by: query.areInIncreasingOrder)
+        // Not in the order asked for: collect the page (top-N for a small offset + limit).
+        var page = Query.Page(query)
+        if plan.exact && plan.ranges == nil { page.reserveCapacity(try entries(handles.main)) }
+        try visit(plan, handles) { row in
+            if plan.exact || filter.matches(row) { page.add(row) }
+            return true
         }
-        guard query.offset < rows.count else { return }
-        let end = query.end.map { min(rows.count, $0) } ?? rows.count
-        reserve(end - query.offset)
-        for i in query.offset..<end { try body(rows[i]) }
+        let rows = page.rows()
+        reserve(rows.count)
+        for row in rows { try body(row) }
     }
 
     func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
@@ -424,8 +403,7 @@ final class LMDBTransaction: WriteTransaction {
                 matched = n
             }
         }
-        let afterOffset = max(0, matched - query.offset)
-        return query.limit.map { min($0, afterOffset) } ?? afterOffset
+        return query.count(ofMatching: matched)
     }
 
     // MARK: WriteTransaction

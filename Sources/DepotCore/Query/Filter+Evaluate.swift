@@ -104,8 +104,8 @@ extension Query {
         return false
     }
 
-    /// The largest `offset + limit` kept as a sorted window while scanning; past it,
-    /// inserting into the window (linear per row) would cost more than one full sort.
+    /// The largest `offset + limit` kept as a bounded heap while scanning; past it, every
+    /// matching row is kept and sorted once (the heap would hold almost as much).
     public static let largestTopNWindow = 4_096
 
     /// Applies filter, order, offset and limit to rows in memory, keeping at most
@@ -127,8 +127,8 @@ extension Query {
     /// Collects the rows that match a query, in any order, and gives back the ones its
     /// order, offset and limit select: the top-N every backend that sorts in memory needs.
     ///
-    /// A small `offset + limit` keeps only that many rows while scanning (a sorted window,
-    /// so a small limit over a large table keeps k rows); otherwise every row is kept and
+    /// A small `offset + limit` (k) keeps only k rows while scanning, in a binary heap whose
+    /// top is the last of them, so n rows cost O(n log k); otherwise every row is kept and
     /// sorted once.
     public struct Page {
         public let query: Query
@@ -140,32 +140,57 @@ extension Query {
             self.window = query.end.flatMap { $0 <= Query.largestTopNWindow ? $0 : nil }
         }
 
+        /// Makes room for `count` rows when every row is kept (no small window).
+        public mutating func reserveCapacity(_ count: Int) {
+            if window == nil { kept.reserveCapacity(count) }
+        }
+
         /// Adds a row that matches the query's filter.
         public mutating func add(_ row: Row) {
             guard let window else { return kept.append(row) }
-            if kept.count == window {
-                guard let last = kept.last, query.areInIncreasingOrder(row, last) else { return }
-                kept.removeLast()
+            if kept.count < window {
+                kept.append(row)
+                siftUp(kept.count - 1)
+            } else if let last = kept.first, query.areInIncreasingOrder(row, last) {
+                kept[0] = row
+                siftDown(0)
             }
-            kept.insert(row, at: insertionIndex(for: row))
         }
 
         /// The selected rows, in the query's order.
         public mutating func rows() -> ArraySlice<Row> {
-            if window == nil { kept.sort(by: query.areInIncreasingOrder) }
+            kept.sort(by: query.areInIncreasingOrder)
             if query.offset >= kept.count { return [] }
             let end = query.end.map { Swift.min(kept.count, $0) } ?? kept.count
             return kept[query.offset..<end]
         }
 
-        private func insertionIndex(for row: Row) -> Int {
-            var low = 0
-            var high = kept.count
-            while low < high {
-                let mid = (low + high) / 2
-                if query.areInIncreasingOrder(row, kept[mid]) { high = mid } else { low = mid + 1 }
+        /// Whether `a` belongs nearer the heap's top: later in the query's order.
+        @inline(__always)
+        private func above(_ a: Int, _ b: Int) -> Bool { query.areInIncreasingOrder(kept[b], kept[a]) }
+
+        private mutating func siftUp(_ start: Int) {
+            var child = start
+            while child > 0 {
+                let parent = (child - 1) / 2
+                guard above(child, parent) else { return }
+                kept.swapAt(child, parent)
+                child = parent
             }
-            return low
+        }
+
+        private mutating func siftDown(_ start: Int) {
+            var parent = start
+            while true {
+                let left = 2 * parent + 1
+                guard left < kept.count else { return }
+                var largest = above(left, parent) ? left : parent
+                let right = left + 1
+                if right < kept.count, above(right, largest) { largest = right }
+                if largest == parent { return }
+                kept.swapAt(parent, largest)
+                parent = largest
+            }
         }
     }
 }
