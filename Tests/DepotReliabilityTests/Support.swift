@@ -138,8 +138,18 @@ final class Helper {
     /// Kills the process with SIGKILL and waits for it; returns `nil` when it was killed,
     /// or a description of how it ended by itself (which a kill test must report).
     func killNow() -> String? {
-        _ = kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        let pid = process.processIdentifier
+        _ = kill(pid, SIGKILL)
+        // Not waitUntilExit(): once, on a loaded machine, Foundation never noticed a killed
+        // child's exit and waitUntilExit spun for half an hour. Poll with a bound, then reap
+        // the child directly.
+        let deadline = Date(timeIntervalSinceNow: 120)
+        while process.isRunning && Date() < deadline { usleep(5_000) }
+        if process.isRunning {
+            var status: Int32 = 0
+            if waitpid(pid, &status, 0) == pid && status & 0x7f == SIGKILL { return nil }
+            return "the killed writer \(pid) was not seen to exit within 120 s (wait status \(status))"
+        }
         if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL { return nil }
         let stderr = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
         return "the writer ended by itself (status \(process.terminationStatus)): \(stderr)"
