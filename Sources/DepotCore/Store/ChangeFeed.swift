@@ -20,7 +20,8 @@ public struct Change: Sendable, Hashable {
 
 /// The net changes of one committed write transaction, one entry per record touched.
 public struct CommittedChanges: Sendable, Hashable {
-    /// A number that increases with every commit of the store.
+    /// A number that increases with every delivered batch (commits that nobody observed
+    /// are not numbered).
     public let sequence: UInt64
     /// The records the commit inserted, updated or deleted. Empty when ``isComplete`` is
     /// `false`.
