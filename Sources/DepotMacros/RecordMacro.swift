@@ -47,14 +47,12 @@ public struct RecordMacro: ExtensionMacro {
         var declared = Set(record.inheritanceClause?.inheritedTypes.compactMap { RecordModel.lastName(of: $0.type) } ?? [])
         if declared.contains("StoredObject") { declared.insert("ManagedRecord") }
         let missing = Set(protocols.compactMap { RecordModel.lastName(of: $0) }).subtracting(declared)
-        let conformance: String? =
-            if model.isPaired {
-                missing.contains("ManagedRecord") ? "DepotCore.ManagedRecord" : nil
-            } else if missing.contains("StoredObject") && !declared.contains("ManagedRecord") {
-                "DepotCore.StoredObject"
-            } else {
-                missing.contains("ManagedRecord") ? "DepotCore.ManagedRecord" : nil
-            }
+        // The self form names every protocol StoredObject refines: a conformance that is
+        // only implied by a refinement, in a macro-made extension, is not registered by the
+        // compiler (6.3), and the record would not be a ManagedRecord.
+        let wanted = model.isPaired ? ["ManagedRecord"] : ["ManagedRecord", "ObjectConvertible", "ManagedConvertible", "StoredObject"]
+        let adopted = declared.contains("StoredObject") ? [] : wanted.filter(missing.contains)
+        let conformance = adopted.isEmpty ? nil : adopted.map { "DepotCore." + $0 }.joined(separator: ", ")
 
         let access = accessModifier(record.modifiers)
         let typeName = type.trimmedDescription

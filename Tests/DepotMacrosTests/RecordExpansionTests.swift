@@ -3,9 +3,10 @@ import SwiftSyntaxMacroExpansion
 import SwiftSyntaxMacrosGenericTestSupport
 import Testing
 
-/// The macros as the compiler sees them: `@Record` may add these two conformances.
+/// The macros as the compiler sees them, with the conformances `@Record` may add.
 let recordMacros: [String: MacroSpec] = [
-    "Record": MacroSpec(type: RecordMacro.self, conformances: ["ManagedRecord", "StoredObject"]),
+    "Record": MacroSpec(
+        type: RecordMacro.self, conformances: ["ManagedRecord", "ObjectConvertible", "ManagedConvertible", "StoredObject"]),
     "Stored": MacroSpec(type: StoredMacro.self),
     "PrimaryKey": MacroSpec(type: PrimaryKeyMacro.self),
     "NotStored": MacroSpec(type: NotStoredMacro.self),
@@ -41,7 +42,7 @@ struct RecordExpansionTests {
                 var age: Int
             }
 
-            extension Cat: DepotCore.StoredObject {
+            extension Cat: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
                 static let entity = DepotCore.Entity<Cat>("Cat", primaryKey: \\.id) {
                     DepotCore.Attribute("id", \\.id)
                     DepotCore.Attribute("name", \\.name)
@@ -144,7 +145,7 @@ struct RecordExpansionTests {
                 package var name: String
             }
 
-            extension Country: DepotCore.StoredObject {
+            extension Country: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
                 package static let entity = DepotCore.Entity<Country>("Country", primaryKey: \\.code) {
                     DepotCore.Attribute("iso", \\.code)
                     DepotCore.Attribute("name", \\.name)

@@ -24,7 +24,7 @@
 ///
 /// - Parameter name: The stored entity name; the struct's name when omitted.
 @attached(
-    extension, conformances: ManagedRecord, StoredObject,
+    extension, conformances: ManagedRecord, ObjectConvertible, ManagedConvertible, StoredObject,
     names: named(entity), named(id), named(init(row:)), named(encode(into:)))
 public macro Record(name: String? = nil) = #externalMacro(module: "DepotMacros", type: "RecordMacro")
 
