@@ -1,4 +1,5 @@
 // swift-tools-version: 6.1
+import CompilerPluginSupport
 import PackageDescription
 
 // Every target is compiled in Swift 6 language mode (the default for tools 6.x) with
@@ -35,6 +36,8 @@ let package = Package(
         // Property-based differential tests (DepotReliabilityTests): random records and
         // requests checked against the memory reference, with shrinking.
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        // The @Record macro. Its major version follows the toolchain (603 = Swift 6.3).
+        .package(url: "https://github.com/swiftlang/swift-syntax.git", from: "603.0.1"),
     ],
     targets: [
         .target(
@@ -43,6 +46,17 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HashTreeCollections", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
+                "DepotMacros",
+            ]),
+        // The compiler plugin behind @Record and its property markers (declared in DepotCore).
+        .macro(
+            name: "DepotMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
             ]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite", .product(name: "Logging", package: "swift-log")]),
@@ -69,6 +83,15 @@ let package = Package(
         // (DepotSQLiteTests' fault-injection tests).
         .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
         .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS"]),
+        // Expansion and diagnostics of @Record, checked as text with swift-syntax's own
+        // test support (no XCTest, no extra package).
+        .testTarget(
+            name: "DepotMacrosTests",
+            dependencies: [
+                "DepotMacros",
+                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
+            ]),
         .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
         .testTarget(
             name: "DepotTests",

@@ -59,7 +59,7 @@ public enum ConformanceSuite {
     /// Every check.
     public static let checks: [ConformanceCheck] =
         CRUDChecks.all + PredicateChecks.all + OrderChecks.all + TransactionChecks.all + ErrorChecks.all
-        + SchemaChecks.all + ChangeFeedChecks.all + LiveChecks.all + RobustnessChecks.all
+        + SchemaChecks.all + ChangeFeedChecks.all + LiveChecks.all + RobustnessChecks.all + EnumChecks.all
 }
 
 // MARK: - Expectations

@@ -20,40 +20,20 @@ public struct Cat: Sendable, Hashable, ManagedConvertible {
     }
 }
 
-/// The managed record that stores a ``Cat``.
-public struct CatRecord: ManagedRecord, ObjectConvertible, Hashable {
+/// The managed record that stores a ``Cat``: the paired form of `@Record` (it names
+/// `ObjectConvertible`, so the macro makes it a record, not its own object).
+@Record(name: "Cat")
+public struct CatRecord: ObjectConvertible, Hashable {
     public var id: Int64
     public var name: String
     public var weight: Double
-    public var age: Int
-
-    public static let entity = Entity<CatRecord>("Cat", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("name", \.name)
-        Attribute("weight", \.weight)
-        Attribute("age", \.age, indexed: true)
-    }
+    @Stored(.indexed) public var age: Int
 
     public init(id: Int64, name: String, weight: Double, age: Int) {
         self.id = id
         self.name = name
         self.weight = weight
         self.age = age
-    }
-
-    public init(row: Row) throws {
-        id = try row[0]
-        name = try row[1]
-        weight = try row[2]
-        age = try row[3]
-    }
-
-    public func encode(into row: inout Row) {
-        row.removeAll()
-        row.append(.int(id))
-        row.append(.string(name))
-        row.append(.double(weight))
-        row.append(.int(Int64(age)))
     }
 
     public func toObject() -> Cat { Cat(id: id, name: name, weight: weight, age: age) }
@@ -98,8 +78,9 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
 }
 
 /// A record with an attribute of every type, and an optional one of every type: it is its
-/// own object (`Controller<Sample, Sample>`).
-public struct Sample: StoredObject, Hashable {
+/// own object (`Controller<Sample, Sample>`, which `@Record` provides).
+@Record
+public struct Sample: Hashable {
     public var id: Int64
     public var int: Int
     public var int32: Int32
@@ -117,26 +98,6 @@ public struct Sample: StoredObject, Hashable {
     public var optionalData: Data?
     public var optionalDate: Date?
     public var optionalUUID: UUID?
-
-    public static let entity = Entity<Sample>("Sample", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("int", \.int)
-        Attribute("int32", \.int32)
-        Attribute("int16", \.int16)
-        Attribute("double", \.double)
-        Attribute("bool", \.bool)
-        Attribute("string", \.string)
-        Attribute("data", \.data)
-        Attribute("date", \.date)
-        Attribute("uuid", \.uuid)
-        Attribute("optionalInt", \.optionalInt)
-        Attribute("optionalDouble", \.optionalDouble)
-        Attribute("optionalBool", \.optionalBool)
-        Attribute("optionalString", \.optionalString)
-        Attribute("optionalData", \.optionalData)
-        Attribute("optionalDate", \.optionalDate)
-        Attribute("optionalUUID", \.optionalUUID)
-    }
 
     public init(
         id: Int64, int: Int = 0, int32: Int32 = 0, int16: Int16 = 0, double: Double = 0, bool: Bool = false,
@@ -164,26 +125,6 @@ public struct Sample: StoredObject, Hashable {
         self.optionalUUID = optionalUUID
     }
 
-    public init(row: Row) throws {
-        id = try row[0]
-        int = try row[1]
-        int32 = try row[2]
-        int16 = try row[3]
-        double = try row[4]
-        bool = try row[5]
-        string = try row[6]
-        data = try row[7]
-        date = try row[8]
-        uuid = try row[9]
-        optionalInt = try row[10]
-        optionalDouble = try row[11]
-        optionalBool = try row[12]
-        optionalString = try row[13]
-        optionalData = try row[14]
-        optionalDate = try row[15]
-        optionalUUID = try row[16]
-    }
-
     /// The record as a row: equal rows mean identical stored values, with Depot's value
     /// equality (bytes for strings, NaN equal to NaN).
     public var row: Row {
@@ -194,18 +135,12 @@ public struct Sample: StoredObject, Hashable {
 }
 
 /// A record with a string primary key, a unique attribute and an optional unique one.
-public struct Account: StoredObject, Hashable {
+@Record
+public struct Account: Hashable {
     public var id: String
-    public var owner: String
-    public var nickname: String?
+    @Stored(.unique) public var owner: String
+    @Stored(.unique) public var nickname: String?
     public var balance: Int64
-
-    public static let entity = Entity<Account>("Account", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("owner", \.owner, unique: true)
-        Attribute("nickname", \.nickname, unique: true)
-        Attribute("balance", \.balance)
-    }
 
     public init(id: String, owner: String, nickname: String? = nil, balance: Int64 = 0) {
         self.id = id
@@ -213,33 +148,18 @@ public struct Account: StoredObject, Hashable {
         self.nickname = nickname
         self.balance = balance
     }
-
-    public init(row: Row) throws {
-        id = try row[0]
-        owner = try row[1]
-        nickname = try row[2]
-        balance = try row[3]
-    }
 }
 
 /// ``CatRecord``'s entity grown additively: a new optional attribute and a new attribute
-/// with a default, and an index on `name`.
-public struct CatRecordV2: StoredObject, Hashable {
+/// with a default (its initial value), and an index on `name`.
+@Record(name: "Cat")
+public struct CatRecordV2: Hashable {
     public var id: Int64
-    public var name: String
+    @Stored(.indexed) public var name: String
     public var weight: Double
-    public var age: Int
+    @Stored(.indexed) public var age: Int
     public var color: String?
-    public var lives: Int
-
-    public static let entity = Entity<CatRecordV2>("Cat", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("name", \.name, indexed: true)
-        Attribute("weight", \.weight)
-        Attribute("age", \.age, indexed: true)
-        Attribute("color", \.color)
-        Attribute("lives", \.lives, default: 9)
-    }
+    public var lives: Int = 9
 
     public init(id: Int64, name: String, weight: Double, age: Int, color: String?, lives: Int) {
         self.id = id
@@ -249,40 +169,19 @@ public struct CatRecordV2: StoredObject, Hashable {
         self.color = color
         self.lives = lives
     }
-
-    public init(row: Row) throws {
-        id = try row[0]
-        name = try row[1]
-        weight = try row[2]
-        age = try row[3]
-        color = try row[4]
-        lives = try row[5]
-    }
 }
 
 /// ``CatRecord``'s entity with `age` retyped to a string: an incompatible change.
-public struct CatRecordRetyped: StoredObject, Hashable {
+@Record(name: "Cat")
+public struct CatRecordRetyped: Hashable {
     public var id: Int64
     public var name: String
     public var weight: Double
     public var age: String
-
-    public static let entity = Entity<CatRecordRetyped>("Cat", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("name", \.name)
-        Attribute("weight", \.weight)
-        Attribute("age", \.age)
-    }
-
-    public init(row: Row) throws {
-        id = try row[0]
-        name = try row[1]
-        weight = try row[2]
-        age = try row[3]
-    }
 }
 
-/// A record whose declaration is invalid (two attributes named alike).
+/// A record whose declaration is invalid (two attributes named alike). Written by hand:
+/// `@Record` refuses this at compile time.
 public struct BrokenRecord: StoredObject, Hashable {
     public var id: Int64
     public var value: Int
@@ -324,6 +223,8 @@ public struct Fragile: Sendable, Hashable, ManagedConvertible {
     }
 }
 
+/// Written by hand (entity, `init(row:)`, the entity's key-path encoding), so the
+/// hand-written path runs through every check that uses it.
 public struct FragileRecord: ManagedRecord, ObjectConvertible, Hashable {
     public var id: Int64
     public var label: String
@@ -346,5 +247,49 @@ public struct FragileRecord: ManagedRecord, ObjectConvertible, Hashable {
     public func toObject() throws -> Fragile {
         if label == "refuse-to-load" { throw Fragile.Refused() }
         return Fragile(id: id, label: label)
+    }
+}
+
+/// A mood, stored as its `String` raw value.
+public enum Mood: String, AttributeValue, Hashable, CaseIterable {
+    case calm, grumpy, playful
+}
+
+/// A size, stored as its integer raw value.
+public enum Size: Int, AttributeValue, Hashable, CaseIterable {
+    case small = 1, medium = 2, large = 3
+}
+
+/// A record with enum attributes: a `String`-backed one (indexed), an `Int`-backed one and
+/// an optional one.
+@Record
+public struct Critter: Hashable {
+    public var id: Int64
+    @Stored(.indexed) public var mood: Mood
+    public var size: Size
+    public var formerMood: Mood?
+
+    public init(id: Int64, mood: Mood, size: Size, formerMood: Mood? = nil) {
+        self.id = id
+        self.mood = mood
+        self.size = size
+        self.formerMood = formerMood
+    }
+}
+
+/// ``Critter``'s entity with the raw values as plain attributes: the same stored schema,
+/// so it can write values that no case has.
+@Record(name: "Critter")
+public struct CritterRaw: Hashable {
+    public var id: Int64
+    @Stored(.indexed) public var mood: String
+    public var size: Int
+    public var formerMood: String?
+
+    public init(id: Int64, mood: String, size: Int, formerMood: String? = nil) {
+        self.id = id
+        self.mood = mood
+        self.size = size
+        self.formerMood = formerMood
     }
 }

@@ -4,36 +4,34 @@ import Foundation
 import Testing
 
 // --- README example begins ---
-/// The application's value: an immutable struct.
-struct Pet: Sendable, Equatable, ManagedConvertible {
-    let id: Int64
-    let name: String
-    let age: Int
-
-    func toManaged() -> PetRecord { PetRecord(id: id, name: name, age: age) }
-}
-
-/// How a Pet is stored.
-struct PetRecord: ManagedRecord, ObjectConvertible {
-    var id: Int64
+@Record  // the entity, decoding and encoding are generated
+struct Pet: Equatable {
+    var id: Int64  // `id` is the primary key
     var name: String
-    var age: Int
-
-    static let entity = Entity<PetRecord>("Pet", primaryKey: \.id) {
-        Attribute("id", \.id)
-        Attribute("name", \.name)
-        Attribute("age", \.age, indexed: true)
-    }
-
-    init(id: Int64, name: String, age: Int) { (self.id, self.name, self.age) = (id, name, age) }
-    init(row: Row) throws { (id, name, age) = (try row[0], try row[1], try row[2]) }
-    func toObject() -> Pet { Pet(id: id, name: name, age: age) }
+    @Stored(.indexed) var age: Int
 }
 
 func readmeExample(url: String) async throws -> [Pet] {
-    let pets = Controller<Pet, PetRecord>(store: try await openStore(url: url))
+    let pets = Controller<Pet, Pet>(store: try await openStore(url: url))
     try await pets.save([Pet(id: 1, name: "Tom", age: 3), Pet(id: 2, name: "Felix", age: 12)])
     return try await pets.fetchAll(Request(\.age > 10).sorted(by: \.name))
+}
+
+// The paired form the README mentions: a domain type with no Depot in it, and its record.
+struct Owner: Sendable, Equatable {
+    let id: Int64
+    let name: String
+}
+
+@Record(name: "Owner")
+struct OwnerRecord: ObjectConvertible {
+    var id: Int64
+    var name: String
+    func toObject() -> Owner { Owner(id: id, name: name) }
+}
+
+extension Owner: ManagedConvertible {
+    func toManaged() -> OwnerRecord { OwnerRecord(id: id, name: name) }
 }
 // --- README example ends ---
 
@@ -45,5 +43,13 @@ struct ReadmeExampleTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let old = try await readmeExample(url: template.replacingOccurrences(of: "DIR", with: directory.path))
         #expect(old == [Pet(id: 2, name: "Felix", age: 12)])
+    }
+
+    @Test func pairedFormWorks() async throws {
+        let store = MemoryStore()
+        let owners = Controller<Owner, OwnerRecord>(store: store)
+        try await owners.save(Owner(id: 1, name: "Ada"))
+        #expect(try await owners.fetchOne(id: 1) == Owner(id: 1, name: "Ada"))
+        await store.close()
     }
 }

@@ -1,7 +1,8 @@
 /// A struct that a store can hold: described by an ``Entity`` and mapped to and from a
 /// ``Row``.
 ///
-/// Declaring one takes the entity and an initializer that reads the row in attribute
+/// ``Record(name:)`` writes the whole conformance from a struct's stored properties. By
+/// hand, declaring one takes the entity and an initializer that reads the row in attribute
 /// order; writing the row back comes for free from the entity's key paths. The record is
 /// `Identifiable`: its `id` is the primary key (add a computed `id` when the key has another
 /// name).

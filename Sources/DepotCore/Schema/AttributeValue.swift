@@ -22,7 +22,7 @@ public enum AttributeType: String, Sendable, Hashable, Codable, CaseIterable {
 /// Depot provides conformances for `Int64`, `Int`, `Int32`, `Int16`, `Double`, `Bool`,
 /// `String`, `Data`, `Date`, `UUID`, and `Optional` of each. An application can conform
 /// its own types (a `RawRepresentable` enum, a tagged identifier) by mapping them onto
-/// one of those.
+/// one of those; a `RawRepresentable` enum needs only the conformance.
 public protocol AttributeValue: Sendable {
     /// The storage type.
     static var attributeType: AttributeType { get }
@@ -153,6 +153,37 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
             self = .some(try Wrapped(value: value))
         }
     }
+}
+
+/// An enum with a `String` or integer raw value stores its raw value: declare the
+/// conformance and nothing else.
+///
+/// ```swift
+/// enum Mood: String, AttributeValue { case calm, playful, grumpy }
+/// ```
+///
+/// Predicates and sorts compare the stored raw values, so `\.mood < .playful` and
+/// `sorted(by: \.mood)` follow the raw values' order (bytes for strings, numbers for
+/// integers), not the order of the cases.
+extension AttributeValue where Self: RawRepresentable, RawValue: AttributeValue {
+    public static var attributeType: AttributeType { RawValue.attributeType }
+    @inlinable public var value: Value { rawValue.value }
+
+    /// Reads the raw value back.
+    ///
+    /// - Throws: ``DepotError/Code/conversionFailed`` when the stored value does not fit
+    ///   the raw value type, or is not the raw value of any case (a case was removed or
+    ///   renamed, or another program wrote the value).
+    @inlinable public init(value: Value) throws(DepotError) {
+        let raw = try RawValue(value: value)
+        guard let known = Self(rawValue: raw) else { throw unknownRawValue(value, Self.self) }
+        self = known
+    }
+}
+
+@usableFromInline
+func unknownRawValue(_ value: Value, _ type: Any.Type) -> DepotError {
+    DepotError(.conversionFailed, "The stored value \(value.debugLiteral) is not the raw value of any case of \(type). A case was removed or renamed, or another program wrote it: add the case back, or rewrite the stored values.")
 }
 
 /// A type that can be a primary key: a non-optional integer, string, UUID, data or date.

@@ -1,0 +1,170 @@
+import SwiftDiagnostics
+public import SwiftSyntax
+import SwiftSyntaxBuilder
+public import SwiftSyntaxMacros
+
+/// `@Record`: makes a struct a managed record.
+///
+/// Everything is generated in an extension, not in the struct's body, so the struct keeps
+/// its memberwise initializer (an `init` in the body would suppress it).
+public struct RecordMacro: ExtensionMacro {
+    public static func expansion(
+        of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
+        providingExtensionsOf type: some TypeSyntaxProtocol, conformingTo protocols: [TypeSyntax],
+        in context: some MacroExpansionContext
+    ) throws -> [ExtensionDeclSyntax] {
+        guard let record = declaration.as(StructDeclSyntax.self) else {
+            context.diagnose(notAStruct(declaration))
+            return []
+        }
+        if let generics = record.genericParameterClause {
+            context.diagnose(.error(generics, "genericRecord", "@Record cannot be applied to a generic struct: its entity is one static schema, and a generic type cannot have static stored properties. Declare a concrete struct per stored type."))
+            return []
+        }
+        var entityName = record.name.text.trimmingBackticks
+        var argumentProblem = false
+        if case .argumentList(let arguments) = node.arguments {
+            for argument in arguments where argument.label?.text == "name" {
+                if let literal = RecordModel.stringLiteral(argument.expression) {
+                    entityName = literal
+                } else {
+                    argumentProblem = true
+                    context.diagnose(.error(argument.expression, "nameNotLiteral", "The entity name must be a string literal, so it is fixed at compile time."))
+                }
+            }
+        }
+        if !argumentProblem, let problem = RecordModel.nameProblem(entityName) {
+            argumentProblem = true
+            context.diagnose(.error(node, "invalidName", "The entity name '\(entityName)' \(problem); give the entity another name with @Record(name: \"...\")."))
+        }
+
+        let model = RecordModel(record, entityName: entityName)
+        for diagnostic in model.diagnostics { context.diagnose(diagnostic) }
+        guard !model.hasErrors, !argumentProblem, let keyIndex = model.primaryKeyIndex else { return [] }
+
+        // Conform only to what the type does not conform to already (the compiler passes
+        // those), and not to what its own declaration names.
+        var declared = Set(record.inheritanceClause?.inheritedTypes.compactMap { RecordModel.lastName(of: $0.type) } ?? [])
+        if declared.contains("StoredObject") { declared.insert("ManagedRecord") }
+        let missing = Set(protocols.compactMap { RecordModel.lastName(of: $0) }).subtracting(declared)
+        // The self form names every protocol StoredObject refines: a conformance that is
+        // only implied by a refinement, in a macro-made extension, is not registered by the
+        // compiler (6.3), and the record would not be a ManagedRecord.
+        let wanted = model.isPaired ? ["ManagedRecord"] : ["ManagedRecord", "ObjectConvertible", "ManagedConvertible", "StoredObject"]
+        let adopted = declared.contains("StoredObject") ? [] : wanted.filter(missing.contains)
+        let conformance = adopted.isEmpty ? nil : adopted.map { "DepotCore." + $0 }.joined(separator: ", ")
+
+        let access = accessModifier(record.modifiers)
+        let typeName = type.trimmedDescription
+        let key = model.properties[keyIndex]
+
+        var lines: [String] = []
+        lines.append("extension \(typeName)\(conformance.map { ": " + $0 } ?? "") {")
+        lines.append("    \(access)static let entity = DepotCore.Entity<\(typeName)>(\(literal(model.entityName)), primaryKey: \\.\(key.identifier)) {")
+        for property in model.properties {
+            var arguments = ["\(literal(property.storedName))", "\\.\(property.identifier)"]
+            if property.isIndexed && !property.isUnique { arguments.append("indexed: true") }
+            if property.isUnique { arguments.append("unique: true") }
+            if let value = property.defaultValue { arguments.append("default: \(value.trimmedDescription)") }
+            lines.append("        DepotCore.Attribute(\(arguments.joined(separator: ", ")))")
+        }
+        lines.append("    }")
+        if let idType = model.idAccessorType {
+            lines.append("")
+            lines.append("    /// The primary key, which makes the record `Identifiable`.")
+            lines.append("    \(access)var id: \(idType.trimmedDescription) { self.\(key.identifier) }")
+        }
+        lines.append("")
+        lines.append("    \(access)init(row: DepotCore.Row) throws {")
+        for (position, property) in model.properties.enumerated() {
+            lines.append("        self.\(property.identifier) = try row[\(position)]")
+        }
+        lines.append("    }")
+        lines.append("")
+        lines.append("    \(access)func encode(into row: inout DepotCore.Row) {")
+        lines.append("        row.removeAll()")
+        for property in model.properties {
+            lines.append("        row.append(self.\(property.identifier).value)")
+        }
+        lines.append("    }")
+        lines.append("}")
+
+        let source = DeclSyntax(stringLiteral: lines.joined(separator: "\n"))
+        guard let extensionDecl = source.as(ExtensionDeclSyntax.self) else { return [] }
+        return [extensionDecl]
+    }
+
+    /// Members of a public record must be public to witness the protocol requirements.
+    static func accessModifier(_ modifiers: DeclModifierListSyntax) -> String {
+        for modifier in modifiers {
+            switch modifier.name.tokenKind {
+            case .keyword(.public), .keyword(.open): return "public "
+            case .keyword(.package): return "package "
+            default: continue
+            }
+        }
+        return ""
+    }
+
+    static func literal(_ text: String) -> String {
+        // Names passed the identifier check (ASCII letters, digits, '_'), so no escaping.
+        "\"\(text)\""
+    }
+
+    static func notAStruct(_ declaration: some DeclGroupSyntax) -> Diagnostic {
+        let message = "@Record applies to a struct: a record is a value that a store copies in and out."
+        if let type = declaration.as(ClassDeclSyntax.self) {
+            let fix = FixIt(
+                message: RecordFixIt(message: "Replace 'class' with 'struct'"),
+                changes: [.replace(oldNode: Syntax(type.classKeyword), newNode: Syntax(type.classKeyword.with(\.tokenKind, .keyword(.struct))))])
+            return .error(type.classKeyword, "notAStruct", message, fixIts: [fix])
+        }
+        if let type = declaration.as(EnumDeclSyntax.self) {
+            return .error(type.enumKeyword, "notAStruct", message + " To store an enum as an attribute, give it a String or integer raw value and conform it to AttributeValue.")
+        }
+        if let type = declaration.as(ActorDeclSyntax.self) { return .error(type.actorKeyword, "notAStruct", message) }
+        if let type = declaration.as(ProtocolDeclSyntax.self) { return .error(type.protocolKeyword, "notAStruct", message) }
+        if let type = declaration.as(ExtensionDeclSyntax.self) {
+            return .error(type.extensionKeyword, "notAStruct", message + " Put @Record on the struct's own declaration.")
+        }
+        return .error(declaration, "notAStruct", message)
+    }
+}
+
+/// The property markers carry options for `@Record` to read; they expand to nothing. Used
+/// outside a `@Record` struct they would silently do nothing, so they warn there.
+protocol PropertyMarkerMacro: PeerMacro {
+    static var markerName: String { get }
+}
+
+extension PropertyMarkerMacro {
+    public static func expansion(
+        of node: AttributeSyntax, providingPeersOf declaration: some DeclSyntaxProtocol,
+        in context: some MacroExpansionContext
+    ) throws -> [DeclSyntax] {
+        if let enclosing = context.lexicalContext.first {
+            let insideRecord = enclosing.as(StructDeclSyntax.self)?.attributes.contains {
+                $0.as(AttributeSyntax.self).flatMap(Markers.name(of:)) == "Record"
+            } ?? false
+            if !insideRecord {
+                context.diagnose(.warning(node, "markerOutsideRecord", "@\(markerName) has an effect only on a property of a @Record struct."))
+            }
+        }
+        return []
+    }
+}
+
+/// `@Stored(.indexed, .unique, name:)`.
+public struct StoredMacro: PropertyMarkerMacro {
+    static let markerName = "Stored"
+}
+
+/// `@PrimaryKey`.
+public struct PrimaryKeyMacro: PropertyMarkerMacro {
+    static let markerName = "PrimaryKey"
+}
+
+/// `@NotStored`.
+public struct NotStoredMacro: PropertyMarkerMacro {
+    static let markerName = "NotStored"
+}

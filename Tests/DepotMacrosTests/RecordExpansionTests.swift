@@ -1,0 +1,207 @@
+import DepotMacros
+import SwiftSyntaxMacroExpansion
+import SwiftSyntaxMacrosGenericTestSupport
+import Testing
+
+/// The macros as the compiler sees them, with the conformances `@Record` may add.
+let recordMacros: [String: MacroSpec] = [
+    "Record": MacroSpec(
+        type: RecordMacro.self, conformances: ["ManagedRecord", "ObjectConvertible", "ManagedConvertible", "StoredObject"]),
+    "Stored": MacroSpec(type: StoredMacro.self),
+    "PrimaryKey": MacroSpec(type: PrimaryKeyMacro.self),
+    "NotStored": MacroSpec(type: NotStoredMacro.self),
+]
+
+/// swift-syntax's expansion check, reporting to Swift Testing.
+func assertExpansion(
+    _ source: String, expandedSource: String, diagnostics: [DiagnosticSpec] = [], fixedSource: String? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    assertMacroExpansion(
+        source, expandedSource: expandedSource, diagnostics: diagnostics, macroSpecs: recordMacros,
+        fixedSource: fixedSource,
+        failureHandler: { Issue.record(Comment(rawValue: $0.message), sourceLocation: sourceLocation) })
+}
+
+@Suite("@Record expansion")
+struct RecordExpansionTests {
+    @Test func plainStructBecomesItsOwnObject() {
+        assertExpansion(
+            """
+            @Record
+            struct Cat {
+                var id: Int64
+                var name: String
+                var age: Int
+            }
+            """,
+            expandedSource: """
+            struct Cat {
+                var id: Int64
+                var name: String
+                var age: Int
+            }
+
+            extension Cat: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                static let entity = DepotCore.Entity<Cat>("Cat", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("name", \\.name)
+                    DepotCore.Attribute("age", \\.age)
+                }
+
+                init(row: DepotCore.Row) throws {
+                    self.id = try row[0]
+                    self.name = try row[1]
+                    self.age = try row[2]
+                }
+
+                func encode(into row: inout DepotCore.Row) {
+                    row.removeAll()
+                    row.append(self.id.value)
+                    row.append(self.name.value)
+                    row.append(self.age.value)
+                }
+            }
+            """)
+    }
+
+    @Test func pairedRecordWithOptions() {
+        assertExpansion(
+            """
+            @Record(name: "Cat")
+            public struct CatRecord: ObjectConvertible, Hashable {
+                public var id: Int64
+                @Stored(.indexed) public var name: String
+                @Stored(.unique, name: "nick") public var nickname: String?
+                public var lives: Int = 9
+                public var color: String? = nil
+                @NotStored var cache: [String: Int] = [:]
+                @NotStored var memo: String?
+                static var count = 0
+                var label: String { name }
+                var observed: Int { didSet { } }
+                public func toObject() -> Cat { Cat(id: id) }
+            }
+            """,
+            expandedSource: """
+            public struct CatRecord: ObjectConvertible, Hashable {
+                public var id: Int64
+                public var name: String
+                public var nickname: String?
+                public var lives: Int = 9
+                public var color: String? = nil
+                var cache: [String: Int] = [:]
+                var memo: String?
+                static var count = 0
+                var label: String { name }
+                var observed: Int { didSet { } }
+                public func toObject() -> Cat { Cat(id: id) }
+            }
+
+            extension CatRecord: DepotCore.ManagedRecord {
+                public static let entity = DepotCore.Entity<CatRecord>("Cat", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("name", \\.name, indexed: true)
+                    DepotCore.Attribute("nick", \\.nickname, unique: true)
+                    DepotCore.Attribute("lives", \\.lives, default: 9)
+                    DepotCore.Attribute("color", \\.color)
+                    DepotCore.Attribute("observed", \\.observed)
+                }
+
+                public init(row: DepotCore.Row) throws {
+                    self.id = try row[0]
+                    self.name = try row[1]
+                    self.nickname = try row[2]
+                    self.lives = try row[3]
+                    self.color = try row[4]
+                    self.observed = try row[5]
+                }
+
+                public func encode(into row: inout DepotCore.Row) {
+                    row.removeAll()
+                    row.append(self.id.value)
+                    row.append(self.name.value)
+                    row.append(self.nickname.value)
+                    row.append(self.lives.value)
+                    row.append(self.color.value)
+                    row.append(self.observed.value)
+                }
+            }
+            """)
+    }
+
+    @Test func markedPrimaryKeyGetsAnIdentity() {
+        assertExpansion(
+            """
+            @Record
+            package struct Country {
+                @PrimaryKey @Stored(name: "iso") package var code: String
+                package var name: String
+            }
+            """,
+            expandedSource: """
+            package struct Country {
+                package var code: String
+                package var name: String
+            }
+
+            extension Country: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                package static let entity = DepotCore.Entity<Country>("Country", primaryKey: \\.code) {
+                    DepotCore.Attribute("iso", \\.code)
+                    DepotCore.Attribute("name", \\.name)
+                }
+
+                /// The primary key, which makes the record `Identifiable`.
+                package var id: String {
+                    self.code
+                }
+
+                package init(row: DepotCore.Row) throws {
+                    self.code = try row[0]
+                    self.name = try row[1]
+                }
+
+                package func encode(into row: inout DepotCore.Row) {
+                    row.removeAll()
+                    row.append(self.code.value)
+                    row.append(self.name.value)
+                }
+            }
+            """)
+    }
+
+    @Test func declaredConformanceIsNotRepeated() {
+        assertExpansion(
+            """
+            @Record
+            struct Tag: StoredObject {
+                var id: String
+                var `default`: Bool
+            }
+            """,
+            expandedSource: """
+            struct Tag: StoredObject {
+                var id: String
+                var `default`: Bool
+            }
+
+            extension Tag {
+                static let entity = DepotCore.Entity<Tag>("Tag", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("default", \\.`default`)
+                }
+
+                init(row: DepotCore.Row) throws {
+                    self.id = try row[0]
+                    self.`default` = try row[1]
+                }
+
+                func encode(into row: inout DepotCore.Row) {
+                    row.removeAll()
+                    row.append(self.id.value)
+                    row.append(self.`default`.value)
+                }
+            }
+            """)
+    }
+}
