@@ -77,7 +77,7 @@ struct LMDBFaultInjectionTests {
             process.environment = environment
             let output = Pipe()
             process.standardOutput = output
-            try process.run()
+            try ProcessLaunch.run(process)
             let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             process.waitUntilExit()
             #expect(process.terminationStatus == 0, "fault after \(after) calls: \(printed)")

@@ -1,4 +1,5 @@
 import DepotCore
+import DepotTesting
 import Foundation
 import Testing
 
@@ -132,7 +133,7 @@ final class Helper {
         process.arguments = arguments
         process.standardError = FileHandle(forWritingAtPath: stderrPath)
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
     }
 
     /// Kills the process with SIGKILL and waits for it; returns `nil` when it was killed,
@@ -173,7 +174,7 @@ func runHelper(_ arguments: [String], in directory: TemporaryDirectory) throws -
     let errors = Pipe()
     process.standardOutput = output
     process.standardError = errors
-    try process.run()
+    try ProcessLaunch.run(process)
     // Read before waiting, so a full pipe cannot block the helper.
     let out = output.fileHandleForReading.readDataToEndOfFile()
     let err = errors.fileHandleForReading.readDataToEndOfFile()

@@ -291,7 +291,7 @@ func sqlite3CLIResult(_ path: String, _ sql: String) throws -> (status: Int32, t
     let output = Pipe()
     process.standardOutput = output
     process.standardError = Pipe()
-    try process.run()
+    try ProcessLaunch.run(process)
     let data = output.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))

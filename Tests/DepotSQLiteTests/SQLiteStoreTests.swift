@@ -15,7 +15,7 @@ func sqlite3CLI(_ path: String, _ sql: String) throws -> String {
     let errors = Pipe()
     process.standardOutput = output
     process.standardError = errors
-    try process.run()
+    try ProcessLaunch.run(process)
     let data = output.fileHandleForReading.readDataToEndOfFile()
     let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     process.waitUntilExit()

@@ -67,7 +67,7 @@ struct ConfigurationAndLoggingTests {
         info.arguments = ["-e", directory.path]
         let pipe = Pipe()
         info.standardOutput = pipe
-        try info.run()
+        try ProcessLaunch.run(info)
         info.waitUntilExit()
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(output.contains("Map size: \(8 << 20)"), "\(output)")
