@@ -26,6 +26,8 @@ let package = Package(
                 .product(name: "DepotTesting", package: root),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Sources/DepotFuzz"),
+            path: "Sources/DepotFuzz",
+            // libFuzzer's runtime, for this executable only (see fuzz.sh).
+            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer"])]),
     ]
 )
