@@ -329,7 +329,15 @@ final class LMDBTransaction: WriteTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+        let reader = RowColumns()
+        try fetchRows(query, reserve: reserve) { row in
+            reader.row = row
+            try body(reader)
+        }
+    }
+
+    func fetchRows(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
         let handles = try handles(for: query.entity)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
@@ -369,7 +377,7 @@ final class LMDBTransaction: WriteTransaction {
         for row in rows { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let handles = try handles(for: entity)
         guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
         keyBuffer.removeAll(keepingCapacity: true)
@@ -378,7 +386,9 @@ final class LMDBTransaction: WriteTransaction {
         guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
             return false
         }
+        var row = Row(capacity: handles.types.count)
         try decode(value, handles, into: &row)
+        try body(RowColumns(row))
         return true
     }
 
@@ -523,7 +533,7 @@ final class LMDBTransaction: WriteTransaction {
         let handles = try handles(for: query.entity)
         // Collect first: deleting under an open cursor would move it.
         var keys: [Value] = []
-        try fetch(query, reserve: { keys.reserveCapacity($0) }) { row in
+        try fetchRows(query, reserve: { keys.reserveCapacity($0) }) { row in
             keys.append(row[value: handles.entity.primaryKeyIndex])
         }
         var deleted = 0

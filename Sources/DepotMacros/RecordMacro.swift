@@ -75,9 +75,11 @@ public struct RecordMacro: ExtensionMacro {
             lines.append("    \(access)var id: \(idType.trimmedDescription) { self.\(key.identifier) }")
         }
         lines.append("")
-        lines.append("    \(access)init(row: DepotCore.Row) throws {")
+        // Positions, not key paths: the entity above is generated from the same list, so
+        // they cannot drift, and a position costs no key-path lookup per record.
+        lines.append("    \(access)init(row: DepotCore.RecordReader<\(typeName)>) throws {")
         for (position, property) in model.properties.enumerated() {
-            lines.append("        self.\(property.identifier) = try row[\(position)]")
+            lines.append("        self.\(property.identifier) = try row.decode(\(position))")
         }
         lines.append("    }")
         lines.append("")

@@ -659,16 +659,20 @@ public final class SQLiteStore: Store {
     /// One row by key, without a transaction around it: in autocommit mode a single
     /// SELECT is its own consistent snapshot, so BEGIN, the snapshot pin and ROLLBACK
     /// would only add three statements to the one that matters.
-    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
+    public func submitRowRead<T: Sendable>(
+        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    ) {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             let result = Result {
-                try self.log.transaction("read") { () throws -> Row? in
+                try self.log.transaction("read") { () throws -> T? in
                     let transaction = SQLiteTransaction(
                         connection: reader.connection, tables: self.tables, writable: false, explicit: false)
                     defer { transaction.isFinished = true }
-                    var row = Row(capacity: entity.attributes.count)
-                    return try transaction.fetchRow(entity, key: key, into: &row) ? row : nil
+                    var result: T?
+                    _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+                    return result
                 }
             }
             self.checkIn(reader)

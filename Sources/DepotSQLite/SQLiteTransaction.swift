@@ -57,14 +57,6 @@ final class SQLiteTransaction: WriteTransaction {
         a.count == b.count && a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in pa.baseAddress == pb.baseAddress } }
     }
 
-    @inline(__always)
-    private func decode(_ statement: Statement, table: Table, into row: inout Row) throws(DepotError) {
-        row.removeAll()
-        for (i, type) in table.types.enumerated() {
-            row.append(try connection.column(Int32(i), of: statement, as: type))
-        }
-    }
-
     private func bind(_ bindings: [Binding], to statement: Statement) throws(DepotError) {
         for (i, binding) in bindings.enumerated() {
             try connection.bind(binding, at: Int32(i + 1), in: statement)
@@ -73,7 +65,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.entity)
         if query.limit == 0 { return }
         if query.filter == .constant(true) {
@@ -89,10 +81,9 @@ final class SQLiteTransaction: WriteTransaction {
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
         try bind(compiled.bindings, to: statement)
-        var row = Row(capacity: table.types.count)
+        let columns = StatementColumns(statement, table: table)
         while try connection.step(statement, "Fetching \(table.entity.name) records") {
-            try decode(statement, table: table, into: &row)
-            try body(row)
+            try body(columns)
         }
     }
 
@@ -103,7 +94,7 @@ final class SQLiteTransaction: WriteTransaction {
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         // A key of another type is in no row (SQLite's affinity would otherwise turn the
         // integer 5 into the text '5').
@@ -112,7 +103,7 @@ final class SQLiteTransaction: WriteTransaction {
         defer { connection.release(statement) }
         try connection.bind(key, at: 1, in: statement)
         guard try connection.step(statement, "Reading a \(entity.name) record") else { return false }
-        try decode(statement, table: table, into: &row)
+        try body(StatementColumns(statement, table: table))
         return true
     }
 

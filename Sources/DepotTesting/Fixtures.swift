@@ -196,9 +196,9 @@ public struct BrokenRecord: StoredObject, Hashable {
         self.value = value
     }
 
-    public init(row: Row) throws {
-        id = try row[0]
-        value = try row[1]
+    public init(row: RecordReader<Self>) throws {
+        id = try row[\.id]
+        value = try row[\.value]
     }
 }
 
@@ -239,9 +239,9 @@ public struct FragileRecord: ManagedRecord, ObjectConvertible, Hashable {
         self.label = label
     }
 
-    public init(row: Row) throws {
-        id = try row[0]
-        label = try row[1]
+    public init(row: RecordReader<Self>) throws {
+        id = try row[\.id]
+        label = try row[\.label]
     }
 
     public func toObject() throws -> Fragile {

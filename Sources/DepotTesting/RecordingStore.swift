@@ -41,8 +41,11 @@ public final class RecordingStore: Store {
         base.submitWrite({ try body(RecordingWrite(base: $0, store: self)) }, completion: completion)
     }
 
-    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
-        base.submitRowRead(entity, key: key, completion: completion)
+    public func submitRowRead<T: Sendable>(
+        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    ) {
+        base.submitRowRead(entity, key: key, decode: decode, completion: completion)
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
@@ -59,7 +62,7 @@ public final class RecordingStore: Store {
         let base: any ReadTransaction
         let store: RecordingStore
 
-        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
             var rows = 0
             defer { store.record(rows: rows) }
             try base.fetch(query, reserve: reserve) { row in
@@ -68,8 +71,8 @@ public final class RecordingStore: Store {
             }
         }
 
-        func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
-            try base.fetchRow(entity, key: key, into: &row)
+        func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+            try base.fetchRow(entity, key: key, body)
         }
 
         func count(_ query: Query) throws -> Int { try base.count(query) }
@@ -79,12 +82,12 @@ public final class RecordingStore: Store {
         let base: any WriteTransaction
         let store: RecordingStore
 
-        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+        func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
             try Recording(base: base, store: store).fetch(query, reserve: reserve, body)
         }
 
-        func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
-            try base.fetchRow(entity, key: key, into: &row)
+        func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+            try base.fetchRow(entity, key: key, body)
         }
 
         func count(_ query: Query) throws -> Int { try base.count(query) }

@@ -35,7 +35,7 @@ struct HandWrittenCritter: StoredObject, Hashable {
     }
 
     init(id: Int64, mood: Mood, size: Size?) { (self.id, self.mood, self.size) = (id, mood, size) }
-    init(row: Row) throws { (id, mood, size) = (try row[0], try row[1], try row[2]) }
+    init(row: RecordReader<Self>) throws { (id, mood, size) = (try row[\.id], try row[\.mood], try row[\.size]) }
 }
 
 @Suite("@Record at run time")
@@ -66,16 +66,16 @@ struct RecordMacroTests {
         var row = Row()
         shelter.encode(into: &row)
         #expect(row.allValues == [.string("N1"), .string("North"), .int(40), .int(7), .string("grumpy")])
-        let read = try ShelterRecord(row: row)
+        let read = try ShelterRecord(decoding: row)
         #expect(read.shelterCode == "N1" && read.name == "North" && read.capacity == 40 && read.lives == 7)
         #expect(read.mood == .grumpy)
         #expect(read.visits == 0 && read.note == nil, "not-stored properties take their initial values")
     }
 
     @Test func aMismatchedRowIsAnErrorNotATrap() {
-        #expect(throws: DepotError.self) { try Pet(row: Row([.int(1), .int(2), .int(3)])) }
-        #expect(throws: DepotError.self) { try Pet(row: Row([.int(1)])) }
-        #expect(throws: DepotError.self) { try ShelterRecord(row: Row([.string("a"), .string("b"), .int(1), .int(2), .string("sulky")])) }
+        #expect(throws: DepotError.self) { try Pet(decoding: Row([.int(1), .int(2), .int(3)])) }
+        #expect(throws: DepotError.self) { try Pet(decoding: Row([.int(1)])) }
+        #expect(throws: DepotError.self) { try ShelterRecord(decoding: Row([.string("a"), .string("b"), .int(1), .int(2), .string("sulky")])) }
     }
 
     @Test func oneLineRecordWorksWithAController() async throws {

@@ -55,7 +55,7 @@ struct ValueTests {
             var id: Int64
             var hidden: Int
             static let entity = Entity<Odd>("Odd", primaryKey: \.id) { Attribute("id", \.id) }
-            init(row: Row) throws { id = try row[0]; hidden = 0 }
+            init(row: RecordReader<Self>) throws { id = try row[\.id]; hidden = 0 }
         }
         #expect(throws: DepotError.self) { try Request<Odd>(\.hidden == 3).resolved() }
         #expect(throws: DepotError.self) { try Request<Odd>().sorted(by: \.hidden).resolved() }

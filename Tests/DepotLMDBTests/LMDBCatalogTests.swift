@@ -105,7 +105,7 @@ struct LMDBCatalogTests {
             let viaIndex = try await store.read { transaction -> [Int64] in
                 var ids: [Int64] = []
                 let query = try Query(entity: target, predicate: .compare(attribute: "name", .equal, .string("Newcomer")))
-                try transaction.fetch(query, reserve: { _ in }) { row in
+                try transaction.fetchRows(query) { row in
                     if case .int(let id) = row[value: target.primaryKeyIndex] { ids.append(id) }
                 }
                 return ids

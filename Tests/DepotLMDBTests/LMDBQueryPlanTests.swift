@@ -34,15 +34,15 @@ struct Reading: StoredObject, Hashable {
             (id, sensor, value, at, tag, flag, count, note)
     }
 
-    init(row: Row) throws {
-        id = try row[0]
-        sensor = try row[1]
-        value = try row[2]
-        at = try row[3]
-        tag = try row[4]
-        flag = try row[5]
-        count = try row[6]
-        note = try row[7]
+    init(row: RecordReader<Self>) throws {
+        id = try row[\.id]
+        sensor = try row[\.sensor]
+        value = try row[\.value]
+        at = try row[\.at]
+        tag = try row[\.tag]
+        flag = try row[\.flag]
+        count = try row[\.count]
+        note = try row[\.note]
     }
 
     /// The stored values, compared with Depot's equality (NaN equals NaN).

@@ -49,10 +49,10 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("age", \\.age)
                 }
 
-                init(row: DepotCore.Row) throws {
-                    self.id = try row[0]
-                    self.name = try row[1]
-                    self.age = try row[2]
+                init(row: DepotCore.RecordReader<Cat>) throws {
+                    self.id = try row.decode(0)
+                    self.name = try row.decode(1)
+                    self.age = try row.decode(2)
                 }
 
                 func encode(into row: inout DepotCore.Row) {
@@ -108,13 +108,13 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("observed", \\.observed)
                 }
 
-                public init(row: DepotCore.Row) throws {
-                    self.id = try row[0]
-                    self.name = try row[1]
-                    self.nickname = try row[2]
-                    self.lives = try row[3]
-                    self.color = try row[4]
-                    self.observed = try row[5]
+                public init(row: DepotCore.RecordReader<CatRecord>) throws {
+                    self.id = try row.decode(0)
+                    self.name = try row.decode(1)
+                    self.nickname = try row.decode(2)
+                    self.lives = try row.decode(3)
+                    self.color = try row.decode(4)
+                    self.observed = try row.decode(5)
                 }
 
                 public func encode(into row: inout DepotCore.Row) {
@@ -156,9 +156,9 @@ struct RecordExpansionTests {
                     self.code
                 }
 
-                package init(row: DepotCore.Row) throws {
-                    self.code = try row[0]
-                    self.name = try row[1]
+                package init(row: DepotCore.RecordReader<Country>) throws {
+                    self.code = try row.decode(0)
+                    self.name = try row.decode(1)
                 }
 
                 package func encode(into row: inout DepotCore.Row) {
@@ -191,9 +191,9 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("default", \\.`default`)
                 }
 
-                init(row: DepotCore.Row) throws {
-                    self.id = try row[0]
-                    self.`default` = try row[1]
+                init(row: DepotCore.RecordReader<Tag>) throws {
+                    self.id = try row.decode(0)
+                    self.`default` = try row.decode(1)
                 }
 
                 func encode(into row: inout DepotCore.Row) {

@@ -47,10 +47,10 @@ struct Probe: StoredObject, Hashable {
             (optionalInt, optionalDouble, optionalString, optionalDate)
     }
 
-    init(row: Row) throws {
+    init(row: RecordReader<Self>) throws {
         (id, int, double, string, bool, date, data, uuid) =
-            (try row[0], try row[1], try row[2], try row[3], try row[4], try row[5], try row[6], try row[7])
-        (optionalInt, optionalDouble, optionalString, optionalDate) = (try row[8], try row[9], try row[10], try row[11])
+            (try row[\.id], try row[\.int], try row[\.double], try row[\.string], try row[\.bool], try row[\.date], try row[\.data], try row[\.uuid])
+        (optionalInt, optionalDouble, optionalString, optionalDate) = (try row[\.optionalInt], try row[\.optionalDouble], try row[\.optionalString], try row[\.optionalDate])
     }
 }
 
@@ -236,13 +236,13 @@ final class DifferentialStores: Sendable {
         }
         let (rows, count) = try await store.read { transaction in
             var rows: [Row] = []
-            try transaction.fetch(query, reserve: { _ in }) { rows.append($0) }
+            try transaction.fetchRows(query) { rows.append($0) }
             return (rows, try transaction.count(query))
         }
         let (deleted, remaining) = try await store.write { transaction in
             let deleted = try transaction.delete(query)
             var rows: [Row] = []
-            try transaction.fetch(Query(all: entity), reserve: { _ in }) { rows.append($0) }
+            try transaction.fetchRows(Query(all: entity)) { rows.append($0) }
             return (deleted, rows)
         }
         return Answer(rows: rows, count: count, deleted: deleted, remaining: remaining)

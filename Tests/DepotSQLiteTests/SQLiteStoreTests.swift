@@ -187,7 +187,7 @@ struct SQLiteStoreTests {
             try await store.register([v2])
             let rows = try await store.read { t in
                 var rows: [Row] = []
-                try t.fetch(Query(all: v2), reserve: { _ in }) { rows.append($0) }
+                try t.fetchRows(Query(all: v2)) { rows.append($0) }
                 return rows
             }
             #expect(rows.count == 2)

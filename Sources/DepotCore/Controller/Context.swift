@@ -16,19 +16,18 @@ public protocol RecordContext {
 enum Conversion<Object, Managed>
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     @inlinable @inline(__always)
-    static func object(from row: Row) throws(DepotError) -> Object {
+    static func object(from columns: any ColumnReader) throws(DepotError) -> Object {
         do {
-            return try Managed(row: row).toObject()
+            return try Managed(row: RecordReader(columns)).toObject()
         } catch {
-            throw conversionError(error, row: row)
+            throw conversionError(error, columns: columns)
         }
     }
 
     @usableFromInline @inline(never)
-    static func conversionError(_ error: any Error, row: Row) -> DepotError {
+    static func conversionError(_ error: any Error, columns: any ColumnReader) -> DepotError {
         let entity = Managed.entity.description
-        let key = entity.attributes.indices.contains(entity.primaryKeyIndex) && row.count > entity.primaryKeyIndex
-            ? row[value: entity.primaryKeyIndex].debugLiteral : "?"
+        let key = (try? columns.value(entity.primaryKeyIndex))?.debugLiteral ?? "?"
         return DepotError(.conversionFailed, "Cannot convert the stored \(entity.name) with primary key \(key) into \(Object.self): \(error). Fix the record's init(row:) or toObject(), or the stored data.")
     }
 
@@ -47,8 +46,6 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     static func managedError(_ error: any Error) -> DepotError {
         DepotError(.conversionFailed, "Cannot convert \(Object.self) into a \(Managed.entity.name) record: \(error). Nothing was written.")
     }
-
-    static func key(_ id: Managed.ID) -> Value { id.value }
 }
 
 extension RecordContext {
@@ -64,8 +61,8 @@ extension RecordContext {
     @inlinable
     func fetchAll(_ query: Query) throws -> [Object] {
         var result: [Object] = []
-        try readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { row in
-            result.append(try Conversion<Object, Managed>.object(from: row))
+        try readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { columns in
+            result.append(try Conversion<Object, Managed>.object(from: columns))
         }
         return result
     }
@@ -79,9 +76,11 @@ extension RecordContext {
     /// The object with primary key `id`, or `nil`.
     @inlinable
     public func fetchOne(id: Managed.ID) throws -> Object? {
-        var row = Row(capacity: Managed.entity.description.attributes.count)
-        guard try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row) else { return nil }
-        return try Conversion<Object, Managed>.object(from: row)
+        var object: Object?
+        _ = try readTransaction.fetchRow(Managed.entity.description, key: id.value) { columns in
+            object = try Conversion<Object, Managed>.object(from: columns)
+        }
+        return object
     }
 
     /// The number of records matching `request`, counted without converting them.
@@ -92,8 +91,7 @@ extension RecordContext {
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) throws -> Bool {
-        var row = Row()
-        return try readTransaction.fetchRow(Managed.entity.description, key: id.value, into: &row)
+        try readTransaction.fetchRow(Managed.entity.description, key: id.value) { _ in }
     }
 }
 

@@ -84,18 +84,19 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func fetchOne(id: Managed.ID, completion: @escaping Completion<Object?>) {
-        submitRowRead(id, { row in try row.map { try Conversion<Object, Managed>.object(from: $0) } }, completion: completion)
+        submitRowRead(id, { columns in try Conversion<Object, Managed>.object(from: columns) }, completion: completion)
     }
 
-    /// Reads one row by key as a read of its own (see ``Store/submitRowRead(_:key:completion:)``).
+    /// Reads one record by key as a read of its own (see
+    /// ``Store/submitRowRead(_:key:decode:completion:)``).
     private func submitRowRead<T: Sendable>(
-        _ id: Managed.ID, _ convert: @escaping @Sendable (Row?) throws -> T, completion: @escaping Completion<T>
+        _ id: Managed.ID, _ decode: @escaping @Sendable (any ColumnReader) throws -> T, completion: @escaping Completion<T?>
     ) {
         let store = controller.store
         controller.ensureRegistered { registered in
             if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
-            store.submitRowRead(Managed.entity.description, key: id.value) { result in
-                deliver(result.flatMap { row in Result { try convert(row) } }, to: completion)
+            store.submitRowRead(Managed.entity.description, key: id.value, decode: decode) { result in
+                deliver(result, to: completion)
             }
         }
     }
@@ -106,7 +107,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func exists(id: Managed.ID, completion: @escaping Completion<Bool>) {
-        submitRowRead(id, { $0 != nil }, completion: completion)
+        submitRowRead(id, { _ in true }) { (result: Result<Bool?, DepotError>) in completion(result.map { $0 != nil }) }
     }
 
     // MARK: Writes

@@ -36,8 +36,6 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         self.registration = Registration()
     }
 
-    typealias Conv = Conversion<Object, Managed>
-
     static var entity: EntityDescription { Managed.entity.description }
 
     // MARK: Registration
@@ -102,8 +100,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
         try await ensureRegistered()
-        guard let row = try await store.readRow(Managed.entity.description, key: id.value) else { return nil }
-        return try Conversion<Object, Managed>.object(from: row)
+        return try await store.readRow(Managed.entity.description, key: id.value) { columns in
+            try Conversion<Object, Managed>.object(from: columns)
+        }
     }
 
     /// The number of records matching `request`, counted by the backend.
@@ -116,7 +115,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
         try await ensureRegistered()
-        return try await store.readRow(Managed.entity.description, key: id.value) != nil
+        return try await store.readRow(Managed.entity.description, key: id.value) { _ in true } != nil
     }
 
     // MARK: Writes

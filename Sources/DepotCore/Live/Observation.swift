@@ -107,8 +107,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
             let keyIndex = Managed.entity.description.primaryKeyIndex
             return try await controller.read { context in
                 var result: [(key: Value, row: Row, object: Object)] = []
-                try context.readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { row in
-                    result.append((row[value: keyIndex], row, try Conversion<Object, Managed>.object(from: row)))
+                try context.readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { columns in
+                    let row = try columns.row()
+                    result.append((row[value: keyIndex], row, try Conversion<Object, Managed>.object(from: columns)))
                 }
                 return result
             }

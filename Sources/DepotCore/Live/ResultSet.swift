@@ -165,12 +165,15 @@ extension ResultSet: AsyncSequence {
             let query = try Query(
                 entity: base.entity, predicate: predicate, sortKeys: base.sort.map { SortKey(base.entity.attributes[$0.attributeIndex].name, ascending: $0.ascending) },
                 limit: want, offset: lastRow == nil ? request.offset : 0, extraDepth: 1)
+            let batchSize = want
             let batch = try await set.controller.read { context -> ([Object], Row?) in
                 var objects: [Object] = []
                 var last: Row?
-                try context.readTransaction.fetch(query, reserve: { objects.reserveCapacity($0) }) { row in
-                    objects.append(try Conversion<Object, Managed>.object(from: row))
-                    last = row
+                try context.readTransaction.fetch(query, reserve: { objects.reserveCapacity($0) }) { columns in
+                    objects.append(try Conversion<Object, Managed>.object(from: columns))
+                    // Only a full batch's last record is kept: it is where the next batch
+                    // starts, and a shorter batch is the last one.
+                    if objects.count == batchSize { last = try columns.row() }
                 }
                 return (objects, last)
             }

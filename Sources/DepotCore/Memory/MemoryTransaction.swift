@@ -111,7 +111,16 @@ final class MemoryTransaction: WriteTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+        // The stored rows are the native form here: one reader walks them.
+        let reader = RowColumns()
+        try fetchStored(query, reserve: reserve) { row in
+            reader.row = row
+            try body(reader)
+        }
+    }
+
+    private func fetchStored(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
         let table = try table(query.entity)
         let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == query.entity.primaryKeyIndex && query.sort[0].ascending
         if inKeyOrder {
@@ -142,10 +151,10 @@ final class MemoryTransaction: WriteTransaction {
         for row in result { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         guard let found = table.rows[key] else { return false }
-        row = found
+        try body(RowColumns(found))
         return true
     }
 

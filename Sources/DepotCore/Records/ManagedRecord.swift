@@ -1,11 +1,11 @@
-/// A struct that a store can hold: described by an ``Entity`` and mapped to and from a
-/// ``Row``.
+/// A struct that a store can hold: described by an ``Entity``, read from a backend's stored
+/// record through a ``RecordReader``, and written back as a ``Row``.
 ///
 /// ``Record(name:)`` writes the whole conformance from a struct's stored properties. By
-/// hand, declaring one takes the entity and an initializer that reads the row in attribute
-/// order; writing the row back comes for free from the entity's key paths. The record is
-/// `Identifiable`: its `id` is the primary key (add a computed `id` when the key has another
-/// name).
+/// hand, declaring one takes the entity and an initializer that reads each attribute by
+/// key path; writing the record back comes for free from the entity's key paths. The
+/// record is `Identifiable`: its `id` is the primary key (add a computed `id` when the key
+/// has another name).
 ///
 /// ```swift
 /// struct CatRecord: ManagedRecord {
@@ -20,22 +20,36 @@
 ///     }
 ///
 ///     init(id: Int64, name: String, age: Int) { self.id = id; self.name = name; self.age = age }
-///     init(row: Row) throws { id = try row[0]; name = try row[1]; age = try row[2] }
+///     init(row: RecordReader<CatRecord>) throws {
+///         id = try row[\.id]
+///         name = try row[\.name]
+///         age = try row[\.age]
+///     }
 /// }
 /// ```
 public protocol ManagedRecord: Identifiable, Sendable where ID: PrimaryKeyValue {
     /// The record's schema.
     static var entity: Entity<Self> { get }
-    /// Reads a record from a row whose values are in the entity's attribute order.
+    /// Reads a record from the backend's stored form.
+    ///
+    /// Read each attribute by key path (`try row[\.name]`); a key path the entity does not
+    /// declare, or read as another type, throws instead of reading the wrong value.
     ///
     /// - Throws: Any error; Depot reports it as ``DepotError/Code/conversionFailed``
     ///   naming the entity and the primary key.
-    init(row: Row) throws
+    init(row: RecordReader<Self>) throws
     /// Writes the record's values into `row`, in the entity's attribute order.
     ///
     /// The default implementation reads the declared key paths. Implement it by hand only
     /// when profiling shows the key-path reads matter.
     func encode(into row: inout Row)
+}
+
+extension ManagedRecord {
+    /// Reads a record from a row in backend-neutral form (values in attribute order).
+    public init(decoding row: Row) throws {
+        try self.init(row: RecordReader(RowColumns(row)))
+    }
 }
 
 extension ManagedRecord {

@@ -1,15 +1,9 @@
 /// A record in backend-neutral form: one ``Value`` per attribute, in the entity's
 /// declaration order.
 ///
-/// Backends reuse one `Row` buffer while they step through results, so decoding a record
-/// costs no allocation beyond the record itself. Read typed values by position:
-///
-/// ```swift
-/// init(row: Row) throws {
-///     id = try row[0]
-///     name = try row[1]
-/// }
-/// ```
+/// Records are written as rows, and the core keeps rows where it needs values it can
+/// compare and hash: change sets, observation diffs, the memory store. Reading a record
+/// does not go through a row: see ``RecordReader`` and ``ColumnReader``.
 public struct Row: Sendable, Hashable {
     @usableFromInline var values: ContiguousArray<Value>
 
@@ -35,19 +29,6 @@ public struct Row: Sendable, Hashable {
     @inlinable public subscript(value index: Int) -> Value {
         get { values[index] }
         set { values[index] = newValue }
-    }
-
-    /// The value at `index`, converted to the attribute's Swift type.
-    ///
-    /// - Throws: ``DepotError/Code/conversionFailed`` when the position is out of range or
-    ///   the stored value does not fit `T`.
-    @inlinable public subscript<T: AttributeValue>(_ index: Int) -> T {
-        get throws(DepotError) {
-            guard index >= 0 && index < values.count else {
-                throw DepotError(.conversionFailed, "The row has \(values.count) values; position \(index) does not exist. Check the record's init(row:) against its entity's attributes.")
-            }
-            return try T(value: values[index])
-        }
     }
 
     /// The values, in attribute order.

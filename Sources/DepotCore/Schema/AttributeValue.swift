@@ -36,15 +36,27 @@ public protocol AttributeValue: Sendable {
     ///   stored value does not fit (a `null` for a non-optional, an `Int64` out of range
     ///   for `Int16`).
     init(value: Value) throws(DepotError)
+    /// Reads the value at attribute position `index` straight from a backend's stored
+    /// record.
+    ///
+    /// The default reads the neutral ``Value`` and calls ``init(value:)``; Depot's own
+    /// types read their native form (no ``Value`` in between), and so does any
+    /// `RawRepresentable` enum.
+    static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self
 }
 
 extension AttributeValue {
     public static var isOptional: Bool { false }
+
+    @inlinable
+    public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
+        try Self(value: columns.value(index))
+    }
 }
 
 @usableFromInline
 func mismatch(_ value: Value, _ type: Any.Type) -> DepotError {
-    DepotError(.conversionFailed, "Cannot read \(value.debugLiteral) as \(type): the stored value has another type or is out of range. Check that the record's init(row:) reads attributes in the order the entity declares them.")
+    DepotError(.conversionFailed, "Cannot read \(value.debugLiteral) as \(type): the stored value has another type or is out of range. Check the attribute's declared type against the property's, and the stored data.")
 }
 
 extension Int64: AttributeValue {
@@ -53,6 +65,9 @@ extension Int64: AttributeValue {
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value else { throw mismatch(value, Int64.self) }
         self = v
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int64 {
+        try columns.int64(index)
     }
 }
 
@@ -63,6 +78,11 @@ extension Int: AttributeValue {
         guard case .int(let v) = value, let i = Int(exactly: v) else { throw mismatch(value, Int.self) }
         self = i
     }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int {
+        let v = try columns.int64(index)
+        guard let i = Int(exactly: v) else { throw mismatch(.int(v), Int.self) }
+        return i
+    }
 }
 
 extension Int32: AttributeValue {
@@ -71,6 +91,11 @@ extension Int32: AttributeValue {
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value, let i = Int32(exactly: v) else { throw mismatch(value, Int32.self) }
         self = i
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int32 {
+        let v = try columns.int64(index)
+        guard let i = Int32(exactly: v) else { throw mismatch(.int(v), Int32.self) }
+        return i
     }
 }
 
@@ -81,6 +106,11 @@ extension Int16: AttributeValue {
         guard case .int(let v) = value, let i = Int16(exactly: v) else { throw mismatch(value, Int16.self) }
         self = i
     }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int16 {
+        let v = try columns.int64(index)
+        guard let i = Int16(exactly: v) else { throw mismatch(.int(v), Int16.self) }
+        return i
+    }
 }
 
 extension Double: AttributeValue {
@@ -89,6 +119,9 @@ extension Double: AttributeValue {
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .double(let v) = value else { throw mismatch(value, Double.self) }
         self = v
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Double {
+        try columns.double(index)
     }
 }
 
@@ -99,6 +132,9 @@ extension Bool: AttributeValue {
         guard case .bool(let v) = value else { throw mismatch(value, Bool.self) }
         self = v
     }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Bool {
+        try columns.bool(index)
+    }
 }
 
 extension String: AttributeValue {
@@ -107,6 +143,9 @@ extension String: AttributeValue {
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .string(let v) = value else { throw mismatch(value, String.self) }
         self = v
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> String {
+        try columns.string(index)
     }
 }
 
@@ -117,6 +156,9 @@ extension Data: AttributeValue {
         guard case .data(let v) = value else { throw mismatch(value, Data.self) }
         self = v
     }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Data {
+        try columns.data(index)
+    }
 }
 
 extension Date: AttributeValue {
@@ -126,6 +168,9 @@ extension Date: AttributeValue {
         guard case .date(let v) = value else { throw mismatch(value, Date.self) }
         self = v
     }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Date {
+        try columns.date(index)
+    }
 }
 
 extension UUID: AttributeValue {
@@ -134,6 +179,9 @@ extension UUID: AttributeValue {
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .uuid(let v) = value else { throw mismatch(value, UUID.self) }
         self = v
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> UUID {
+        try columns.uuid(index)
     }
 }
 
@@ -152,6 +200,9 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
         } else {
             self = .some(try Wrapped(value: value))
         }
+    }
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
+        columns.isNull(index) ? .none : .some(try Wrapped.read(from: columns, at: index))
     }
 }
 
@@ -178,6 +229,12 @@ extension AttributeValue where Self: RawRepresentable, RawValue: AttributeValue 
         let raw = try RawValue(value: value)
         guard let known = Self(rawValue: raw) else { throw unknownRawValue(value, Self.self) }
         self = known
+    }
+
+    @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
+        let raw = try RawValue.read(from: columns, at: index)
+        guard let known = Self(rawValue: raw) else { throw unknownRawValue(raw.value, Self.self) }
+        return known
     }
 }
 

@@ -3,17 +3,20 @@
 /// A transaction is valid only inside the closure it was passed to, and only on the thread
 /// that closure runs on: it is deliberately not `Sendable`.
 public protocol ReadTransaction {
-    /// Visits the rows matching `query`, in the query's order.
+    /// Visits the records matching `query`, in the query's order.
     ///
     /// - Parameters:
-    ///   - reserve: Called at most once, before the first row, with the number of rows to
-    ///     expect when the backend knows it cheaply; lets callers reserve capacity.
-    ///   - body: Called with each row. The row buffer may be reused for the next row;
-    ///     copy it (it is a value) to keep it.
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws
+    ///   - reserve: Called at most once, before the first record, with the number of
+    ///     records to expect when the backend knows it cheaply; lets callers reserve
+    ///     capacity.
+    ///   - body: Called with each record, as a reader over the backend's stored form. The
+    ///     reader is valid only during the call (it moves to the next record afterwards);
+    ///     read what you need, or copy it with ``ColumnReader/row()``.
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws
 
-    /// Reads the row with primary key `key` into `row`; returns whether it exists.
-    func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool
+    /// Calls `body` with the record with primary key `key`, if it exists; returns whether
+    /// it does.
+    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool
 
     /// The number of rows matching `query`, honouring its offset and limit, without
     /// decoding them.
@@ -85,13 +88,16 @@ public protocol Store: AnyObject, Sendable {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void)
 
-    /// Reads the row with primary key `key` as a read of its own, then calls `completion`
-    /// with it (`nil` when there is none).
+    /// Reads the record with primary key `key` as a read of its own, decodes it with
+    /// `decode`, then calls `completion` with the result (`nil` when there is none).
     ///
-    /// The default runs ``submitRead(_:completion:)`` with one ``ReadTransaction/fetchRow(_:key:into:)``.
-    /// A backend whose single statement is already a consistent snapshot (SQLite in
-    /// autocommit mode) can skip opening and closing a transaction around it.
-    func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void)
+    /// The default runs ``submitRead(_:completion:)`` with one
+    /// ``ReadTransaction/fetchRow(_:key:_:)``. A backend whose single statement is already a
+    /// consistent snapshot (SQLite in autocommit mode) can skip opening and closing a
+    /// transaction around it.
+    func submitRowRead<T: Sendable>(
+        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
 
     /// Runs `body` in a read transaction and returns its result.
     func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T
@@ -108,19 +114,45 @@ public protocol Store: AnyObject, Sendable {
     func close() async
 }
 
+extension ReadTransaction {
+    /// Visits the rows matching `query` in backend-neutral form: for the places that keep
+    /// rows (observation diffs, tests). Decoding records goes through ``fetch(_:reserve:_:)``.
+    public func fetchRows(_ query: Query, _ body: (Row) throws -> Void) throws {
+        try fetch(query, reserve: { _ in }) { try body($0.row()) }
+    }
+
+    /// Reads the row with primary key `key` in backend-neutral form into `row`; returns
+    /// whether it exists.
+    public func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+        var found: Row?
+        let exists = try fetchRow(entity, key: key) { found = try $0.row() }
+        if let found { row = found }
+        return exists
+    }
+}
+
 extension Store {
-    public func submitRowRead(_ entity: EntityDescription, key: Value, completion: @escaping @Sendable (Result<Row?, any Error>) -> Void) {
-        submitRead({ transaction -> Row? in
-            var row = Row(capacity: entity.attributes.count)
-            return try transaction.fetchRow(entity, key: key, into: &row) ? row : nil
+    public func submitRowRead<T: Sendable>(
+        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    ) {
+        submitRead({ transaction -> T? in
+            var result: T?
+            _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+            return result
         }, completion: completion)
     }
 
-    /// Reads the row with primary key `key` as a read of its own.
-    public func readRow(_ entity: EntityDescription, key: Value) async throws -> Row? {
+    /// Reads the record with primary key `key` as a read of its own, decoded by `decode`.
+    public func readRow<T: Sendable>(_ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
         try await withCheckedThrowingContinuation { continuation in
-            submitRowRead(entity, key: key) { continuation.resume(with: $0) }
+            submitRowRead(entity, key: key, decode: decode) { continuation.resume(with: $0) }
         }
+    }
+
+    /// Reads the row with primary key `key` as a read of its own, in backend-neutral form.
+    public func readRow(_ entity: EntityDescription, key: Value) async throws -> Row? {
+        try await readRow(entity, key: key) { try $0.row() }
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {

@@ -25,8 +25,8 @@ enum RobustnessChecks {
             (self.id, self.first, self.second) = (id, first, second)
         }
 
-        init(row: Row) throws {
-            (id, first, second) = (try row[0], try row[1], try row[2])
+        init(row: RecordReader<Self>) throws {
+            (id, first, second) = (try row[\.id], try row[\.first], try row[\.second])
         }
 
         func encode(into row: inout Row) {
@@ -53,8 +53,8 @@ enum RobustnessChecks {
             (self.id, self.second, self.first) = (id, second, first)
         }
 
-        init(row: Row) throws {
-            (id, second, first) = (try row[0], try row[1], try row[2])
+        init(row: RecordReader<Self>) throws {
+            (id, second, first) = (try row[\.id], try row[\.second], try row[\.first])
         }
 
         func encode(into row: inout Row) {

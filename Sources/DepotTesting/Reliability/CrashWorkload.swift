@@ -30,11 +30,11 @@ public struct LedgerEntry: StoredObject, Hashable {
         self.checksum = checksum
     }
 
-    public init(row: Row) throws {
-        id = try row[0]
-        txn = try row[1]
-        payload = try row[2]
-        checksum = try row[3]
+    public init(row: RecordReader<Self>) throws {
+        id = try row[\.id]
+        txn = try row[\.txn]
+        payload = try row[\.payload]
+        checksum = try row[\.checksum]
     }
 }
 
@@ -63,11 +63,11 @@ public struct LedgerCommit: StoredObject, Hashable {
         self.deletedBy = deletedBy
     }
 
-    public init(row: Row) throws {
-        id = try row[0]
-        entries = try row[1]
-        checksum = try row[2]
-        deletedBy = try row[3]
+    public init(row: RecordReader<Self>) throws {
+        id = try row[\.id]
+        entries = try row[\.entries]
+        checksum = try row[\.checksum]
+        deletedBy = try row[\.deletedBy]
     }
 }
 

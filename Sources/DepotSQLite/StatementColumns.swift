@@ -1,0 +1,95 @@
+import CSQLite
+public import DepotCore
+public import Foundation
+
+/// A ``ColumnReader`` over the current row of a stepped statement: each read is one
+/// `sqlite3_column_*` call on the live statement, with no `Value` built in between.
+///
+/// Columns are in the entity's attribute order (the SELECTs list them so), and each is read
+/// by its declared type: SQLite's own storage class decides only `NULL`, and the NaN blob
+/// of a REAL column (see `nanBlob`).
+final class StatementColumns: ColumnReader {
+    private let statement: OpaquePointer
+    private let types: [AttributeType]
+    private let entity: String
+
+    init(_ statement: Statement, table: Table) {
+        self.statement = statement.handle
+        self.types = table.types
+        self.entity = table.entity.name
+    }
+
+    var columnCount: Int { types.count }
+
+    /// The column at `index`, after checking that it exists and is not NULL.
+    @inline(__always)
+    private func column<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> Int32 {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        let column = Int32(truncatingIfNeeded: index)
+        if sqlite3_column_type(statement, column) == SQLITE_NULL { throw storedNil(T.self, at: index) }
+        return column
+    }
+
+    func isNull(_ index: Int) -> Bool {
+        guard index >= 0 && index < types.count else { return true }
+        return sqlite3_column_type(statement, Int32(truncatingIfNeeded: index)) == SQLITE_NULL
+    }
+
+    func int64(_ index: Int) throws(DepotError) -> Int64 {
+        sqlite3_column_int64(statement, try column(index, Int64.self))
+    }
+
+    func bool(_ index: Int) throws(DepotError) -> Bool {
+        sqlite3_column_int64(statement, try column(index, Bool.self)) != 0
+    }
+
+    func double(_ index: Int) throws(DepotError) -> Double {
+        let column = try column(index, Double.self)
+        return sqlite3_column_type(statement, column) == SQLITE_BLOB ? .nan : sqlite3_column_double(statement, column)
+    }
+
+    func date(_ index: Int) throws(DepotError) -> Date {
+        let column = try column(index, Date.self)
+        let t = sqlite3_column_type(statement, column) == SQLITE_BLOB ? Double.nan : sqlite3_column_double(statement, column)
+        return Date(timeIntervalSinceReferenceDate: t)
+    }
+
+    func string(_ index: Int) throws(DepotError) -> String {
+        let column = try column(index, String.self)
+        // column_text before column_bytes: the byte count is of the text form.
+        guard let text = sqlite3_column_text(statement, column) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement, column))
+        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+    }
+
+    func data(_ index: Int) throws(DepotError) -> Data {
+        let column = try column(index, Data.self)
+        guard let blob = sqlite3_column_blob(statement, column) else { return Data() }
+        return Data(bytes: blob, count: Int(sqlite3_column_bytes(statement, column)))
+    }
+
+    func uuid(_ index: Int) throws(DepotError) -> UUID {
+        let column = try column(index, UUID.self)
+        let count = Int(sqlite3_column_bytes(statement, column))
+        guard count == 16, let blob = sqlite3_column_blob(statement, column) else {
+            throw DepotError(.storeCorrupted, "A UUID column of \(entity) holds \(count) bytes instead of 16; the database was changed outside Depot.")
+        }
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(start: blob, count: 16)) }
+        return UUID(uuid: uuid)
+    }
+
+    func value(_ index: Int) throws(DepotError) -> Value {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        if isNull(index) { return .null }
+        switch types[index] {
+        case .int64: return .int(try int64(index))
+        case .bool: return .bool(try bool(index))
+        case .double: return .double(try double(index))
+        case .date: return .date(try date(index))
+        case .string: return .string(try string(index))
+        case .data: return .data(try data(index))
+        case .uuid: return .uuid(try uuid(index))
+        }
+    }
+}
