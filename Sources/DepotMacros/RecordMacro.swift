@@ -83,10 +83,10 @@ public struct RecordMacro: ExtensionMacro {
         }
         lines.append("    }")
         lines.append("")
-        lines.append("    \(access)func encode(into row: inout DepotCore.Row) {")
+        lines.append("    \(access)func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {")
         lines.append("        row.removeAll()")
         for property in model.properties {
-            lines.append("        row.append(self.\(property.identifier).value)")
+            lines.append("        row.append(try self.\(property.identifier).storedValue())")
         }
         lines.append("    }")
         lines.append("}")

@@ -128,9 +128,11 @@ public struct Sample: Hashable {
     /// The record as a row: equal rows mean identical stored values, with Depot's value
     /// equality (bytes for strings, NaN equal to NaN).
     public var row: Row {
-        var row = Row()
-        encode(into: &row)
-        return row
+        get throws {
+            var row = Row()
+            try encode(into: &row)
+            return row
+        }
     }
 }
 

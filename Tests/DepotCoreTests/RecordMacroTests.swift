@@ -64,7 +64,7 @@ struct RecordMacroTests {
         shelter.note = "busy"
         #expect(shelter.id == "N1")
         var row = Row()
-        shelter.encode(into: &row)
+        try shelter.encode(into: &row)
         #expect(row.allValues == [.string("N1"), .string("North"), .int(40), .int(7), .string("grumpy")])
         let read = try ShelterRecord(decoding: row)
         #expect(read.shelterCode == "N1" && read.name == "North" && read.capacity == 40 && read.lives == 7)

@@ -47,9 +47,11 @@ struct Reading: StoredObject, Hashable {
 
     /// The stored values, compared with Depot's equality (NaN equals NaN).
     var row: Row {
-        var row = Row()
-        encode(into: &row)
-        return row
+        get throws {
+            var row = Row()
+            try encode(into: &row)
+            return row
+        }
     }
 
     static let tags = (1...4).map { UUID(uuidString: "0000000\($0)-0000-0000-0000-00000000000\($0)")! }
@@ -167,8 +169,8 @@ struct LMDBQueryPlanTests {
             #expect(try await lmdb.deleteAll(where: \.count > 15) == memory.deleteAll(where: \.count > 15))
             for (name, predicate) in Self.predicates {
                 let request = Request(predicate).sorted(by: \.value)
-                let viaPlan = try await lmdb.fetchAll(request).map(\.row)
-                let reference = try await memory.fetchAll(request).map(\.row)
+                let viaPlan = try await lmdb.fetchAll(request).map { try $0.row }
+                let reference = try await memory.fetchAll(request).map { try $0.row }
                 #expect(viaPlan == reference, "after changes: \(name)")
             }
         }

@@ -235,7 +235,7 @@ struct LMDBStoreTests {
             let writer = Task {
                 try await store.write { transaction in
                     var row = Row()
-                    CatRecord(id: 500, name: "Pending", weight: 1, age: 1).encode(into: &row)
+                    try CatRecord(id: 500, name: "Pending", weight: 1, age: 1).encode(into: &row)
                     try transaction.insert(row, into: entity)
                     insideWrite.signal()
                     // Only keeps a broken store from hanging the run; it must outlast a slow

@@ -55,11 +55,11 @@ struct RecordExpansionTests {
                     self.age = try row.decode(2)
                 }
 
-                func encode(into row: inout DepotCore.Row) {
+                func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
                     row.removeAll()
-                    row.append(self.id.value)
-                    row.append(self.name.value)
-                    row.append(self.age.value)
+                    row.append(try self.id.storedValue())
+                    row.append(try self.name.storedValue())
+                    row.append(try self.age.storedValue())
                 }
             }
             """)
@@ -117,14 +117,14 @@ struct RecordExpansionTests {
                     self.observed = try row.decode(5)
                 }
 
-                public func encode(into row: inout DepotCore.Row) {
+                public func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
                     row.removeAll()
-                    row.append(self.id.value)
-                    row.append(self.name.value)
-                    row.append(self.nickname.value)
-                    row.append(self.lives.value)
-                    row.append(self.color.value)
-                    row.append(self.observed.value)
+                    row.append(try self.id.storedValue())
+                    row.append(try self.name.storedValue())
+                    row.append(try self.nickname.storedValue())
+                    row.append(try self.lives.storedValue())
+                    row.append(try self.color.storedValue())
+                    row.append(try self.observed.storedValue())
                 }
             }
             """)
@@ -161,10 +161,10 @@ struct RecordExpansionTests {
                     self.name = try row.decode(1)
                 }
 
-                package func encode(into row: inout DepotCore.Row) {
+                package func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
                     row.removeAll()
-                    row.append(self.code.value)
-                    row.append(self.name.value)
+                    row.append(try self.code.storedValue())
+                    row.append(try self.name.storedValue())
                 }
             }
             """)
@@ -196,10 +196,10 @@ struct RecordExpansionTests {
                     self.`default` = try row.decode(1)
                 }
 
-                func encode(into row: inout DepotCore.Row) {
+                func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
                     row.removeAll()
-                    row.append(self.id.value)
-                    row.append(self.`default`.value)
+                    row.append(try self.id.storedValue())
+                    row.append(try self.`default`.storedValue())
                 }
             }
             """)

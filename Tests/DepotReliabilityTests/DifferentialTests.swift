@@ -112,7 +112,7 @@ struct DifferentialCase: Sendable, CustomStringConvertible {
 
     var description: String {
         let rows = records.map { record in
-            "(" + Probe.entity.description.attributes.indices.map { record.row[value: $0].debugLiteral }.joined(separator: ", ") + ")"
+            "(" + ((try? record.row)?.allValues.map(\.debugLiteral).joined(separator: ", ") ?? "unencodable") + ")"
         }
         return "records: [\(rows.joined(separator: ", "))], predicate: \(predicate), sort: \(sortKeys.map { "\($0.attribute)\($0.ascending ? "↑" : "↓")" }), limit: \(limit.map(String.init) ?? "none"), offset: \(offset)"
     }
@@ -305,8 +305,10 @@ final class Counter: Sendable {
 
 extension Probe {
     var row: Row {
-        var row = Row()
-        encode(into: &row)
-        return row
+        get throws {
+            var row = Row()
+            try encode(into: &row)
+            return row
+        }
     }
 }

@@ -39,7 +39,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         } catch {
             throw managedError(error)
         }
-        managed.encode(into: &row)
+        try managed.encode(into: &row)
     }
 
     @usableFromInline @inline(never)

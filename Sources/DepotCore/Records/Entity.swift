@@ -7,6 +7,7 @@ public struct Attribute<Record>: Sendable {
     public let description: AttributeDescription
     let keyPath: PartialKeyPath<Record> & Sendable
     let read: @Sendable (Record) -> Value
+    let store: @Sendable (Record) throws(DepotError) -> Value
 
     /// Declares an attribute.
     ///
@@ -25,6 +26,7 @@ public struct Attribute<Record>: Sendable {
             defaultValue: defaultValue.map(\.value), isIndexed: indexed || unique, isUnique: unique)
         self.keyPath = keyPath
         self.read = { $0[keyPath: keyPath].value }
+        self.store = { (record: Record) throws(DepotError) -> Value in try record[keyPath: keyPath].storedValue() }
     }
 }
 
@@ -92,9 +94,9 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     }
 
     /// Writes a record's values into a row in attribute order.
-    public func encode(_ record: Record, into row: inout Row) {
+    public func encode(_ record: Record, into row: inout Row) throws(DepotError) {
         row.removeAll()
-        for attribute in attributes { row.append(attribute.read(record)) }
+        for attribute in attributes { row.append(try attribute.store(record)) }
     }
 
     /// The primary key value of a record.

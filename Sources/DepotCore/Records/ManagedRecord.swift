@@ -42,7 +42,10 @@ public protocol ManagedRecord: Identifiable, Sendable where ID: PrimaryKeyValue 
     ///
     /// The default implementation reads the declared key paths. Implement it by hand only
     /// when profiling shows the key-path reads matter.
-    func encode(into row: inout Row)
+    ///
+    /// - Throws: ``DepotError/Code/conversionFailed`` when a value has no stored form (a
+    ///   `Codable` attribute whose encoding fails).
+    func encode(into row: inout Row) throws(DepotError)
 }
 
 extension ManagedRecord {
@@ -53,8 +56,8 @@ extension ManagedRecord {
 }
 
 extension ManagedRecord {
-    public func encode(into row: inout Row) {
-        Self.entity.encode(self, into: &row)
+    public func encode(into row: inout Row) throws(DepotError) {
+        try Self.entity.encode(self, into: &row)
     }
 }
 

@@ -43,6 +43,12 @@ public protocol AttributeValue: Sendable {
     /// types read their native form (no ``Value`` in between), and so does any
     /// `RawRepresentable` enum.
     static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self
+    /// The value as it is written to a store.
+    ///
+    /// The default is ``value``. A type whose stored form can fail to build (a `Codable`
+    /// value whose encoding throws) reports that here, and the write fails with
+    /// ``DepotError/Code/conversionFailed`` with nothing written.
+    func storedValue() throws(DepotError) -> Value
 }
 
 extension AttributeValue {
@@ -52,6 +58,9 @@ extension AttributeValue {
     public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         try Self(value: columns.value(index))
     }
+
+    @inlinable
+    public func storedValue() throws(DepotError) -> Value { value }
 }
 
 @usableFromInline
@@ -203,6 +212,12 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
     }
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         columns.isNull(index) ? .none : .some(try Wrapped.read(from: columns, at: index))
+    }
+    @inlinable public func storedValue() throws(DepotError) -> Value {
+        switch self {
+        case .none: .null
+        case .some(let w): try w.storedValue()
+        }
     }
 }
 

@@ -123,7 +123,7 @@ enum RobustnessChecks {
             let write = Task {
                 try await store.write { transaction in
                     var row = Row()
-                    CatRecord(id: 100, name: "Late", weight: 1, age: 1).encode(into: &row)
+                    try CatRecord(id: 100, name: "Late", weight: 1, age: 1).encode(into: &row)
                     try transaction.insert(row, into: CatRecord.entity.description)
                     started.signal()
                     _ = proceed.wait(timeout: .now() + 60)
