@@ -276,13 +276,22 @@ final class LMDBTransaction: WriteTransaction {
     /// Visits the candidate rows of `plan`, decoded into one reused row. `body` returns
     /// `false` to stop.
     func visit(_ plan: Plan, _ handles: EntityHandles, _ body: (Row) throws -> Bool) throws {
+        var row = Row(capacity: handles.entity.attributes.count)
+        try visitValues(plan, handles) { value in
+            try decode(value, handles, into: &row)
+            return try body(row)
+        }
+    }
+
+    /// Visits the stored values of the candidate records of `plan`, in place in the map.
+    /// `body` returns `false` to stop.
+    func visitValues(_ plan: Plan, _ handles: EntityHandles, _ body: (MDB_val) throws -> Bool) throws {
         let dbi: MDB_dbi
         let dupSort: Bool
         switch plan.source {
         case .primary: (dbi, dupSort) = (handles.main, false)
         case .index(let index): (dbi, dupSort) = (index.dbi, true)
         }
-        var row = Row(capacity: handles.entity.attributes.count)
         let ranges = plan.ranges ?? [.all]
         try withCursor(dbi) { cursor in
             for range in (plan.descending ? ranges.reversed() : ranges) {
@@ -295,14 +304,20 @@ final class LMDBTransaction: WriteTransaction {
                             throw corrupted("An index entry points to a missing record", entity: handles.entity.name)
                         }
                         if rc != 0 { throw fail(rc, "Reading a \(handles.entity.name) record in \(storeName)") }
-                        try decode(value, handles, into: &row)
-                    } else {
-                        try decode(data, handles, into: &row)
+                        return try body(value)
                     }
-                    return try body(row)
+                    return try body(data)
                 }
                 if !more { return }
             }
+        }
+    }
+
+    /// Points `columns` at a stored value, or reports it as damaged.
+    @inline(__always)
+    func load(_ value: MDB_val, into columns: RecordColumns, _ handles: EntityHandles) throws(DepotError) {
+        guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
+            throw corrupted("A record cannot be decoded as \(handles.entity.name)", entity: handles.entity.name)
         }
     }
 
@@ -330,10 +345,36 @@ final class LMDBTransaction: WriteTransaction {
     // MARK: ReadTransaction
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
-        let reader = RowColumns()
-        try fetchRows(query, reserve: reserve) { row in
-            reader.row = row
-            try body(reader)
+        let handles = try handles(for: query.entity)
+        if case .constant(let b) = query.filter, b != true { return }
+        if query.limit == 0 { return }
+        let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
+        guard plan.ordered && plan.exact else {
+            // A filter to evaluate or an order to build needs the neutral rows.
+            let reader = RowColumns()
+            return try fetchRows(query, reserve: reserve) { row in
+                reader.row = row
+                try body(reader)
+            }
+        }
+        // The plan yields exactly the records asked for, in order: read each in place.
+        if plan.ranges == nil {
+            let total = try entries(handles.main)
+            reserve(min(max(0, total - query.offset), query.limit ?? Int.max))
+        }
+        let columns = RecordColumns(types: handles.types)
+        let limit = query.limit ?? Int.max
+        var skipped = 0
+        var emitted = 0
+        try visitValues(plan, handles) { value in
+            if skipped < query.offset {
+                skipped += 1
+                return true
+            }
+            try load(value, into: columns, handles)
+            try body(columns)
+            emitted += 1
+            return emitted < limit
         }
     }
 
@@ -386,9 +427,9 @@ final class LMDBTransaction: WriteTransaction {
         guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
             return false
         }
-        var row = Row(capacity: handles.types.count)
-        try decode(value, handles, into: &row)
-        try body(RowColumns(row))
+        let columns = RecordColumns(types: handles.types)
+        try load(value, into: columns, handles)
+        try body(columns)
         return true
     }
 

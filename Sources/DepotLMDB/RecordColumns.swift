@@ -1,0 +1,146 @@
+public import DepotCore
+public import Foundation
+
+/// A ``ColumnReader`` over a stored record's bytes, read in place inside the transaction
+/// (LMDB hands out pointers into its memory map): no `Value` and no copy of the record.
+///
+/// ``load(_:)`` checks the whole record once — version, every tag against its attribute's
+/// type, every length — and notes where each attribute starts; the typed reads then decode
+/// one attribute each. The bytes are valid until the transaction moves on or writes, which
+/// is exactly the reader's lifetime.
+final class RecordColumns: ColumnReader {
+    private let types: [AttributeType]
+    /// Where each attribute's tag is, for the loaded record.
+    private var offsets: [Int]
+    private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
+
+    init(types: [AttributeType]) {
+        self.types = types
+        self.offsets = Array(repeating: 0, count: types.count)
+    }
+
+    var columnCount: Int { types.count }
+
+    /// Points the reader at a stored record.
+    ///
+    /// - Returns: `false` when the bytes are not a record of these types in this format.
+    func load(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        buffer = bytes
+        let count = bytes.count
+        guard count >= 1, bytes[0] == RecordFormat.version else { return false }
+        var p = 1
+        for (i, type) in types.enumerated() {
+            guard p < count else { return false }
+            offsets[i] = p
+            let tag = bytes[p]
+            p += 1
+            switch (tag, type) {
+            case (RecordFormat.Tag.null, _), (RecordFormat.Tag.boolFalse, .bool), (RecordFormat.Tag.boolTrue, .bool):
+                break
+            case (RecordFormat.Tag.int, .int64):
+                guard Self.varint(bytes, &p) != nil else { return false }
+            case (RecordFormat.Tag.double, .double), (RecordFormat.Tag.date, .date):
+                guard count - p >= 8 else { return false }
+                p += 8
+            case (RecordFormat.Tag.string, .string), (RecordFormat.Tag.data, .data):
+                guard let length = Self.varint(bytes, &p), length <= UInt64(count - p) else { return false }
+                p += Int(length)
+            case (RecordFormat.Tag.uuid, .uuid):
+                guard count - p >= 16 else { return false }
+                p += 16
+            default:
+                return false
+            }
+        }
+        return p == count
+    }
+
+    @inline(__always)
+    static func varint(_ bytes: UnsafeRawBufferPointer, _ p: inout Int) -> UInt64? {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while p < bytes.count, shift < 64 {
+            let byte = bytes[p]
+            p += 1
+            result |= UInt64(byte & 0x7F) << shift
+            if byte < 0x80 { return result }
+            shift += 7
+        }
+        return nil
+    }
+
+    /// The position just after the tag of attribute `index`, after checking that it exists
+    /// and is not null. `load` checked the payload, so reads past it stay in bounds.
+    @inline(__always)
+    private func payload<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> (tag: UInt8, at: Int) {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        let offset = offsets[index]
+        let tag = buffer[offset]
+        if tag == RecordFormat.Tag.null { throw storedNil(T.self, at: index) }
+        return (tag, offset + 1)
+    }
+
+    func isNull(_ index: Int) -> Bool {
+        guard index >= 0 && index < types.count else { return true }
+        return buffer[offsets[index]] == RecordFormat.Tag.null
+    }
+
+    func int64(_ index: Int) throws(DepotError) -> Int64 {
+        var (_, p) = try payload(index, Int64.self)
+        let z = Self.varint(buffer, &p) ?? 0
+        return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+    }
+
+    func bool(_ index: Int) throws(DepotError) -> Bool {
+        try payload(index, Bool.self).tag == RecordFormat.Tag.boolTrue
+    }
+
+    @inline(__always)
+    private func fixed64(at p: Int) -> UInt64 {
+        UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: p, as: UInt64.self))
+    }
+
+    func double(_ index: Int) throws(DepotError) -> Double {
+        Double(bitPattern: fixed64(at: try payload(index, Double.self).at))
+    }
+
+    func date(_ index: Int) throws(DepotError) -> Date {
+        Date(timeIntervalSinceReferenceDate: Double(bitPattern: fixed64(at: try payload(index, Date.self).at)))
+    }
+
+    @inline(__always)
+    private func bytes(at start: Int) -> UnsafeRawBufferPointer {
+        var p = start
+        let length = Int(Self.varint(buffer, &p) ?? 0)
+        return UnsafeRawBufferPointer(rebasing: buffer[p..<(p + length)])
+    }
+
+    func string(_ index: Int) throws(DepotError) -> String {
+        String(decoding: bytes(at: try payload(index, String.self).at), as: UTF8.self)
+    }
+
+    func data(_ index: Int) throws(DepotError) -> Data {
+        Data(bytes(at: try payload(index, Data.self).at))
+    }
+
+    func uuid(_ index: Int) throws(DepotError) -> UUID {
+        let p = try payload(index, UUID.self).at
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[p..<(p + 16)])) }
+        return UUID(uuid: uuid)
+    }
+
+    func value(_ index: Int) throws(DepotError) -> Value {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        if isNull(index) { return .null }
+        switch types[index] {
+        case .int64: return .int(try int64(index))
+        case .bool: return .bool(try bool(index))
+        case .double: return .double(try double(index))
+        case .date: return .date(try date(index))
+        case .string: return .string(try string(index))
+        case .data: return .data(try data(index))
+        case .uuid: return .uuid(try uuid(index))
+        }
+    }
+}
