@@ -293,17 +293,23 @@ final class LMDBTransaction: WriteTransaction {
         case .index(let index): (dbi, dupSort) = (index.dbi, true)
         }
         let ranges = plan.ranges ?? [.all]
+        // Plain values only in the per-record closure: capturing the handles or the plan
+        // made every record pay for copying (retaining) their arrays.
+        let main = handles.main
+        let entityName = handles.entity.name
+        let descending = plan.descending
+        let txn = self.txn
         try withCursor(dbi) { cursor in
-            for range in (plan.descending ? ranges.reversed() : ranges) {
-                let more = try scan(cursor, dupSort: dupSort, range: range, descending: plan.descending) { _, data in
+            for range in (descending ? ranges.reversed() : ranges) {
+                let more = try scan(cursor, dupSort: dupSort, range: range, descending: descending) { _, data in
                     if dupSort {
                         var primaryKey = data
                         var value = MDB_val()
-                        let rc = mdb_get(txn, handles.main, &primaryKey, &value)
+                        let rc = mdb_get(txn, main, &primaryKey, &value)
                         if rc == MDB_NOTFOUND {
-                            throw corrupted("An index entry points to a missing record", entity: handles.entity.name)
+                            throw corrupted("An index entry points to a missing record", entity: entityName)
                         }
-                        if rc != 0 { throw fail(rc, "Reading a \(handles.entity.name) record in \(storeName)") }
+                        if rc != 0 { throw fail(rc, "Reading a \(entityName) record in \(storeName)") }
                         return try body(value)
                     }
                     return try body(data)
@@ -364,14 +370,18 @@ final class LMDBTransaction: WriteTransaction {
         }
         let columns = RecordColumns(types: handles.types)
         let limit = query.limit ?? Int.max
+        let offset = query.offset
+        let entityName = handles.entity.name
         var skipped = 0
         var emitted = 0
         try visitValues(plan, handles) { value in
-            if skipped < query.offset {
+            if skipped < offset {
                 skipped += 1
                 return true
             }
-            try load(value, into: columns, handles)
+            guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
+                throw corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
+            }
             try body(columns)
             emitted += 1
             return emitted < limit

@@ -10,14 +10,20 @@ public import Foundation
 /// is exactly the reader's lifetime.
 final class RecordColumns: ColumnReader {
     private let types: [AttributeType]
-    /// Where each attribute's tag is, for the loaded record.
-    private var offsets: [Int]
-    private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
+    /// Where each attribute's tag is, for the loaded record. A pointer, not an array, and
+    /// the buffer below is unchecked for exclusivity: a class's `var`s are checked at run
+    /// time on every access, which cost more than the decoding itself on a fetch of all
+    /// records.
+    private let offsets: UnsafeMutablePointer<Int>
+    @exclusivity(unchecked) private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
 
     init(types: [AttributeType]) {
         self.types = types
-        self.offsets = Array(repeating: 0, count: types.count)
+        self.offsets = .allocate(capacity: max(1, types.count))
+        self.offsets.initialize(repeating: 0, count: max(1, types.count))
     }
+
+    deinit { offsets.deallocate() }
 
     var columnCount: Int { types.count }
 

@@ -56,7 +56,9 @@ public func columnOutOfRange(_ index: Int, count: Int) -> DepotError {
 /// the core keeps (change sets, observations, tests).
 public final class RowColumns: ColumnReader {
     /// The row being read; replace it to read the next record with the same reader.
-    public var row: Row
+    /// (Unchecked for exclusivity: a class's `var` is otherwise checked at run time on every
+    /// read, once per attribute of every record.)
+    @exclusivity(unchecked) public var row: Row
 
     public init(_ row: Row = Row()) { self.row = row }
 
