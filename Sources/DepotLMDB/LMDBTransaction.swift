@@ -45,6 +45,8 @@ struct EntityHandles: Sendable {
 /// ``DepotError/Code/closed`` instead of touching the freed handle.
 final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
+    /// The reader ``fetchRow(_:key:_:)`` reuses.
+    private var keyColumns: RecordColumns?
     let catalog: [String: EntityHandles]
     let writable: Bool
     let maxKeySize: Int
@@ -437,8 +439,18 @@ final class LMDBTransaction: WriteTransaction {
         guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
             return false
         }
-        let columns = RecordColumns(types: handles.types)
+        // One reader serves every lookup of an entity in this transaction (lookups by key
+        // come in bursts); a lookup made while it is lent out gets its own.
+        let columns: RecordColumns
+        if let cached = keyColumns, cached.types.sharesStorage(with: handles.types), !cached.isLent {
+            columns = cached
+        } else {
+            columns = RecordColumns(types: handles.types)
+            if keyColumns?.isLent != true { keyColumns = columns }
+        }
         try load(value, into: columns, handles)
+        columns.isLent = true
+        defer { columns.isLent = false }
         try body(columns)
         return true
     }

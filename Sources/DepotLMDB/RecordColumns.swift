@@ -9,7 +9,9 @@ public import Foundation
 /// one attribute each. The bytes are valid until the transaction moves on or writes, which
 /// is exactly the reader's lifetime.
 final class RecordColumns: ColumnReader {
-    private let types: [AttributeType]
+    let types: [AttributeType]
+    /// Whether the reader is handed to a caller right now (so cannot be re-pointed).
+    @exclusivity(unchecked) var isLent = false
     /// Where each attribute's tag is, for the loaded record. A pointer, not an array, and
     /// the buffer below is unchecked for exclusivity: a class's `var`s are checked at run
     /// time on every access, which cost more than the decoding itself on a fetch of all
@@ -148,5 +150,13 @@ final class RecordColumns: ColumnReader {
         case .data: return .data(try data(index))
         case .uuid: return .uuid(try uuid(index))
         }
+    }
+}
+
+extension Array where Element == AttributeType {
+    /// Whether two arrays share one buffer: the types of one entity's handles are one
+    /// array, copied.
+    func sharesStorage(with other: [AttributeType]) -> Bool {
+        count == other.count && withUnsafeBufferPointer { a in other.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
     }
 }
