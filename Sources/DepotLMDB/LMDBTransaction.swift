@@ -357,6 +357,9 @@ final class LMDBTransaction: WriteTransaction {
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
         let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
+        if !plan.ordered, let end = query.end, end <= Query.largestTopNWindow {
+            return try fetchTopN(query, plan, handles, reserve: reserve, body)
+        }
         guard plan.ordered && plan.exact else {
             // A filter to evaluate or an order to build needs the neutral rows.
             let reader = RowColumns()
@@ -387,6 +390,44 @@ final class LMDBTransaction: WriteTransaction {
             try body(columns)
             emitted += 1
             return emitted < limit
+        }
+    }
+
+    /// The first few records of a plan in another order: filters and ranks every candidate
+    /// by the attributes the filter and the order read (and the key) alone, decoded in
+    /// place into one reused row, then reads only the winners whole. Most candidates never
+    /// become a full `Row`. (Scanning the main database instead of a wide index range was
+    /// measured too: slower, even at a third of the records, because every record is then
+    /// decoded.)
+    private func fetchTopN(
+        _ query: Query, _ plan: Plan, _ handles: EntityHandles, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void
+    ) throws {
+        let columns = RecordColumns(types: handles.types)
+        let keyIndex = handles.entity.primaryKeyIndex
+        let filter = query.filter
+        let needsFilter = !plan.exact
+        let ranked = Array(Set(query.sort.map(\.attributeIndex) + [keyIndex]).union(needsFilter ? filter.attributeIndices : []))
+        let entityName = handles.entity.name
+        var page = Query.Page(query)
+        var sparse = Row(Array(repeating: Value.null, count: handles.types.count))
+        try visitValues(plan, handles) { value in
+            guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
+                throw corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
+            }
+            for index in ranked { sparse[value: index] = try columns.value(index) }
+            if !needsFilter || filter.matches(sparse) { page.add(sparse) }
+            return true
+        }
+        let winners = page.rows()
+        reserve(winners.count)
+        for winner in winners {
+            keyBuffer.removeAll(keepingCapacity: true)
+            KeyEncoding.appendPrimaryKey(winner[value: keyIndex], to: &keyBuffer)
+            guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entityName) record in \(storeName)") else {
+                throw corrupted("A record ranked a moment ago is missing", entity: entityName)
+            }
+            try load(value, into: columns, handles)
+            try body(columns)
         }
     }
 

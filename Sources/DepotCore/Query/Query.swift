@@ -25,6 +25,20 @@ public indirect enum Filter: Sendable, Hashable {
     case not(Filter)
 }
 
+extension Filter {
+    /// The positions of the attributes the filter reads.
+    public var attributeIndices: Set<Int> {
+        switch self {
+        case .constant: []
+        case .compare(let i, _, _), .oneOf(let i, _, _), .notOneOf(let i, _), .isNil(let i), .isNotNil(let i),
+            .hasPrefix(let i, _), .contains(let i, _):
+            [i]
+        case .and(let filters), .or(let filters): filters.reduce(into: Set<Int>()) { $0.formUnion($1.attributeIndices) }
+        case .not(let filter): filter.attributeIndices
+        }
+    }
+}
+
 /// A sort key resolved to an attribute position.
 public struct ResolvedSortKey: Sendable, Hashable {
     public let attributeIndex: Int
