@@ -1,18 +1,181 @@
 public import Foundation
 
-/// Starts child processes one at a time across a whole test process.
-///
-/// Foundation's `Process.run()` on Linux crashed (a bad read inside its own memcpy) when
-/// several tests started processes at the same moment (`sqlite3`, `mdb_stat`, the crash and
-/// fault writers), which Swift Testing does by running tests in parallel. Only the start is
-/// serialized; the children run, and are waited for, concurrently.
-public enum ProcessLaunch {
-    private static let lock = NSLock()
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
-    /// Starts `process`, never at the same time as another start through this function.
-    public static func run(_ process: Process) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        try process.run()
+/// Starts child processes for the tests (`sqlite3`, `mdb_stat`, the crash and fault
+/// writers) with `posix_spawn`, not Foundation's `Process`.
+///
+/// On this toolchain `Process.run()` crashed inside its own `memcpy` now and then when
+/// Swift Testing ran many suites in parallel, even with every start serialized; a test
+/// process that crashes loses every result. `posix_spawn` does no work in the parent
+/// beyond building `argv` and `envp`.
+public enum ProcessLaunch {
+    /// How a child ended.
+    public struct Exit: Sendable, Equatable, CustomStringConvertible {
+        /// The exit code, when the child exited.
+        public let code: Int32?
+        /// The signal that ended the child, when one did.
+        public let signal: Int32?
+
+        /// Whether the child exited with code 0.
+        public var succeeded: Bool { code == 0 }
+        /// The exit code, or 128 + the signal (the shell's convention).
+        public var status: Int32 { code ?? (128 + (signal ?? 0)) }
+
+        init(waitStatus: Int32) {
+            let signal = waitStatus & 0x7f
+            if signal == 0 {
+                code = (waitStatus >> 8) & 0xff
+                self.signal = nil
+            } else {
+                code = nil
+                self.signal = signal
+            }
+        }
+
+        public var description: String { code.map { "exit \($0)" } ?? "signal \(signal ?? 0)" }
+    }
+
+    /// Where a child's standard output or error goes.
+    public enum Output: Sendable {
+        /// A pipe the launcher reads to its end.
+        case capture
+        /// `/dev/null`.
+        case discard
+        /// A file, created or truncated.
+        case file(String)
+    }
+
+    /// A started child.
+    public struct Child: Sendable {
+        public let pid: pid_t
+        let stdout: Int32?
+        let stderr: Int32?
+    }
+
+    /// Starts `path` with `arguments`, the test process's environment plus `environment`.
+    ///
+    /// - Throws: `POSIXError` when the child cannot be started.
+    public static func spawn(
+        _ path: String, _ arguments: [String], environment: [String: String] = [:],
+        stdout: Output = .capture, stderr: Output = .capture
+    ) throws -> Child {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        var parentEnds: [Int32] = []
+        var childEnds: [Int32] = []
+        defer { for fd in childEnds { close(fd) } }
+
+        func route(_ output: Output, to target: Int32) throws -> Int32? {
+            switch output {
+            case .discard:
+                posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_WRONLY, 0)
+                return nil
+            case .file(let file):
+                posix_spawn_file_actions_addopen(&actions, target, file, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+                return nil
+            case .capture:
+                var fds: [Int32] = [0, 0]
+                guard pipe(&fds) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                // The parent's end must not leak into this or any other child.
+                _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+                parentEnds.append(fds[0])
+                childEnds.append(fds[1])
+                posix_spawn_file_actions_adddup2(&actions, fds[1], target)
+                return fds[0]
+            }
+        }
+        let out: Int32?
+        let err: Int32?
+        do {
+            out = try route(stdout, to: 1)
+            err = try route(stderr, to: 2)
+        } catch {
+            for fd in parentEnds { close(fd) }
+            throw error
+        }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+
+        var merged = ProcessInfo.processInfo.environment
+        for (key, value) in environment { merged[key] = value }
+        let argv = ([path] + arguments).map { strdup($0) }
+        let envp = merged.map { strdup("\($0.key)=\($0.value)") }
+        defer {
+            for p in argv { free(p) }
+            for p in envp { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = (argv + [nil]).withUnsafeBufferPointer { a -> Int32 in
+            (envp + [nil]).withUnsafeBufferPointer { e -> Int32 in
+                guard let a = a.baseAddress, let e = e.baseAddress else { return EINVAL }
+                return posix_spawn(&pid, path, &actions, nil, a, e)
+            }
+        }
+        guard rc == 0 else {
+            for fd in parentEnds { close(fd) }
+            throw POSIXError(POSIXErrorCode(rawValue: rc) ?? .EIO)
+        }
+        return Child(pid: pid, stdout: out, stderr: err)
+    }
+
+    /// Reads the child's captured outputs to their ends (both at once, so neither pipe can
+    /// fill up and block the child), then waits for it.
+    public static func finish(_ child: Child) -> (exit: Exit, stdout: String, stderr: String) {
+        var buffers: [Int32: [UInt8]] = [:]
+        var open = [child.stdout, child.stderr].compactMap { $0 }
+        for fd in open { buffers[fd] = [] }
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while !open.isEmpty {
+            var polls = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            let ready = poll(&polls, nfds_t(polls.count), -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            for p in polls where p.revents != 0 {
+                let n = chunk.withUnsafeMutableBytes { read(p.fd, $0.baseAddress, $0.count) }
+                if n > 0 {
+                    buffers[p.fd]?.append(contentsOf: chunk[0..<n])
+                } else if n == 0 || errno != EINTR {
+                    close(p.fd)
+                    open.removeAll { $0 == p.fd }
+                }
+            }
+        }
+        let exit = wait(child.pid)
+        let text = { (fd: Int32?) in fd.flatMap { buffers[$0] }.map { String(decoding: $0, as: UTF8.self) } ?? "" }
+        return (exit, text(child.stdout), text(child.stderr))
+    }
+
+    /// Waits for a child to end.
+    public static func wait(_ pid: pid_t) -> Exit {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return Exit(waitStatus: status)
+    }
+
+    /// Waits up to `seconds` for a child to end; `nil` when it has not.
+    public static func wait(_ pid: pid_t, seconds: Double) -> Exit? {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        var status: Int32 = 0
+        while true {
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid { return Exit(waitStatus: status) }
+            if r < 0 && errno != EINTR { return nil }
+            if Date() >= deadline { return nil }
+            usleep(5_000)
+        }
+    }
+
+    /// Runs `path` to its end and returns how it ended and what it printed.
+    public static func run(
+        _ path: String, _ arguments: [String], environment: [String: String] = [:]
+    ) throws -> (exit: Exit, stdout: String, stderr: String) {
+        finish(try spawn(path, arguments, environment: environment))
     }
 }

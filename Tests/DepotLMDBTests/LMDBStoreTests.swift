@@ -52,16 +52,8 @@ func executable(_ name: String) -> String? {
 
 /// Runs a command and returns its standard output.
 func run(_ tool: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try ProcessLaunch.run(process)
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let result = try ProcessLaunch.run(tool, arguments)
+    return (result.exit.status, result.stdout + result.stderr)
 }
 
 @Suite("LMDBStore")

@@ -62,10 +62,7 @@ struct LMDBFaultInjectionTests {
             let directory = TemporaryDirectory("fault")
             defer { directory.remove() }
             let store = directory.file("store")
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: tools.writer)
-            process.arguments = ["lmdb://\(store)", "\(commits)"]
-            var environment = ProcessInfo.processInfo.environment
+            var environment: [String: String] = [:]
             environment["LD_PRELOAD"] = tools.shim
             // The shim compares with the path the kernel reports for the descriptor: no
             // doubled slashes, no symbolic links.
@@ -74,13 +71,9 @@ struct LMDBFaultInjectionTests {
             environment["DEPOT_FAULT_AFTER"] = "\(after)"
             environment["DEPOT_FAULT_TIMES"] = "1"
             environment["DEPOT_FAULT_ERRNO"] = "\(errno)"
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            try ProcessLaunch.run(process)
-            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "fault after \(after) calls: \(printed)")
+            let result = try ProcessLaunch.run(tools.writer, ["lmdb://\(store)", "\(commits)"], environment: environment)
+            let printed = result.stdout
+            #expect(result.exit.succeeded, "fault after \(after) calls: \(result.exit) \(printed) \(result.stderr)")
             let run = FaultRun(output: printed)
             #expect(run.unreadable.isEmpty, "fault after \(after) calls: \(run.unreadable)")
 

@@ -120,7 +120,7 @@ let crashWriterPath: String? = {
 
 /// A running `depot-crash-writer`.
 final class Helper {
-    let process = Process()
+    let child: ProcessLaunch.Child
     let stderrPath: String
 
     init(_ arguments: [String], stderrPath: String) throws {
@@ -128,37 +128,26 @@ final class Helper {
             throw DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner; build it (swift build) or set DEPOT_CRASH_WRITER")
         }
         self.stderrPath = stderrPath
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        process.standardError = FileHandle(forWritingAtPath: stderrPath)
-        process.standardOutput = FileHandle.nullDevice
-        try ProcessLaunch.run(process)
+        child = try ProcessLaunch.spawn(path, arguments, stdout: .discard, stderr: .file(stderrPath))
     }
 
     /// Kills the process with SIGKILL and waits for it; returns `nil` when it was killed,
     /// or a description of how it ended by itself (which a kill test must report).
     func killNow() -> String? {
-        let pid = process.processIdentifier
+        let pid = child.pid
         _ = kill(pid, SIGKILL)
-        // Not waitUntilExit(): once, on a loaded machine, Foundation never noticed a killed
-        // child's exit and waitUntilExit spun for half an hour. Poll with a bound, then reap
-        // the child directly.
-        let deadline = Date(timeIntervalSinceNow: 120)
-        while process.isRunning && Date() < deadline { usleep(5_000) }
-        if process.isRunning {
-            var status: Int32 = 0
-            if waitpid(pid, &status, 0) == pid && status & 0x7f == SIGKILL { return nil }
-            return "the killed writer \(pid) was not seen to exit within 120 s (wait status \(status))"
+        // A bounded wait: a kill test must not hang if the child cannot be reaped.
+        guard let exit = ProcessLaunch.wait(pid, seconds: 120) else {
+            return "the killed writer \(pid) was not seen to exit within 120 s"
         }
-        if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL { return nil }
+        if exit.signal == SIGKILL { return nil }
         let stderr = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
-        return "the writer ended by itself (status \(process.terminationStatus)): \(stderr)"
+        return "the writer ended by itself (\(exit)): \(stderr)"
     }
 
     func wait() -> (status: Int32, stderr: String) {
-        process.waitUntilExit()
-        return (process.terminationStatus, (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "")
+        let exit = ProcessLaunch.wait(child.pid)
+        return (exit.status, (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "")
     }
 }
 
@@ -167,19 +156,8 @@ func runHelper(_ arguments: [String], in directory: TemporaryDirectory) throws -
     guard let path = crashWriterPath else {
         throw DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner")
     }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    try ProcessLaunch.run(process)
-    // Read before waiting, so a full pipe cannot block the helper.
-    let out = output.fileHandleForReading.readDataToEndOfFile()
-    let err = errors.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    let result = try ProcessLaunch.run(path, arguments)
+    return (result.exit.status, result.stdout, result.stderr)
 }
 
 /// The bytes of every file under `path` (a file or a directory), to prove nothing changed.

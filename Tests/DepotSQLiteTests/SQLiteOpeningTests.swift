@@ -285,16 +285,8 @@ struct SQLiteOpeningTests {
 /// Runs the `sqlite3` command line and returns its exit status and output, without
 /// recording a failure when it fails (some tests expect it to).
 func sqlite3CLIResult(_ path: String, _ sql: String) throws -> (status: Int32, text: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-    process.arguments = ["-bail", "-cmd", ".timeout 0", path, sql]
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = Pipe()
-    try ProcessLaunch.run(process)
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let result = try ProcessLaunch.run("/usr/bin/sqlite3", ["-bail", "-cmd", ".timeout 0", path, sql])
+    return (result.exit.status, result.stdout)
 }
 
 /// A log handler that remembers the thread (`pthread_self`) each message was logged on, and

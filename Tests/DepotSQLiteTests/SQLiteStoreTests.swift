@@ -8,21 +8,11 @@ import Testing
 
 /// Runs the `sqlite3` command line on a database and returns what it printed.
 func sqlite3CLI(_ path: String, _ sql: String) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-    process.arguments = ["-bail", path, sql]
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    try ProcessLaunch.run(process)
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    if process.terminationStatus != 0 {
-        Issue.record("sqlite3 exited with \(process.terminationStatus): \(errorText)")
+    let result = try ProcessLaunch.run("/usr/bin/sqlite3", ["-bail", path, sql])
+    if !result.exit.succeeded {
+        Issue.record("sqlite3 ended with \(result.exit): \(result.stderr)")
     }
-    return String(decoding: data, as: UTF8.self)
+    return result.stdout
 }
 
 /// Expects `body` to throw a `DepotError` with `code` and returns it.

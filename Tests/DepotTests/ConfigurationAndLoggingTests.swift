@@ -62,14 +62,7 @@ struct ConfigurationAndLoggingTests {
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat.workload(count: 100))
         await store.close()
-        let info = Process()
-        info.executableURL = URL(fileURLWithPath: "/usr/bin/mdb_stat")
-        info.arguments = ["-e", directory.path]
-        let pipe = Pipe()
-        info.standardOutput = pipe
-        try ProcessLaunch.run(info)
-        info.waitUntilExit()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let output = try ProcessLaunch.run("/usr/bin/mdb_stat", ["-e", directory.path]).stdout
         #expect(output.contains("Map size: \(8 << 20)"), "\(output)")
     }
 

@@ -99,9 +99,8 @@ struct StoreURLTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("theirs.sqlite").path
-        let process = try Process.run(URL(fileURLWithPath: "/usr/bin/sqlite3"), arguments: [path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL)"])
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        let created = try ProcessLaunch.run("/usr/bin/sqlite3", [path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL)"])
+        #expect(created.exit.succeeded, "\(created.stderr)")
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
 
         for url in ["sqlite://\(path)", "sqlite://\(path)?adopt=false"] {
