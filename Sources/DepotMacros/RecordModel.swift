@@ -130,7 +130,10 @@ struct RecordModel {
                     continue
                 }
                 if let type, let what = Self.unstorableKind(type) {
-                    diagnostics.append(.error(type, "unstorableType", "Depot cannot store \(what) ('\(type.trimmedDescription)' of '\(name)'); use a type that conforms to AttributeValue, or mark the property '@NotStored'."))
+                    let advice = what == "a set"
+                        ? "its JSON order changes from one process to the next, so equality could not find it; store an Array"
+                        : "use a type that conforms to AttributeValue"
+                    diagnostics.append(.error(type, "unstorableType", "Depot cannot store \(what) ('\(type.trimmedDescription)' of '\(name)'); \(advice), or mark the property '@NotStored'."))
                     continue
                 }
 
@@ -299,8 +302,10 @@ extension RecordModel {
             return existential.someOrAnySpecifier.tokenKind == .keyword(.some) ? "an opaque type" : "an existential type"
         }
         if type.is(CompositionTypeSyntax.self) { return "a protocol composition" }
-        if type.is(ArrayTypeSyntax.self) { return "an array" }
-        if type.is(DictionaryTypeSyntax.self) { return "a dictionary" }
+        // Arrays and dictionaries are stored as JSON when their elements can be (the
+        // generated code's `AttributeValue` constraint makes the compiler check that).
+        if let array = type.as(ArrayTypeSyntax.self) { return unstorableKind(array.element) }
+        if let dictionary = type.as(DictionaryTypeSyntax.self) { return unstorableKind(dictionary.value) }
         if let identifier = type.as(IdentifierTypeSyntax.self) {
             switch identifier.name.text {
             case "Optional":
@@ -309,9 +314,8 @@ extension RecordModel {
                 {
                     return unstorableKind(wrapped)
                 }
-            case "Array", "ContiguousArray", "ArraySlice": return "an array"
+            case "ContiguousArray", "ArraySlice": return "an array slice or contiguous array (store an Array)"
             case "Set": return "a set"
-            case "Dictionary": return "a dictionary"
             case "Any", "AnyObject": return "an existential type"
             default: break
             }

@@ -71,7 +71,7 @@ struct RecordDiagnosticsTests {
                 var id: Int64
                 var position: (x: Int, y: Int)
                 var onChange: @Sendable () -> Void
-                var tags: [String]?
+                var tags: Set<String>?
                 var owner: any Sendable
                 var weight: (Double)
             }
@@ -81,7 +81,7 @@ struct RecordDiagnosticsTests {
                 var id: Int64
                 var position: (x: Int, y: Int)
                 var onChange: @Sendable () -> Void
-                var tags: [String]?
+                var tags: Set<String>?
                 var owner: any Sendable
                 var weight: (Double)
             }
@@ -94,7 +94,7 @@ struct RecordDiagnosticsTests {
                     message: "Depot cannot store a function ('@Sendable () -> Void' of 'onChange'); use a type that conforms to AttributeValue, or mark the property '@NotStored'.",
                     line: 5, column: 19),
                 DiagnosticSpec(
-                    message: "Depot cannot store an array ('[String]?' of 'tags'); use a type that conforms to AttributeValue, or mark the property '@NotStored'.",
+                    message: "Depot cannot store a set ('Set<String>?' of 'tags'); its JSON order changes from one process to the next, so equality could not find it; store an Array, or mark the property '@NotStored'.",
                     line: 6, column: 15),
                 DiagnosticSpec(
                     message: "Depot cannot store an existential type ('any Sendable' of 'owner'); use a type that conforms to AttributeValue, or mark the property '@NotStored'.",

@@ -34,6 +34,30 @@ typealias Cats = Controller<Cat, CatRecord>
 
 @Suite("SQLiteStore files, schema and concurrency")
 struct SQLiteStoreTests {
+    struct Room: Codable, Hashable, JSONAttribute {
+        var name: String
+        var size: Double
+    }
+
+    @Record struct House {
+        var id: Int64
+        var rooms: [Room]
+        var owner: [String: String]
+    }
+
+    @Test func sqlite3JSONFunctionsReadCodableAttributes() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("houses.sqlite").path
+            let store = try SQLiteStore(path: path)
+            let houses = Controller<House, House>(store: store)
+            try await houses.save(House(id: 1, rooms: [Room(name: "kitchen", size: 12.5), Room(name: "hall", size: 4)], owner: ["name": "Ann", "city": "Oslo"]))
+            await store.close()
+            #expect(try sqlite3CLI(path, "SELECT json_extract(rooms, '$[0].name'), json_extract(owner, '$.city') FROM House;") == "kitchen|Oslo\n")
+            #expect(try sqlite3CLI(path, "SELECT json_array_length(rooms), json_valid(owner) FROM House;") == "2|1\n")
+            #expect(try sqlite3CLI(path, "SELECT owner FROM House;") == "{\"city\":\"Oslo\",\"name\":\"Ann\"}\n", "canonical: keys sorted")
+        }
+    }
+
     @Test func theSqlite3CommandLineReadsWhatDepotWrote() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("cats.sqlite").path

@@ -33,23 +33,40 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
         return .failure(DepotError(.invalidPredicate, "A key path used in a predicate on \(Record.entity.name) is not one of its declared attributes; declare an Attribute for it."))
     }
 
-    static func build(_ keyPath: AnyKeyPath, _ make: (String) -> PredicateExpression) -> Condition {
-        switch name(keyPath) {
-        case .success(let name): return Condition(make(name))
-        case .failure(let error): return Condition(.invalid(error.message))
+    static func build(_ keyPath: AnyKeyPath, _ make: (String) throws(DepotError) -> PredicateExpression) -> Condition {
+        do {
+            switch name(keyPath) {
+            case .success(let name): return Condition(try make(name))
+            case .failure(let error): return Condition(.invalid(error.message))
+            }
+        } catch {
+            return Condition(.invalid(error.message))
         }
+    }
+
+    /// The stored form of predicate values. A value that has none (a `Codable` value whose
+    /// encoding throws) makes the whole predicate invalid, reported when the request runs,
+    /// rather than a placeholder that could match other records.
+    static func stored(_ values: some Sequence<some AttributeValue>) throws(DepotError) -> [Value] {
+        var out: [Value] = []
+        for value in values { out.append(try value.storedValue()) }
+        return out
+    }
+
+    static func named(_ make: () throws(DepotError) -> PredicateExpression) -> Condition {
+        do { return Condition(try make()) } catch { return Condition(.invalid(error.message)) }
     }
 
     // MARK: Key-path forms
 
     /// Records whose attribute is one of `values` (`nil` among them matches nil).
     public static func `in`<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ values: some Sequence<V>) -> Condition {
-        build(keyPath) { .oneOf(attribute: $0, values.map(\.value)) }
+        build(keyPath) { name throws(DepotError) in .oneOf(attribute: name, try stored(values)) }
     }
 
     /// Records whose attribute is not nil and is none of `values`.
     public static func notIn<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ values: some Sequence<V>) -> Condition {
-        build(keyPath) { .notOneOf(attribute: $0, values.map(\.value)) }
+        build(keyPath) { name throws(DepotError) in .notOneOf(attribute: name, try stored(values)) }
     }
 
     /// Records whose attribute is nil.
@@ -71,22 +88,22 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
 
     /// Compares the named attribute with a value.
     public static func `where`(_ attribute: String, _ op: ComparisonOperator, _ value: some AttributeValue) -> Condition {
-        Condition(.compare(attribute: attribute, op, value.value))
+        named { () throws(DepotError) in .compare(attribute: attribute, op, try value.storedValue()) }
     }
 
     /// The named attribute equals `value` (`nil` means "is nil").
     public static func `where`(_ attribute: String, equalTo value: some AttributeValue) -> Condition {
-        Condition(.compare(attribute: attribute, .equal, value.value))
+        named { () throws(DepotError) in .compare(attribute: attribute, .equal, try value.storedValue()) }
     }
 
     /// The named attribute is one of `values`.
     public static func `where`(_ attribute: String, in values: [any AttributeValue]) -> Condition {
-        Condition(.oneOf(attribute: attribute, values.map(\.value)))
+        named { () throws(DepotError) in .oneOf(attribute: attribute, try values.map { v throws(DepotError) in try v.storedValue() }) }
     }
 
     /// The named attribute is none of `values`.
     public static func `where`(_ attribute: String, notIn values: [any AttributeValue]) -> Condition {
-        Condition(.notOneOf(attribute: attribute, values.map(\.value)))
+        named { () throws(DepotError) in .notOneOf(attribute: attribute, try values.map { v throws(DepotError) in try v.storedValue() }) }
     }
 
     /// The named string attribute starts with `prefix`.
@@ -122,7 +139,7 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
 // MARK: - Key-path comparison operators
 
 func comparison<R: ManagedRecord, V: AttributeValue>(_ keyPath: KeyPath<R, V>, _ op: ComparisonOperator, _ value: V) -> Condition<R> {
-    Condition<R>.build(keyPath) { .compare(attribute: $0, op, value.value) }
+    Condition<R>.build(keyPath) { name throws(DepotError) in .compare(attribute: name, op, try value.storedValue()) }
 }
 
 public func == <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
