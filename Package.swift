@@ -59,9 +59,19 @@ let package = Package(
                 .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
             ]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .target(name: "DepotSQLite", dependencies: ["DepotCore", "CSQLite", .product(name: "Logging", package: "swift-log")]),
+        .target(
+            name: "DepotSQLite",
+            dependencies: [
+                "DepotCore", "CSQLite", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]),
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
-        .target(name: "DepotLMDB", dependencies: ["DepotCore", "CLMDB", .product(name: "Logging", package: "swift-log")]),
+        .target(
+            name: "DepotLMDB",
+            dependencies: [
+                "DepotCore", "CLMDB", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]),
         .target(
             name: "Depot",
             dependencies: [
@@ -82,7 +92,9 @@ let package = Package(
         // Test-only: an SQLite VFS that makes writes and syncs fail on demand
         // (DepotSQLiteTests' fault-injection tests).
         .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
-        .testTarget(name: "DepotSQLiteTests", dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS"]),
+        .testTarget(
+            name: "DepotSQLiteTests",
+            dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         // Expansion and diagnostics of @Record, checked as text with swift-syntax's own
         // test support (no XCTest, no extra package).
         .testTarget(
@@ -92,7 +104,9 @@ let package = Package(
                 .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
             ]),
-        .testTarget(name: "DepotLMDBTests", dependencies: ["DepotLMDB", "DepotTesting"]),
+        .testTarget(
+            name: "DepotLMDBTests",
+            dependencies: ["DepotLMDB", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .testTarget(
             name: "DepotTests",
             dependencies: [

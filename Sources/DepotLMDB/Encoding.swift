@@ -173,14 +173,10 @@ enum RecordFormat {
         withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) }
     }
 
-    /// Decodes a stored record straight from LMDB's memory into `row` (emptied first).
+    /// Decodes a stored record whose attributes have `types`, in order, straight from LMDB's
+    /// memory into `row` (emptied first).
     ///
-    /// - Returns: `false` when the bytes are not a record of `entity` in this format.
-    static func decode(_ buffer: UnsafeRawBufferPointer, entity: EntityDescription, into row: inout Row) -> Bool {
-        decode(buffer, types: entity.attributes.map(\.type), into: &row)
-    }
-
-    /// Decodes a stored record whose attributes have `types`, in order.
+    /// - Returns: `false` when the bytes are not a record of these types in this format.
     static func decode(_ buffer: UnsafeRawBufferPointer, types: [AttributeType], into row: inout Row) -> Bool {
         row.removeAll()
         let count = buffer.count

@@ -1,6 +1,7 @@
 import CLMDB
 import DepotCore
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// Counts the transactions open in this process and lets the map be resized only when
@@ -99,10 +100,10 @@ final class TransactionGate: @unchecked Sendable {
 /// The directories open in this process: LMDB forbids opening one environment twice in a
 /// process (closing either would drop the other's file locks).
 enum OpenDirectories {
-    private static let paths = Locked<Set<String>>([])
+    private static let paths = NIOLockedValueBox<Set<String>>([])
 
-    static func claim(_ path: String) -> Bool { paths.withLock { $0.insert(path).inserted } }
-    static func release(_ path: String) { _ = paths.withLock { $0.remove(path) } }
+    static func claim(_ path: String) -> Bool { paths.withLockedValue { $0.insert(path).inserted } }
+    static func release(_ path: String) { _ = paths.withLockedValue { $0.remove(path) } }
 }
 
 /// Owns one `MDB_env`, and replaces it when LMDB declares it dead.
@@ -131,7 +132,7 @@ final class Environment: @unchecked Sendable {
     /// Read transactions reset after use. Renewing one skips the allocation and the
     /// reader-table lock of `mdb_txn_begin`: with `MDB_NOTLS` a reset transaction keeps its
     /// reader slot. A reset transaction holds no snapshot, so it does not block a resize.
-    private let idleReaders = Locked<[ReaderHandle]>([])
+    private let idleReaders = NIOLockedValueBox<[ReaderHandle]>([])
     private static let idleReaderLimit = 16
 
     struct ReaderHandle: @unchecked Sendable {
@@ -195,7 +196,7 @@ final class Environment: @unchecked Sendable {
     /// Begins a read transaction, renewing an idle one when there is one. Call holding a
     /// gate ticket, with ``pointer`` not `nil`.
     func beginReader(_ pointer: OpaquePointer) -> (Int32, OpaquePointer?) {
-        if let idle = idleReaders.withLock({ $0.popLast() }) {
+        if let idle = idleReaders.withLockedValue({ $0.popLast() }) {
             let rc = mdb_txn_renew(idle.txn)
             if rc == 0 { return (0, idle.txn) }
             mdb_txn_abort(idle.txn)
@@ -209,7 +210,7 @@ final class Environment: @unchecked Sendable {
     /// Ends a read transaction, keeping its handle for the next reader.
     func endReader(_ txn: OpaquePointer) {
         mdb_txn_reset(txn)
-        let kept = idleReaders.withLock { idle -> Bool in
+        let kept = idleReaders.withLockedValue { idle -> Bool in
             guard idle.count < Self.idleReaderLimit else { return false }
             idle.append(ReaderHandle(txn: txn))
             return true
@@ -256,7 +257,7 @@ final class Environment: @unchecked Sendable {
     }
 
     private func abortIdleReaders() {
-        for idle in idleReaders.withLock({ idle in defer { idle.removeAll() }; return idle }) {
+        for idle in idleReaders.withLockedValue({ idle in defer { idle.removeAll() }; return idle }) {
             mdb_txn_abort(idle.txn)
         }
     }

@@ -11,7 +11,7 @@ extension DepotError {
     ///   - context: What Depot was doing, for the reader of the log.
     static func sqlite(_ code: Int32, message: String?, context: String) -> DepotError {
         let detail = message.map { "\(context): \($0)" } ?? context
-        switch code & 0xFF {
+        switch SQLiteCode.primary(code) {
         case SQLITE_CONSTRAINT:
             return DepotError(.duplicateKey, "\(detail). A record with the same primary key or unique value exists.", nativeCode: code)
         case SQLITE_BUSY, SQLITE_LOCKED:
@@ -34,4 +34,17 @@ extension DepotError {
             return DepotError(.backend, detail, nativeCode: code)
         }
     }
+}
+
+/// SQLite's extended result codes that Depot tells apart. sqlite3.h defines them as macros
+/// built from other macros (`#define SQLITE_IOERR_WRITE (SQLITE_IOERR | (3<<8))`), which
+/// Swift does not import, so they are spelled out here once, from sqlite3.h.
+enum SQLiteCode {
+    static let ioErrWrite: Int32 = SQLITE_IOERR | (3 << 8)
+    static let ioErrFsync: Int32 = SQLITE_IOERR | (4 << 8)
+    static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
+    static let constraintUnique: Int32 = SQLITE_CONSTRAINT | (8 << 8)
+
+    /// The primary result code of a (possibly extended) one.
+    static func primary(_ code: Int32) -> Int32 { code & 0xFF }
 }

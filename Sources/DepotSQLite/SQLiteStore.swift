@@ -1,6 +1,7 @@
 import CSQLite
 public import DepotCore
 import Foundation
+import NIOConcurrencyHelpers
 
 /// The SQLite backend: one ordinary SQLite database file with one table per entity.
 ///
@@ -84,37 +85,18 @@ public final class SQLiteStore: Store {
     /// Where the store logs.
     public let log: StoreLog
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var tables: [String: Table] = [:]
         var nextSerial = 1
     }
 
-    /// A reader connection and the thread that uses it.
-    final class Reader: Sendable {
-        let connection: Connection
-        let worker: Worker
-
-        init(connection: Connection, worker: Worker) {
-            self.connection = connection
-            self.worker = worker
-        }
-    }
-
-    private struct Pool: Sendable {
-        /// Idle readers, most recently used last: it is handed out first, while its worker
-        /// is still spinning.
-        var idle: [Reader]
-        var waiting: [@Sendable (Reader) -> Void] = []
-        var waitingStart = 0
-    }
-
-    private let state = Locked(State())
-    private let pool: Locked<Pool>
-    private let writer: Connection
-    private let writerWorker: Worker
-    private let readers: [Reader]
-    private let gate: StoreGate
-    private let temporaryDirectory: URL?
+    let state = NIOLockedValueBox(State())
+    let pool: NIOLockedValueBox<Pool>
+    let writer: Connection
+    let writerWorker: Worker
+    let readers: [Reader]
+    let gate: StoreGate
+    let temporaryDirectory: URL?
 
     // MARK: Opening
 
@@ -198,14 +180,6 @@ public final class SQLiteStore: Store {
         }
     }
 
-    private static func createDirectory(_ url: URL) throws(DepotError) {
-        do {
-            try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        } catch {
-            throw DepotError(.io, "Cannot create the directory \(url.path) for the SQLite store: \(error). Check the path and its permissions.")
-        }
-    }
-
     private init(file: String, temporaryDirectory: URL?, options: Options, log: StoreLog) throws(DepotError) {
         guard (1...Self.maximumReaders).contains(options.readers) else {
             throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections (each has a thread of its own).")
@@ -252,8 +226,8 @@ public final class SQLiteStore: Store {
             self.writer = writer
             self.writerWorker = Worker(name: "depot.sqlite.writer")
             self.readers = readers
-            self.pool = Locked(Pool(idle: readers))
-            state.withLock { s in
+            self.pool = NIOLockedValueBox(Pool(idle: readers))
+            state.withLockedValue { s in
                 for entity in stored {
                     s.tables[entity.name] = Table(entity: entity, serial: s.nextSerial)
                     s.nextSerial += 1
@@ -266,189 +240,6 @@ public final class SQLiteStore: Store {
             writer.close()
             Self.removeCompanions(of: file, createdSince: companionsBefore)
             throw error
-        }
-    }
-
-    /// Which of a database's `-wal` and `-shm` files exist.
-    private static func companions(of file: String) -> (wal: Bool, shm: Bool) {
-        (FileManager.default.fileExists(atPath: file + "-wal"), FileManager.default.fileExists(atPath: file + "-shm"))
-    }
-
-    /// Removes the `-wal` and `-shm` that reading a WAL database created when opening it
-    /// failed: with checkpointing on close turned off, SQLite leaves them behind, and a file
-    /// Depot refuses must be left as it was. A `-wal` that holds frames, or that existed
-    /// before (another program's uncheckpointed commits), is never touched.
-    private static func removeCompanions(of file: String, createdSince before: (wal: Bool, shm: Bool)) {
-        let wal = file + "-wal"
-        var walGone = !FileManager.default.fileExists(atPath: wal)
-        if !before.wal, !walGone,
-            let size = (try? FileManager.default.attributesOfItem(atPath: wal))?[.size] as? NSNumber, size.intValue == 0
-        {
-            walGone = (try? FileManager.default.removeItem(atPath: wal)) != nil
-        }
-        if !before.shm, walGone { try? FileManager.default.removeItem(atPath: file + "-shm") }
-    }
-
-    private static func synchronous(_ options: Options, inMemory: Bool) -> String {
-        if inMemory { return "OFF" }
-        switch options.durability {
-        case .normal: return "NORMAL"
-        case .full: return "FULL"
-        }
-    }
-
-    /// Runs `body` on `connection` again while it fails with `busy`, for up to `timeout`
-    /// in all. Switching a new database to WAL needs an exclusive lock, and SQLite returns
-    /// SQLITE_BUSY at once, without its busy handler, while another process is creating
-    /// the same file. Each attempt may also wait in SQLite's busy handler, so the handler
-    /// is given only the time left: the whole loop ends within `timeout` (plus one 5 ms
-    /// pause). It sleeps on the calling thread, which is why opening is documented as
-    /// blocking.
-    private static func retryingWhileBusy<T>(
-        _ connection: Connection, _ timeout: Duration, _ body: () throws(DepotError) -> T
-    ) throws(DepotError) -> T {
-        let clock = ContinuousClock()
-        let deadline = clock.now + timeout
-        defer { connection.setBusyTimeout(timeout) }
-        while true {
-            connection.setBusyTimeout(max(.zero, deadline - clock.now))
-            do {
-                return try body()
-            } catch where error.code == .busy && clock.now < deadline {
-                usleep(5_000)
-            }
-        }
-    }
-
-    /// SQLite takes a file shorter than its 100-byte header for an empty database and
-    /// writes a new one over it; a non-empty file must therefore start with SQLite's magic
-    /// string, or it is not ours to touch. (An empty file is a new database: what a crash
-    /// during creation leaves behind.)
-    ///
-    /// The header is read through the connection's own file (see
-    /// ``Connection/readMainFileHead(_:)``), never through a second descriptor, which would
-    /// drop the locks of every other connection of this process to the same file.
-    private static func checkHeader(_ connection: Connection) throws(DepotError) {
-        let (head, size) = try connection.readMainFileHead(100)
-        // stat, not open: a size needs no descriptor.
-        let walSize = ((try? FileManager.default.attributesOfItem(atPath: connection.path + "-wal"))?[.size] as? NSNumber)?.intValue ?? 0
-        try validateHeader(head, fileSize: size, walSize: walSize, file: connection.path)
-    }
-
-    /// Checks the first (up to) 100 bytes of a database file, the file's size and its
-    /// WAL's size. Pure, so tests and fuzzers can feed it anything; it never traps.
-    static func validateHeader(_ head: [UInt8], fileSize size: Int, walSize: Int, file: String) throws(DepotError) {
-        if head.isEmpty { return }
-        guard head.count >= 100, head.starts(with: Array("SQLite format 3\u{0}".utf8)) else {
-            throw DepotError(.storeCorrupted, "\(file) is not an SQLite database (it does not start with SQLite's header). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_NOTADB)
-        }
-        // SQLite reads a page cut short by truncation as if its missing bytes were zeros and
-        // returns wrong rows without an error. Every page is written whole, so a file that
-        // is not a whole number of pages, or (with no WAL to replay) shorter than the page
-        // count its header states, has lost data.
-        let pageSize = head[16] == 0 && head[17] == 1 ? 65_536 : Int(head[16]) << 8 | Int(head[17])
-        func truncated(_ detail: String) -> DepotError {
-            DepotError(.storeCorrupted, "\(file) is truncated (\(detail)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_CORRUPT)
-        }
-        guard pageSize >= 512, pageSize & (pageSize - 1) == 0 else { return }  // SQLite reports a bad header itself
-        if size % pageSize != 0 { throw truncated("\(size) bytes is not a whole number of \(pageSize)-byte pages") }
-        // At most 2^32 - 1 pages of at most 65,536 bytes: the product fits in 64 bits.
-        let headerPages = Int(head[28]) << 24 | Int(head[29]) << 16 | Int(head[30]) << 8 | Int(head[31])
-        let headerPagesValid = head[24..<28] == head[92..<96]
-        if headerPagesValid && walSize == 0 && size < headerPages * pageSize {
-            throw truncated("\(size) bytes, but its header counts \(headerPages) pages of \(pageSize) bytes")
-        }
-    }
-
-    /// Reads the schema before anything writes, and refuses another program's database.
-    ///
-    /// Setting WAL mode rewrites the header, so a file that is not a database, or is a
-    /// database Depot did not make, must be refused here to stay byte for byte as it was.
-    /// A database with no schema objects at all is new: SQLite's view of an empty file,
-    /// and what a crash leaves between switching a new file to WAL and committing the
-    /// bookkeeping tables (created in one transaction, so they exist both or neither).
-    private static func checkOwnership(_ connection: Connection, adopt: Bool) throws(DepotError) {
-        var tables: [String] = []
-        var objects = 0
-        do {
-            let statement = try connection.prepare("SELECT type, name FROM sqlite_master", cached: false)
-            while try connection.step(statement, "Reading the schema of \(connection.path)") {
-                objects += 1
-                guard case .string(let type) = try connection.column(0, of: statement, as: .string), type == "table",
-                    case .string(let name) = try connection.column(1, of: statement, as: .string)
-                else { continue }
-                tables.append(name)
-            }
-        } catch {
-            let primary = (error.nativeCode ?? 0) & 0xFF
-            if primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT {
-                throw DepotError(.storeCorrupted, "\(connection.path) is not an SQLite database, or it is damaged (\(error.message)). Depot did not modify it; restore it from a backup or open another path.", nativeCode: error.nativeCode)
-            }
-            throw error
-        }
-        if let refusal = foreignDatabaseRefusal(file: connection.path, objects: objects, tables: tables, adopt: adopt) { throw refusal }
-    }
-
-    /// The error that refuses a database with schema objects but without Depot's
-    /// bookkeeping tables, or nil when the database is Depot's, new, or adopted on purpose.
-    static func foreignDatabaseRefusal(file: String, objects: Int, tables: [String], adopt: Bool) -> DepotError? {
-        if objects == 0 || adopt { return nil }
-        let names = Set(tables.map { $0.lowercased() })
-        if names.contains("depot_meta") && names.contains("depot_entities") { return nil }
-        let shown = tables.filter { !$0.lowercased().hasPrefix("sqlite_") }.sorted()
-        let list = shown.isEmpty ? "\(objects) schema objects" : "tables " + shown.prefix(5).joined(separator: ", ") + (shown.count > 5 ? " and \(shown.count - 5) more" : "")
-        return DepotError(
-            .storeCorrupted,
-            "\(file) is an SQLite database that another program made: it has \(list), but not Depot's bookkeeping tables (depot_meta, depot_entities). It is not damaged, and Depot did not modify it. Open another path for Depot's store; or, to keep Depot's tables beside the existing ones in this file (switching it to WAL mode for good), open it with SQLiteStore.Options(adoptForeignDatabase: true), or the URL option adopt=true.")
-    }
-
-    /// Creates Depot's bookkeeping tables when missing and reads the stored entities.
-    private static func prepareBookkeeping(_ writer: Connection, file: String) throws(DepotError) -> [EntityDescription] {
-        try writer.execute("BEGIN IMMEDIATE")
-        do throws(DepotError) {
-            try writer.execute(
-                """
-                CREATE TABLE IF NOT EXISTS depot_meta (key TEXT PRIMARY KEY NOT NULL, value ANY) WITHOUT ROWID;
-                INSERT OR IGNORE INTO depot_meta (key, value) VALUES ('format', \(formatVersion));
-                CREATE TABLE IF NOT EXISTS depot_entities (name TEXT PRIMARY KEY NOT NULL, description TEXT NOT NULL) WITHOUT ROWID;
-                """)
-            let format = try writer.scalarText("SELECT value FROM depot_meta WHERE key = 'format'")
-            guard let format, let version = Int(format), version <= formatVersion else {
-                throw DepotError(.schemaMismatch, "\(file) was written with Depot's SQLite format \(format ?? "unknown"), newer than this version's \(formatVersion); open it with a newer Depot.")
-            }
-            let statement = try writer.prepare("SELECT name, description FROM depot_entities ORDER BY name", cached: false)
-            var entities: [EntityDescription] = []
-            while try writer.step(statement, "Reading depot_entities") {
-                let name = try writer.column(0, of: statement, as: .string)
-                guard case .string(let json) = try writer.column(1, of: statement, as: .string),
-                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-                    (try? entity.validate()) != nil
-                else {
-                    throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
-                }
-                entities.append(entity)
-            }
-            try repairIndexes(entities, on: writer)
-            try writer.execute("COMMIT")
-            return entities
-        } catch {
-            try? writer.execute("ROLLBACK")
-            throw error
-        }
-    }
-
-    /// Creates the declared indexes a file lacks. Versions before collision-free index names
-    /// skipped the second of two attributes whose names collided (`a_b` + `c` and
-    /// `a` + `b_c`); their files get the missing index the first time this version opens
-    /// them. An entity whose table is missing is left for registration to report.
-    private static func repairIndexes(_ entities: [EntityDescription], on writer: Connection) throws(DepotError) {
-        for entity in entities where entity.attributes.contains(where: { DDL.wantsIndex($0, in: entity) }) {
-            let table = try writer.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE", cached: false)
-            try writer.bind(.string(entity.name), at: 1, in: table)
-            guard try writer.step(table, "Looking up table \(entity.name)") else { continue }
-            for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
-                try ensureIndex(attribute, in: entity, on: writer)
-            }
         }
     }
 
@@ -477,155 +268,12 @@ public final class SQLiteStore: Store {
     // MARK: Work accounting
 
     @inline(__always)
-    private func begin() throws(DepotError) { try gate.enter() }
+    func begin() throws(DepotError) { try gate.enter() }
 
     @inline(__always)
-    private func end() { gate.leave() }
+    func end() { gate.leave() }
 
-    private var tables: [String: Table] { state.withLock { $0.tables } }
-
-    // MARK: Registration
-
-    public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
-    ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        writerWorker.submit {
-            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-            self.end()
-            completion(result)
-        }
-    }
-
-    private func registerNow(_ entities: [EntityDescription]) throws(DepotError) {
-        for entity in entities { try entity.validate() }
-        var current = tables
-        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) { return }
-        let serial = state.withLock { s in
-            defer { s.nextSerial += entities.count }
-            return s.nextSerial
-        }
-        try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
-        do throws(DepotError) {
-            for (offset, entity) in entities.enumerated() {
-                // Another process may have registered or migrated the entity since this
-                // store read depot_entities at open; under the write lock the file is the
-                // truth, so refresh the entry from it before deciding.
-                if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
-                    current[entity.name] = Table(entity: stored, serial: serial + offset)
-                }
-                if let existing = current[entity.name] {
-                    if existing.entity == entity { continue }
-                    let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
-                    try migrate(migration)
-                    log.schemaMigrated(migration)
-                } else {
-                    try create(entity)
-                    log.schemaCreated(entity)
-                }
-                try storeDescription(entity)
-                current[entity.name] = Table(entity: entity, serial: serial + offset)
-            }
-            try writer.run(key: Keys.commit, "COMMIT")
-        } catch {
-            rollback(writer)
-            throw error
-        }
-        state.withLock { $0.tables = current }
-    }
-
-    private func create(_ entity: EntityDescription) throws(DepotError) {
-        // SQLite names are case-insensitive: refuse to adopt a table Depot did not create.
-        let statement = try writer.prepare("SELECT name FROM sqlite_master WHERE name = ?1 COLLATE NOCASE", cached: false)
-        try writer.bind(.string(entity.name), at: 1, in: statement)
-        if try writer.step(statement, "Looking up table \(entity.name)") {
-            let existing = try writer.column(0, of: statement, as: .string)
-            throw DepotError(.invalidSchema, "The database already has a table or index named \(existing.debugLiteral) that Depot did not create for entity \(entity.name) (SQLite compares names without case). Rename the entity.")
-        }
-        try writer.execute(DDL.createTable(entity))
-        for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
-            try Self.ensureIndex(attribute, in: entity, on: writer)
-        }
-    }
-
-    /// The indexes Depot made for `attribute` on the entity's table, by the current name or
-    /// the one earlier versions gave them. Looked up by table as well as name: a legacy
-    /// name can belong to another entity's table (`a_b` + `c` and `a` + `b_c`).
-    static func existingIndexes(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) -> [String] {
-        let statement = try connection.prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 COLLATE NOCASE AND name IN (?2, ?3)", cached: false)
-        try connection.bind(.string(entity.name), at: 1, in: statement)
-        try connection.bind(.string(DDL.indexName(entity: entity.name, attribute: attribute.name)), at: 2, in: statement)
-        try connection.bind(.string(DDL.legacyIndexName(entity: entity.name, attribute: attribute.name)), at: 3, in: statement)
-        var names: [String] = []
-        while try connection.step(statement, "Looking up the index of \(entity.name).\(attribute.name)") {
-            if case .string(let name) = try connection.column(0, of: statement, as: .string) { names.append(name) }
-        }
-        return names
-    }
-
-    /// Creates the index of `attribute` unless its table already has it (under either name).
-    static func ensureIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
-        if try existingIndexes(attribute, in: entity, on: connection).isEmpty {
-            try connection.execute(DDL.createIndex(attribute, in: entity))
-        }
-    }
-
-    /// Drops the index of `attribute`, whichever name it has.
-    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
-        for name in try existingIndexes(attribute, in: entity, on: connection) {
-            try connection.execute("DROP INDEX \(quoted(name))")
-        }
-    }
-
-    private func migrate(_ migration: SchemaMigration) throws(DepotError) {
-        let entity = migration.declared
-        for attribute in migration.addedAttributes {
-            let (sql, needsFill) = DDL.addColumn(attribute, to: entity)
-            try writer.execute(sql)
-            if needsFill {
-                let fill = try writer.prepare("UPDATE \(quoted(entity.name)) SET \(quoted(attribute.name)) = ?1", cached: false)
-                try writer.bind(SchemaMigration.fillValue(for: attribute), at: 1, in: fill)
-                while try writer.step(fill, "Filling \(entity.name).\(attribute.name) with its default") {}
-            }
-        }
-        for attribute in migration.droppedIndexes {
-            try Self.dropIndex(attribute, in: entity, on: writer)
-        }
-        for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
-            try Self.ensureIndex(attribute, in: entity, on: writer)
-        }
-    }
-
-    /// The description of `name` stored in depot_entities, read inside the current
-    /// transaction.
-    private func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
-        let statement = try writer.prepare("SELECT description FROM depot_entities WHERE name = ?1", cached: false)
-        try writer.bind(.string(name), at: 1, in: statement)
-        guard try writer.step(statement, "Reading the description of \(name)") else { return nil }
-        guard case .string(let json) = try writer.column(0, of: statement, as: .string),
-            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-            (try? entity.validate()) != nil
-        else {
-            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(path) cannot be read; the depot_entities table was changed outside Depot.")
-        }
-        return entity
-    }
-
-    private func storeDescription(_ entity: EntityDescription) throws(DepotError) {
-        let json: String
-        do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
-        } catch {
-            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
-        }
-        let statement = try writer.prepare("INSERT OR REPLACE INTO depot_entities (name, description) VALUES (?1, ?2)", cached: false)
-        try writer.bind(.string(entity.name), at: 1, in: statement)
-        try writer.bind(.string(json), at: 2, in: statement)
-        while try writer.step(statement, "Storing the description of \(entity.name)") {}
-    }
+    var tables: [String: Table] { state.withLockedValue { $0.tables } }
 
     // MARK: Transactions
 
@@ -639,7 +287,7 @@ public final class SQLiteStore: Store {
         static let pin = 4
     }
 
-    private func rollback(_ connection: Connection) {
+    func rollback(_ connection: Connection) {
         if connection.isInTransaction { try? connection.run(key: Keys.rollback, "ROLLBACK") }
     }
 
@@ -681,40 +329,11 @@ public final class SQLiteStore: Store {
         }
     }
 
-    /// Runs `job` on an idle reader's thread now, or on the next reader handed back.
-    /// Nothing blocks a thread while waiting.
-    private func checkOutReader(_ job: @escaping @Sendable (Reader) -> Void) {
-        let reader = pool.withLock { p -> Reader? in
-            if let reader = p.idle.popLast() { return reader }
-            p.waiting.append(job)
-            return nil
-        }
-        if let reader { reader.worker.submit { job(reader) } }
-    }
-
-    private func checkIn(_ reader: Reader) {
-        let next = pool.withLock { p -> (@Sendable (Reader) -> Void)? in
-            guard p.waitingStart < p.waiting.count else {
-                p.idle.append(reader)
-                return nil
-            }
-            let job = p.waiting[p.waitingStart]
-            p.waitingStart += 1
-            if p.waitingStart == p.waiting.count {
-                p.waiting.removeAll(keepingCapacity: true)
-                p.waitingStart = 0
-            }
-            return job
-        }
-        // Still on this reader's thread: run the waiting job next, in order.
-        if let next { reader.worker.submit { next(reader) } }
-    }
-
-    private func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+    func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
         try log.transaction("read") { try readInTransaction(on: connection, body) }
     }
 
-    private func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+    func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try connection.run(key: Keys.begin, "BEGIN")
         let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false)
@@ -740,11 +359,11 @@ public final class SQLiteStore: Store {
         }
     }
 
-    private func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+    func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         try log.transaction("write") { try writeInTransaction(body) }
     }
 
-    private func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+    func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let tables = self.tables
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
@@ -782,18 +401,18 @@ public final class SQLiteStore: Store {
         log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
-    private func closeConnections() {
+    func closeConnections() {
         Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
     }
 
     /// Readers first: the writer, closing last, checkpoints the WAL into the file.
-    private static func closeConnections(readers: [Reader], writer: Connection, temporaryDirectory: URL?) {
+    static func closeConnections(readers: [Reader], writer: Connection, temporaryDirectory: URL?) {
         for reader in readers { reader.connection.close() }
         writer.close()
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }
     }
 
-    private func stopWorkers() {
+    func stopWorkers() {
         for reader in readers { reader.worker.stop() }
         writerWorker.stop()
     }

@@ -163,9 +163,9 @@ final class SQLiteTransaction: WriteTransaction {
         let key = row[value: table.keyIndex]
         let entity = table.entity.name
         switch rc {
-        case 1555:  // SQLITE_CONSTRAINT_PRIMARYKEY
+        case SQLiteCode.constraintPrimaryKey:
             return DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.", nativeCode: rc)
-        case 2067:  // SQLITE_CONSTRAINT_UNIQUE: SQLite's message names the column.
+        case SQLiteCode.constraintUnique:  // SQLite's message names the column.
             let detail = connection.handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? "UNIQUE constraint failed"
             if let attribute = table.entity.attributes.first(where: { detail.hasSuffix(".\($0.name)") }) {
                 let value = table.entity.index(of: attribute.name).map { row[value: $0] } ?? .null

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// A dedicated thread that runs jobs one at a time, in submission order.
@@ -16,7 +17,7 @@ final class Worker: Sendable {
         var stopped = false
     }
 
-    private let jobs = Locked(Jobs())
+    private let jobs = NIOLockedValueBox(Jobs())
     private let pending = Atomic<Int>(0)
     private let parked = Atomic<Bool>(false)
     private let wakeUp = DispatchSemaphore(value: 0)
@@ -33,7 +34,7 @@ final class Worker: Sendable {
     /// Queues a job. Returns `false` (and drops the job) once the worker has stopped.
     @discardableResult
     func submit(_ job: @escaping @Sendable () -> Void) -> Bool {
-        let accepted = jobs.withLock { j in
+        let accepted = jobs.withLockedValue { j in
             if j.stopped { return false }
             j.items.append(job)
             return true
@@ -49,11 +50,11 @@ final class Worker: Sendable {
 
     /// Runs the jobs already queued, then ends the thread.
     func stop() {
-        submit { [self] in jobs.withLock { $0.stopped = true } }
+        submit { [self] in jobs.withLockedValue { $0.stopped = true } }
     }
 
     private func next() -> (@Sendable () -> Void)? {
-        jobs.withLock { j in
+        jobs.withLockedValue { j in
             guard j.head < j.items.count else { return nil }
             let job = j.items[j.head]
             j.head += 1
@@ -72,7 +73,7 @@ final class Worker: Sendable {
                 job()
                 continue
             }
-            if jobs.withLock({ $0.stopped }) { return }
+            if jobs.withLockedValue({ $0.stopped }) { return }
             let deadline = DispatchTime.now().uptimeNanoseconds &+ Self.spinNanoseconds
             var spins = 0
             while pending.load(ordering: .sequentiallyConsistent) == 0 {

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import DepotCore
 import DepotTesting
 import Dispatch
@@ -65,7 +66,7 @@ struct LMDBGrowthTests {
     @Test("a resize is not starved by reads that keep overlapping each other")
     func overlappingReadersDoNotStarveAResize() async throws {
         let gate = TransactionGate()
-        let running = Locked<Bool>(true)
+        let running = NIOLockedValueBox<Bool>(true)
         let group = DispatchGroup()
         for reader in 0..<3 {
             group.enter()
@@ -73,7 +74,7 @@ struct LMDBGrowthTests {
                 defer { group.leave() }
                 // Staggered, so a reader is open at every instant.
                 Thread.sleep(forTimeInterval: Double(reader) * 0.03)
-                while running.withLock({ $0 }) {
+                while running.withLockedValue({ $0 }) {
                     let ticket = gate.enter()
                     Thread.sleep(forTimeInterval: 0.09)
                     gate.leave(ticket)
@@ -86,7 +87,7 @@ struct LMDBGrowthTests {
                 continuation.resume(returning: gate.whenIdle(patience: 30) { true } ?? false)
             }
         }
-        running.withLock { $0 = false }
+        running.withLockedValue { $0 = false }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             group.notify(queue: .global()) { continuation.resume() }
         }

@@ -1,3 +1,5 @@
+import NIOConcurrencyHelpers
+import CSQLite
 import CSQLiteFaultVFS
 import DepotCore
 import DepotTesting
@@ -8,9 +10,9 @@ import Testing
 
 // SQLite's extended result codes the faults produce (macros over expressions, which do not
 // import into Swift).
-private let sqliteFull: Int32 = 13
-private let sqliteIOErrWrite: Int32 = 778  // SQLITE_IOERR | 3 << 8
-private let sqliteIOErrFsync: Int32 = 1034  // SQLITE_IOERR | 4 << 8
+private let sqliteFull = SQLITE_FULL
+private let sqliteIOErrWrite = SQLiteCode.ioErrWrite
+private let sqliteIOErrFsync = SQLiteCode.ioErrFsync
 
 /// The fault switch of the "depot-fault" VFS (Sources/CSQLiteFaultVFS), scoped to one
 /// test's directory: files elsewhere pass straight through, uncounted.
@@ -217,7 +219,7 @@ struct SQLiteFaultInjectionTests {
 
             let large = litter.make(2_000)  // about 3.5 MB of pages
             let small = litter.make(1)
-            let caughtInside = Locked<[DepotError]>([])
+            let caughtInside = NIOLockedValueBox<[DepotError]>([])
             // One failed write only: the disk works again at once, so a statement run after
             // SQLite's rollback would commit on its own if the store let it run.
             faults.fail(.write, after: 5, errno: errno, times: 1)
@@ -229,7 +231,7 @@ struct SQLiteFaultInjectionTests {
                         try context.save(large)
                     } catch let error as DepotError {
                         // An application that swallows the error and carries on.
-                        caughtInside.withLock { $0.append(error) }
+                        caughtInside.withLockedValue { $0.append(error) }
                     }
                     try context.save(small)
                 }
@@ -239,7 +241,7 @@ struct SQLiteFaultInjectionTests {
             } catch {
                 Issue.record("expected a DepotError, got \(error)")
             }
-            let inside = caughtInside.withLock { $0 }
+            let inside = caughtInside.withLockedValue { $0 }
             #expect(inside.count == 1, "the fault hit a save inside the transaction, not its commit: \(inside)")
             #expect(inside.first?.code == expected, "\(inside)")
             #expect(final != nil)

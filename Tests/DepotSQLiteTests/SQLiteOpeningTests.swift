@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import CSQLite
 import DepotCore
 import DepotTesting
@@ -318,9 +319,9 @@ final class ThreadRecordingLog: LogHandler, @unchecked Sendable {
     /// minute (a failure, not a measurement) so a missing message cannot hang the suite.
     func threadOfFirst(_ message: String) async -> UInt? {
         let result: UInt?? = await withCheckedContinuation { (continuation: CheckedContinuation<UInt??, Never>) in
-            let resumed = Locked(false)
+            let resumed = NIOLockedValueBox(false)
             let resume: @Sendable (UInt??) -> Void = { value in
-                let first = resumed.withLock { done in
+                let first = resumed.withLockedValue { done in
                     defer { done = true }
                     return !done
                 }

@@ -1,3 +1,4 @@
+import CSQLite
 import DepotCore
 import DepotTesting
 import Dispatch
@@ -91,7 +92,7 @@ struct SQLiteStoreTests {
             let text = Data(String(repeating: "These are notes, not a database.\n", count: 300).utf8)
             try text.write(to: URL(fileURLWithPath: path))
             let error = await expectDepotError(.storeCorrupted) { try SQLiteStore(path: path) }
-            #expect(error?.nativeCode.map { $0 & 0xFF } == 26, "SQLITE_NOTADB kept: \(String(describing: error))")
+            #expect(error?.nativeCode.map(SQLiteCode.primary) == SQLITE_NOTADB, "SQLITE_NOTADB kept: \(String(describing: error))")
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == text, "the file is unchanged")
 
             var generator = SplitMix64(seed: 3)

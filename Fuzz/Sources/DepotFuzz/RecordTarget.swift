@@ -1,11 +1,13 @@
 @testable import DepotLMDB
 import DepotCore
 
-/// The LMDB record decoder (`RecordFormat.decode`, what every read of a stored record runs)
-/// on arbitrary bytes: the first byte gives the number of attributes, the next ones their
-/// types, the rest is the record. Decoding gives a row or `false`, never a trap or a read
-/// outside the buffer (ASan). A decoded row has one value per attribute, each of its type or
-/// nil, and re-encoding it gives bytes that decode to a row that encodes to the same bytes.
+/// The LMDB record decoders (`RecordFormat.decode` into a row, and `RecordColumns`, which
+/// reads in place — what every read of a stored record runs) on arbitrary bytes: the first
+/// byte gives the number of attributes, the next ones their types, the rest is the record.
+/// Decoding gives a row or `false`, never a trap or a read outside the buffer (ASan). The
+/// in-place reader accepts exactly the records the row decoder accepts and reads the same
+/// values. A decoded row has one value per attribute, each of its type or nil, and
+/// re-encoding it gives bytes that decode to a row that encodes to the same bytes.
 enum RecordTarget {
     static func run(_ bytes: UnsafeRawBufferPointer) {
         var input = FuzzInput(bytes)
@@ -17,7 +19,17 @@ enum RecordTarget {
         copy.copyMemory(from: record)
 
         var row = Row()
-        guard RecordFormat.decode(UnsafeRawBufferPointer(copy), types: types, into: &row) else { return }
+        let decoded = RecordFormat.decode(UnsafeRawBufferPointer(copy), types: types, into: &row)
+        let columns = RecordColumns(types: types)
+        guard columns.load(UnsafeRawBufferPointer(copy)) == decoded else {
+            violated("the in-place reader \(decoded ? "refused" : "accepted") a record the row decoder \(decoded ? "accepted" : "refused")")
+        }
+        guard decoded else { return }
+        for i in types.indices {
+            guard let value = try? columns.value(i), value == row[value: i] else {
+                violated("the in-place reader read attribute \(i) differently from \(row[value: i].debugLiteral)")
+            }
+        }
         guard row.count == types.count else { violated("decoded \(row.count) values for \(types.count) attributes") }
         for (i, type) in types.enumerated() where !row[value: i].isNull && row[value: i].type != type {
             violated("attribute \(i) of type \(type) decoded as \(row[value: i].debugLiteral)")

@@ -93,7 +93,7 @@ enum RequestTarget {
             let result = blocking { completion in
                 store.submitRead({ transaction -> ([Row], Int) in
                     var rows: [Row] = []
-                    try transaction.fetch(query, reserve: { _ in }) { rows.append($0) }
+                    try transaction.fetchRows(query) { rows.append($0) }
                     return (rows, try transaction.count(query))
                 }, completion: completion)
             }

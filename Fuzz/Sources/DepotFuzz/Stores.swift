@@ -58,7 +58,7 @@ enum SampleRows {
         Sample(id: 0, int: -3, double: -0.0, string: "", optionalDouble: .infinity, optionalString: "\u{0}x"),
         Sample(id: 7, int: 7, double: 1e-300, string: "a\u{0}b", data: Data(repeating: 7, count: 40), optionalInt: 7, optionalString: "Tommy"),
     ]
-    static let rows: [Row] = samples.map(\.row)
+    static let rows: [Row] = samples.compactMap { try? $0.row }
 }
 
 /// One store of each backend, opened once per process, with `Sample` registered and

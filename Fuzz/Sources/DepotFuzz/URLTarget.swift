@@ -57,7 +57,7 @@ enum URLTarget {
         let written = blocking { completion in
             store.submitRegistration([entity]) { registered in
                 guard case .success = registered else { return completion(registered) }
-                store.submitWrite({ try $0.insert(Sample(id: 1).row, into: entity) }, completion: completion)
+                store.submitWrite({ try $0.insert(try Sample(id: 1).row, into: entity) }, completion: completion)
             }
         }
         if case .failure(let error) = written { expectDepotError(error, "a write to \(located)") }

@@ -145,12 +145,6 @@ public struct Query: Sendable, Hashable {
         }
     }
 
-    /// Whether the query asks for every record in primary key order with no limit.
-    public var isFullScanInKeyOrder: Bool {
-        filter == .constant(true) && limit == nil && offset == 0 && sort.count == 1
-            && sort[0].attributeIndex == entity.primaryKeyIndex && sort[0].ascending
-    }
-
     static func attributeIndex(_ name: String, in entity: EntityDescription, for use: String) throws(DepotError) -> Int {
         guard let index = entity.index(of: name) else {
             let known = entity.attributes.map(\.name).joined(separator: ", ")

@@ -1,0 +1,39 @@
+import CLMDB
+import DepotCore
+import Foundation
+
+/// An index database of one attribute: `MDB_DUPSORT`, index key → primary keys.
+struct IndexHandle: Sendable, Equatable {
+    let position: Int
+    let dbi: MDB_dbi
+    let isUnique: Bool
+}
+
+/// The open databases of one registered entity.
+struct EntityHandles: Sendable {
+    let entity: EntityDescription
+    let main: MDB_dbi
+    let indexes: [IndexHandle]
+    let schemaVersion: Int
+    /// The attribute types in order, so decoding a record does not copy descriptions.
+    let types: [AttributeType]
+    /// The exact bytes of the entity's stored schema (`entity:<Name>` in `depot_meta`) these
+    /// handles were made from. Another process that migrates the entity changes them; every
+    /// transaction compares them before using the handles (see
+    /// ``LMDBTransaction/handles(for:)``).
+    var stamp: [UInt8] = []
+
+    init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int) {
+        self.entity = entity
+        self.main = main
+        self.indexes = indexes
+        self.schemaVersion = schemaVersion
+        self.types = entity.attributes.map(\.type)
+    }
+
+    @inline(__always)
+    func index(at position: Int) -> IndexHandle? {
+        for index in indexes where index.position == position { return index }
+        return nil
+    }
+}

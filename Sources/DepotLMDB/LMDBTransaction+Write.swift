@@ -1,0 +1,131 @@
+import CLMDB
+import DepotCore
+import Foundation
+
+// Writes: records and their index entries, change recording.
+extension LMDBTransaction {
+    // MARK: WriteTransaction
+
+    enum WriteMode { case insert, upsert, update }
+
+    func checkWritable() throws(DepotError) {
+        if isFinished {
+            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+        }
+        if !writable {
+            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+        }
+    }
+
+    /// Encodes the primary key into `keyBuffer` and every index key into `indexKeys`,
+    /// refusing values over LMDB's key limit before anything is written.
+    func encodeKeys(_ row: Row, _ handles: EntityHandles) throws(DepotError) {
+        let entity = handles.entity
+        keyBuffer.removeAll(keepingCapacity: true)
+        KeyEncoding.appendPrimaryKey(row[value: entity.primaryKeyIndex], to: &keyBuffer)
+        if keyBuffer.count > maxKeySize {
+            throw DepotError(.invalidValue, "The primary key \(entity.name).\(entity.primaryKey.name) = \(row[value: entity.primaryKeyIndex].debugLiteral) takes \(keyBuffer.count) bytes as an LMDB key, over LMDB's limit of \(maxKeySize) bytes. Use a shorter key; nothing was written.")
+        }
+        while indexKeys.count < handles.indexes.count { indexKeys.append([]) }
+        for (n, index) in handles.indexes.enumerated() {
+            indexKeys[n].removeAll(keepingCapacity: true)
+            let value = row[value: index.position]
+            KeyEncoding.appendIndexKey(value, to: &indexKeys[n])
+            if indexKeys[n].count > maxKeySize {
+                let name = entity.attributes[index.position].name
+                throw DepotError(.invalidValue, "\(entity.name).\(name) is indexed, and its value \(value.debugLiteral) takes \(indexKeys[n].count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Store a shorter value or remove the index; nothing was written.")
+            }
+        }
+    }
+
+    /// Built only when an error needs it, so a write allocates no text.
+    func writeContext(_ entity: EntityDescription) -> String {
+        "Writing a \(entity.name) record in \(storeName)"
+    }
+
+    /// Writes one row; returns whether a row with its key existed.
+    func write(_ row: Row, _ handles: EntityHandles, mode: WriteMode) throws -> Bool {
+        let entity = handles.entity
+        _ = try entity.check(row)
+        try encodeKeys(row, handles)
+        let key = row[value: entity.primaryKeyIndex]
+        // Every check runs before the first write, so a refused row leaves the transaction
+        // as it was even when the caller catches the error and goes on.
+        var existed = false
+        if let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) {
+            existed = true
+            if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
+        }
+        if mode == .insert && existed { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+        if mode == .update && !existed { throw DepotError.notFound(entity: entity.name, key: key) }
+        for (n, index) in handles.indexes.enumerated() where index.isUnique {
+            let value = row[value: index.position]
+            if value.isNull { continue }
+            if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(entity)), Self.compare(owner, keyBuffer) != 0 {
+                throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
+            }
+        }
+        RecordFormat.encode(row, into: &valueBuffer)
+        try put(handles.main, keyBuffer, valueBuffer, context: self.writeContext(entity))
+        for (n, index) in handles.indexes.enumerated() {
+            if existed {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
+                if oldIndexKey == indexKeys[n] { continue }
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+            }
+            try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(entity))
+        }
+        recorder.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
+        return existed
+    }
+
+    func insert(_ row: Row, into entity: EntityDescription) throws {
+        try checkWritable()
+        _ = try write(row, try handles(for: entity), mode: .insert)
+    }
+
+    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+        try checkWritable()
+        return !(try write(row, try handles(for: entity), mode: .upsert))
+    }
+
+    func update(_ row: Row, in entity: EntityDescription) throws {
+        try checkWritable()
+        _ = try write(row, try handles(for: entity), mode: .update)
+    }
+
+    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+        try checkWritable()
+        let handles = try handles(for: entity)
+        guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
+        keyBuffer.removeAll(keepingCapacity: true)
+        KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
+        guard keyBuffer.count <= maxKeySize else { return false }
+        guard let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) else { return false }
+        if !handles.indexes.isEmpty {
+            try decode(old, handles, into: &oldRow)
+            for index in handles.indexes {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+            }
+        }
+        try del(handles.main, keyBuffer, nil, context: self.writeContext(entity))
+        recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
+        return true
+    }
+
+    func delete(_ query: Query) throws -> Int {
+        try checkWritable()
+        let handles = try handles(for: query.entity)
+        // Collect first: deleting under an open cursor would move it.
+        var keys: [Value] = []
+        try fetchRows(query, reserve: { keys.reserveCapacity($0) }) { row in
+            keys.append(row[value: handles.entity.primaryKeyIndex])
+        }
+        var deleted = 0
+        for key in keys where try delete(key: key, from: query.entity) { deleted += 1 }
+        return deleted
+    }
+}

@@ -1,0 +1,150 @@
+import CSQLite
+public import DepotCore
+import Foundation
+import NIOConcurrencyHelpers
+
+// Registration: creating tables and indexes, additive migrations, the stored descriptions.
+extension SQLiteStore {
+    // MARK: Registration
+
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        writerWorker.submit {
+            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+            self.end()
+            completion(result)
+        }
+    }
+
+    func registerNow(_ entities: [EntityDescription]) throws(DepotError) {
+        for entity in entities { try entity.validate() }
+        var current = tables
+        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) { return }
+        let serial = state.withLockedValue { s in
+            defer { s.nextSerial += entities.count }
+            return s.nextSerial
+        }
+        try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        do throws(DepotError) {
+            for (offset, entity) in entities.enumerated() {
+                // Another process may have registered or migrated the entity since this
+                // store read depot_entities at open; under the write lock the file is the
+                // truth, so refresh the entry from it before deciding.
+                if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
+                    current[entity.name] = Table(entity: stored, serial: serial + offset)
+                }
+                if let existing = current[entity.name] {
+                    if existing.entity == entity { continue }
+                    let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
+                    try migrate(migration)
+                    log.schemaMigrated(migration)
+                } else {
+                    try create(entity)
+                    log.schemaCreated(entity)
+                }
+                try storeDescription(entity)
+                current[entity.name] = Table(entity: entity, serial: serial + offset)
+            }
+            try writer.run(key: Keys.commit, "COMMIT")
+        } catch {
+            rollback(writer)
+            throw error
+        }
+        state.withLockedValue { $0.tables = current }
+    }
+
+    func create(_ entity: EntityDescription) throws(DepotError) {
+        // SQLite names are case-insensitive: refuse to adopt a table Depot did not create.
+        let statement = try writer.prepare("SELECT name FROM sqlite_master WHERE name = ?1 COLLATE NOCASE", cached: false)
+        try writer.bind(.string(entity.name), at: 1, in: statement)
+        if try writer.step(statement, "Looking up table \(entity.name)") {
+            let existing = try writer.column(0, of: statement, as: .string)
+            throw DepotError(.invalidSchema, "The database already has a table or index named \(existing.debugLiteral) that Depot did not create for entity \(entity.name) (SQLite compares names without case). Rename the entity.")
+        }
+        try writer.execute(DDL.createTable(entity))
+        for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
+            try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+    }
+
+    /// The indexes Depot made for `attribute` on the entity's table, by the current name or
+    /// the one earlier versions gave them. Looked up by table as well as name: a legacy
+    /// name can belong to another entity's table (`a_b` + `c` and `a` + `b_c`).
+    static func existingIndexes(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) -> [String] {
+        let statement = try connection.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 COLLATE NOCASE AND name IN (?2, ?3)", cached: false)
+        try connection.bind(.string(entity.name), at: 1, in: statement)
+        try connection.bind(.string(DDL.indexName(entity: entity.name, attribute: attribute.name)), at: 2, in: statement)
+        try connection.bind(.string(DDL.legacyIndexName(entity: entity.name, attribute: attribute.name)), at: 3, in: statement)
+        var names: [String] = []
+        while try connection.step(statement, "Looking up the index of \(entity.name).\(attribute.name)") {
+            if case .string(let name) = try connection.column(0, of: statement, as: .string) { names.append(name) }
+        }
+        return names
+    }
+
+    /// Creates the index of `attribute` unless its table already has it (under either name).
+    static func ensureIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        if try existingIndexes(attribute, in: entity, on: connection).isEmpty {
+            try connection.execute(DDL.createIndex(attribute, in: entity))
+        }
+    }
+
+    /// Drops the index of `attribute`, whichever name it has.
+    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription, on connection: Connection) throws(DepotError) {
+        for name in try existingIndexes(attribute, in: entity, on: connection) {
+            try connection.execute("DROP INDEX \(quoted(name))")
+        }
+    }
+
+    func migrate(_ migration: SchemaMigration) throws(DepotError) {
+        let entity = migration.declared
+        for attribute in migration.addedAttributes {
+            let (sql, needsFill) = DDL.addColumn(attribute, to: entity)
+            try writer.execute(sql)
+            if needsFill {
+                let fill = try writer.prepare("UPDATE \(quoted(entity.name)) SET \(quoted(attribute.name)) = ?1", cached: false)
+                try writer.bind(SchemaMigration.fillValue(for: attribute), at: 1, in: fill)
+                while try writer.step(fill, "Filling \(entity.name).\(attribute.name) with its default") {}
+            }
+        }
+        for attribute in migration.droppedIndexes {
+            try Self.dropIndex(attribute, in: entity, on: writer)
+        }
+        for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
+            try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+    }
+
+    /// The description of `name` stored in depot_entities, read inside the current
+    /// transaction.
+    func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
+        let statement = try writer.prepare("SELECT description FROM depot_entities WHERE name = ?1", cached: false)
+        try writer.bind(.string(name), at: 1, in: statement)
+        guard try writer.step(statement, "Reading the description of \(name)") else { return nil }
+        guard case .string(let json) = try writer.column(0, of: statement, as: .string),
+            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+            (try? entity.validate()) != nil
+        else {
+            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(path) cannot be read; the depot_entities table was changed outside Depot.")
+        }
+        return entity
+    }
+
+    func storeDescription(_ entity: EntityDescription) throws(DepotError) {
+        let json: String
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
+        } catch {
+            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
+        }
+        let statement = try writer.prepare("INSERT OR REPLACE INTO depot_entities (name, description) VALUES (?1, ?2)", cached: false)
+        try writer.bind(.string(entity.name), at: 1, in: statement)
+        try writer.bind(.string(json), at: 2, in: statement)
+        while try writer.step(statement, "Storing the description of \(entity.name)") {}
+    }
+}
