@@ -101,7 +101,7 @@ extension LMDBTransaction {
 
     /// ``register(_:current:)``, with the handles stamped with the stored schema they
     /// belong to.
-    func registerStamped(_ entity: EntityDescription, current: EntityHandles?) throws -> EntityHandles {
+    func registerStamped(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
         var handles = try register(entity, current: current)
         handles.stamp = try storedStamp(entity.name)
         return handles
@@ -121,7 +121,7 @@ extension LMDBTransaction {
     /// - Throws: ``DepotError/Code/schemaMismatch`` for a change ``SchemaMigration``
     ///   refuses; ``DepotError/Code/invalidValue`` when an existing value is too long for a
     ///   new index.
-    func register(_ entity: EntityDescription, current: EntityHandles?) throws -> EntityHandles {
+    func register(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
         if let current, current.entity == entity { return current }
         let dupSort = Int32(MDB_DUPSORT)
         guard let stored = try readStoredEntity(entity.name) else {
@@ -140,7 +140,7 @@ extension LMDBTransaction {
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
             try writeStoredEntity(StoredEntity(schemaVersion: 1, recordFormat: Int(RecordFormat.version), entity: entity))
-            return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: 1)
+            return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: 1)
         }
 
         let main = try requireDatabase(entity.name, flags: 0, entity: entity.name)
@@ -151,7 +151,7 @@ extension LMDBTransaction {
                 let dbi = try requireDatabase(name, flags: dupSort, entity: entity.name)
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
-            return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
+            return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
         }
 
         let migration = try SchemaMigration.plan(from: stored.entity, to: entity)
@@ -185,17 +185,17 @@ extension LMDBTransaction {
         let rewrite = stored.entity.attributes.count != entity.attributes.count
             || migration.sourceIndex.enumerated().contains { $0.element != $0.offset }
         if rewrite || !built.isEmpty {
-            let storedHandles = EntityHandles(entity: stored.entity, main: main, indexes: [], schemaVersion: stored.schemaVersion)
-            let newHandles = EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
+            let storedHandles = RegisteredEntity(entity: stored.entity, main: main, indexes: [], schemaVersion: stored.schemaVersion)
+            let newHandles = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
             try rewriteRows(from: storedHandles, to: newHandles, migration: migration, rewrite: rewrite, building: built)
         }
         try writeStoredEntity(StoredEntity(schemaVersion: stored.schemaVersion + 1, recordFormat: Int(RecordFormat.version), entity: entity))
-        return EntityHandles(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
+        return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
     }
 
     /// Rewrites every row into the declared attribute order and fills new indexes.
     private func rewriteRows(
-        from stored: EntityHandles, to declared: EntityHandles, migration: SchemaMigration, rewrite: Bool,
+        from stored: RegisteredEntity, to declared: RegisteredEntity, migration: SchemaMigration, rewrite: Bool,
         building: [IndexHandle]
     ) throws {
         let entity = declared.entity

@@ -101,7 +101,7 @@ extension LMDBStore {
             let transaction = LMDBTransaction(
                 txn: txn, catalog: snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
                 storeName: directory, recording: false)
-            var reopened: [String: EntityHandles] = [:]
+            var reopened: [String: RegisteredEntity] = [:]
             do {
                 for name in snapshot.keys {
                     guard let stored = try transaction.readStoredEntity(name) else { continue }

@@ -82,7 +82,7 @@ public final class LMDBStore: Store {
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
-    let catalog = NIOLockedValueBox<[String: EntityHandles]>([:])
+    let catalog = NIOLockedValueBox<[String: RegisteredEntity]>([:])
     let writer = DispatchQueue(label: "depot.lmdb.writer")
     let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
     let gate: StoreGate
@@ -181,7 +181,7 @@ public final class LMDBStore: Store {
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    func beginRead() throws(DepotError) -> (OpaquePointer, [String: EntityHandles], UInt64) {
+    func beginRead() throws(DepotError) -> (OpaquePointer, [String: RegisteredEntity], UInt64) {
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
@@ -194,7 +194,7 @@ public final class LMDBStore: Store {
                 continue
             }
             let begun: Environment.ReaderHandle?
-            let snapshot: [String: EntityHandles]
+            let snapshot: [String: RegisteredEntity]
             (rc, begun, snapshot) = catalog.withLockedValue { entities in
                 let (rc, txn) = env.beginReader(pointer)
                 return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
@@ -249,7 +249,7 @@ public final class LMDBStore: Store {
     func reloadCatalog() throws {
         let snapshot = catalog.withLockedValue { $0 }
         let (changed, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
-            var updated: [String: EntityHandles] = [:]
+            var updated: [String: RegisteredEntity] = [:]
             for (name, handles) in snapshot {
                 guard try transaction.storedStamp(name) != handles.stamp, let stored = try transaction.readStoredEntity(name) else {
                     continue
@@ -271,8 +271,8 @@ public final class LMDBStore: Store {
     /// `publish` turns the result into catalog entries, published atomically with the
     /// commit.
     func runWrite<T>(
-        catalog snapshot: [String: EntityHandles], recording: Bool,
-        publish: ((T) -> [String: EntityHandles])? = nil, _ body: (LMDBTransaction) throws -> T
+        catalog snapshot: [String: RegisteredEntity], recording: Bool,
+        publish: ((T) -> [String: RegisteredEntity])? = nil, _ body: (LMDBTransaction) throws -> T
     ) throws -> (T, ChangeRecorder?) {
         let env = environment
         var snapshot = snapshot
@@ -392,7 +392,7 @@ public final class LMDBStore: Store {
         let snapshot = catalog.withLockedValue { $0 }
         if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) { return }
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
-            var updated: [String: EntityHandles] = [:]
+            var updated: [String: RegisteredEntity] = [:]
             for entity in entities {
                 updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name])
             }

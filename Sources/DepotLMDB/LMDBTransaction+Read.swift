@@ -6,7 +6,7 @@ import Foundation
 extension LMDBTransaction {
     /// Visits the candidate rows of `plan`, decoded into one reused row. `body` returns
     /// `false` to stop.
-    func visit(_ plan: Plan, _ handles: EntityHandles, _ body: (Row) throws -> Bool) throws {
+    func visit(_ plan: Plan, _ handles: RegisteredEntity, _ body: (Row) throws -> Bool) throws {
         var row = Row(capacity: handles.entity.attributes.count)
         try visitValues(plan, handles) { value in
             try decode(value, handles, into: &row)
@@ -16,7 +16,7 @@ extension LMDBTransaction {
 
     /// Visits the stored values of the candidate records of `plan`, in place in the map.
     /// `body` returns `false` to stop.
-    func visitValues(_ plan: Plan, _ handles: EntityHandles, _ body: (MDB_val) throws -> Bool) throws {
+    func visitValues(_ plan: Plan, _ handles: RegisteredEntity, _ body: (MDB_val) throws -> Bool) throws {
         let dbi: MDB_dbi
         let dupSort: Bool
         switch plan.source {
@@ -52,14 +52,14 @@ extension LMDBTransaction {
 
     /// Points `columns` at a stored value, or reports it as damaged.
     @inline(__always)
-    func load(_ value: MDB_val, into columns: RecordColumns, _ handles: EntityHandles) throws(DepotError) {
+    func load(_ value: MDB_val, into columns: RecordColumns, _ handles: RegisteredEntity) throws(DepotError) {
         guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
             throw corrupted("A record cannot be decoded as \(handles.entity.name)", entity: handles.entity.name)
         }
     }
 
     /// Counts the entries of an exact plan without decoding a record.
-    func countEntries(_ plan: Plan, _ handles: EntityHandles, stopAt: Int?) throws -> Int {
+    func countEntries(_ plan: Plan, _ handles: RegisteredEntity, stopAt: Int?) throws -> Int {
         let dbi: MDB_dbi
         let dupSort: Bool
         switch plan.source {
@@ -129,7 +129,7 @@ extension LMDBTransaction {
     /// measured too: slower, even at a third of the records, because every record is then
     /// decoded.)
     func fetchTopN(
-        _ query: Query, _ plan: Plan, _ handles: EntityHandles, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void
+        _ query: Query, _ plan: Plan, _ handles: RegisteredEntity, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void
     ) throws {
         let columns = RecordColumns(types: handles.types)
         let keyIndex = handles.entity.primaryKeyIndex

@@ -19,7 +19,7 @@ extension LMDBTransaction {
 
     /// Encodes the primary key into `keyBuffer` and every index key into `indexKeys`,
     /// refusing values over LMDB's key limit before anything is written.
-    func encodeKeys(_ row: Row, _ handles: EntityHandles) throws(DepotError) {
+    func encodeKeys(_ row: Row, _ handles: RegisteredEntity) throws(DepotError) {
         let entity = handles.entity
         keyBuffer.removeAll(keepingCapacity: true)
         KeyEncoding.appendPrimaryKey(row[value: entity.primaryKeyIndex], to: &keyBuffer)
@@ -44,7 +44,7 @@ extension LMDBTransaction {
     }
 
     /// Writes one row; returns whether a row with its key existed.
-    func write(_ row: Row, _ handles: EntityHandles, mode: WriteMode) throws -> Bool {
+    func write(_ row: Row, _ handles: RegisteredEntity, mode: WriteMode) throws -> Bool {
         let entity = handles.entity
         _ = try entity.check(row)
         try encodeKeys(row, handles)

@@ -11,7 +11,7 @@ final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
     /// The reader ``fetchRow(_:key:_:)`` reuses.
     var keyColumns: RecordColumns?
-    let catalog: [String: EntityHandles]
+    let catalog: [String: RegisteredEntity]
     let writable: Bool
     let maxKeySize: Int
     let metaDBI: MDB_dbi
@@ -28,7 +28,7 @@ final class LMDBTransaction: WriteTransaction {
 
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
-    @exclusivity(unchecked) var lastHandles: EntityHandles?
+    @exclusivity(unchecked) var lastHandles: RegisteredEntity?
     @exclusivity(unchecked) var lastAttributes: [AttributeDescription] = []
     @exclusivity(unchecked) var keyBuffer: [UInt8] = []
     @exclusivity(unchecked) var valueBuffer: [UInt8] = []
@@ -37,7 +37,7 @@ final class LMDBTransaction: WriteTransaction {
     @exclusivity(unchecked) var oldRow = Row()
 
     init(
-        txn: OpaquePointer, catalog: [String: EntityHandles], writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
+        txn: OpaquePointer, catalog: [String: RegisteredEntity], writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
         storeName: String, recording: Bool
     ) {
         self.txn = txn
@@ -57,7 +57,7 @@ final class LMDBTransaction: WriteTransaction {
         return DepotError.lmdb(rc, context: context())
     }
 
-    func handles(for entity: EntityDescription) throws(DepotError) -> EntityHandles {
+    func handles(for entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
         if isFinished {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
@@ -92,7 +92,7 @@ final class LMDBTransaction: WriteTransaction {
     }
 
     @inline(__always)
-    func decode(_ value: MDB_val, _ handles: EntityHandles, into row: inout Row) throws(DepotError) {
+    func decode(_ value: MDB_val, _ handles: RegisteredEntity, into row: inout Row) throws(DepotError) {
         let buffer = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
         guard RecordFormat.decode(buffer, types: handles.types, into: &row) else {
             throw corrupted("A record cannot be decoded as \(handles.entity.name)", entity: handles.entity.name)

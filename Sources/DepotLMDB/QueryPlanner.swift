@@ -88,7 +88,7 @@ enum QueryPlanner {
     }
 
     /// Plans `query`; `needsOrder` is false for counts, which only need the candidates.
-    static func plan(_ query: Query, handles: EntityHandles, maxKeySize: Int, needsOrder: Bool) -> Plan {
+    static func plan(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool) -> Plan {
         let entity = handles.entity
         let pk = entity.primaryKeyIndex
         let conjuncts: [Filter]

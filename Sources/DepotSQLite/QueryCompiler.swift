@@ -17,10 +17,10 @@ struct CompiledQuery {
 /// - `hasPrefix` is a byte range, `contains` a byte search with `instr` over BLOBs: no
 ///   LIKE, so no case folding, no wildcards, and NUL bytes are ordinary bytes.
 struct QueryCompiler {
-    let table: Table
+    let table: RegisteredEntity
     var bindings: [Binding] = []
 
-    init(table: Table) {
+    init(table: RegisteredEntity) {
         self.table = table
     }
 
@@ -125,7 +125,7 @@ struct QueryCompiler {
 
     // MARK: Whole statements
 
-    static func select(_ query: Query, table: Table) throws(DepotError) -> CompiledQuery {
+    static func select(_ query: Query, table: RegisteredEntity) throws(DepotError) -> CompiledQuery {
         var compiler = QueryCompiler(table: table)
         let whereSQL = try compiler.whereClause(query.filter)
         let order = try compiler.orderBy(query.sort)
@@ -133,7 +133,7 @@ struct QueryCompiler {
         return CompiledQuery(sql: "SELECT \(table.columnList) FROM \(table.name)\(whereSQL)\(order)\(limit)", bindings: compiler.bindings)
     }
 
-    static func count(_ query: Query, table: Table) throws(DepotError) -> CompiledQuery {
+    static func count(_ query: Query, table: RegisteredEntity) throws(DepotError) -> CompiledQuery {
         var compiler = QueryCompiler(table: table)
         let whereSQL = try compiler.whereClause(query.filter)
         if query.limit == nil && query.offset == 0 {
@@ -145,7 +145,7 @@ struct QueryCompiler {
 
     /// A DELETE honouring the query's order, offset and limit; with `returningKeys` it
     /// yields the primary key of every deleted row (for the change feed).
-    static func delete(_ query: Query, table: Table, returningKeys: Bool) throws(DepotError) -> CompiledQuery {
+    static func delete(_ query: Query, table: RegisteredEntity, returningKeys: Bool) throws(DepotError) -> CompiledQuery {
         var compiler = QueryCompiler(table: table)
         let whereSQL = try compiler.whereClause(query.filter)
         let returning = returningKeys ? " RETURNING \(table.keyColumn)" : ""

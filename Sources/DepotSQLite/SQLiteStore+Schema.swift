@@ -33,7 +33,7 @@ extension SQLiteStore {
                 // store read depot_entities at open; under the write lock the file is the
                 // truth, so refresh the entry from it before deciding.
                 if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
-                    current[entity.name] = Table(entity: stored, serial: serial + offset)
+                    current[entity.name] = RegisteredEntity(entity: stored, serial: serial + offset)
                 }
                 if let existing = current[entity.name] {
                     if existing.entity == entity { continue }
@@ -45,7 +45,7 @@ extension SQLiteStore {
                     log.schemaCreated(entity)
                 }
                 try storeDescription(entity)
-                current[entity.name] = Table(entity: entity, serial: serial + offset)
+                current[entity.name] = RegisteredEntity(entity: entity, serial: serial + offset)
             }
             try writer.run(key: Keys.commit, "COMMIT")
         } catch {

@@ -86,7 +86,7 @@ public final class SQLiteStore: Store {
     public let log: StoreLog
 
     struct State: Sendable {
-        var tables: [String: Table] = [:]
+        var tables: [String: RegisteredEntity] = [:]
         var nextSerial = 1
     }
 
@@ -229,7 +229,7 @@ public final class SQLiteStore: Store {
             self.pool = NIOLockedValueBox(Pool(idle: readers))
             state.withLockedValue { s in
                 for entity in stored {
-                    s.tables[entity.name] = Table(entity: entity, serial: s.nextSerial)
+                    s.tables[entity.name] = RegisteredEntity(entity: entity, serial: s.nextSerial)
                     s.nextSerial += 1
                 }
             }
@@ -273,7 +273,7 @@ public final class SQLiteStore: Store {
     @inline(__always)
     func end() { gate.leave() }
 
-    var tables: [String: Table] { state.withLockedValue { $0.tables } }
+    var tables: [String: RegisteredEntity] { state.withLockedValue { $0.tables } }
 
     // MARK: Transactions
 

@@ -5,7 +5,7 @@ import DepotCore
 /// transaction around the closure; this object only runs statements inside it.
 final class SQLiteTransaction: WriteTransaction {
     let connection: Connection
-    let tables: [String: Table]
+    let tables: [String: RegisteredEntity]
     let writable: Bool
     /// Whether the store opened an SQL transaction around this one; a single-row read runs
     /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
@@ -17,10 +17,10 @@ final class SQLiteTransaction: WriteTransaction {
     /// The last entity looked up, and the attribute array it was checked with: most
     /// transactions touch one entity many times, so this skips hashing its name and
     /// re-checking its attributes on every call.
-    private var lastTable: Table?
+    private var lastTable: RegisteredEntity?
     private var lastAttributes: [AttributeDescription] = []
 
-    init(connection: Connection, tables: [String: Table], writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
+    init(connection: Connection, tables: [String: RegisteredEntity], writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
@@ -30,7 +30,7 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     @inline(__always)
-    private func table(_ entity: EntityDescription) throws(DepotError) -> Table {
+    private func table(_ entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
         if isFinished {
             throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
         }
@@ -87,7 +87,7 @@ final class SQLiteTransaction: WriteTransaction {
         }
     }
 
-    private func countAll(_ table: Table) throws(DepotError) -> Int {
+    private func countAll(_ table: RegisteredEntity) throws(DepotError) -> Int {
         let statement = try connection.statement(key: table.key(.countAll)) { table.countAll }
         defer { connection.release(statement) }
         guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
@@ -122,7 +122,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     // MARK: WriteTransaction
 
-    private func writableTable(_ entity: EntityDescription) throws(DepotError) -> Table {
+    private func writableTable(_ entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
         let table = try table(entity)
         if !writable {
             throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
@@ -133,7 +133,7 @@ final class SQLiteTransaction: WriteTransaction {
     /// Binds every attribute of `row` at its position, checking it against the schema the
     /// way the memory store does (SQLite itself would store a text in an INTEGER column).
     @inline(__always)
-    private func bindRow(_ row: Row, table: Table, to statement: Statement) throws(DepotError) {
+    private func bindRow(_ row: Row, table: RegisteredEntity, to statement: Statement) throws(DepotError) {
         let entity = table.entity
         guard row.count == table.types.count else {
             throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(table.types.count) attributes.")
@@ -153,13 +153,13 @@ final class SQLiteTransaction: WriteTransaction {
 
     /// Runs a bound writing statement, turning constraint failures into Depot's words.
     @inline(__always)
-    private func runWrite(_ statement: Statement, row: Row, table: Table, what: String) throws(DepotError) {
+    private func runWrite(_ statement: Statement, row: Row, table: RegisteredEntity, what: String) throws(DepotError) {
         let rc = sqlite3_step(statement.handle)
         if rc == SQLITE_DONE || rc == SQLITE_ROW { return }
         throw constraintError(rc, row: row, table: table, what: what)
     }
 
-    private func constraintError(_ rc: Int32, row: Row, table: Table, what: String) -> DepotError {
+    private func constraintError(_ rc: Int32, row: Row, table: RegisteredEntity, what: String) -> DepotError {
         let key = row[value: table.keyIndex]
         let entity = table.entity.name
         switch rc {

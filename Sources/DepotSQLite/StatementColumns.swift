@@ -13,7 +13,7 @@ final class StatementColumns: ColumnReader {
     private let types: [AttributeType]
     private let entity: String
 
-    init(_ statement: Statement, table: Table) {
+    init(_ statement: Statement, table: RegisteredEntity) {
         self.statement = statement.handle
         self.types = table.types
         self.entity = table.entity.name

@@ -181,7 +181,7 @@ struct LMDBQueryPlanTests {
         let entity = Reading.entity.description
         let indexes = entity.attributes.indices.filter { entity.attributes[$0].isIndexed && $0 != entity.primaryKeyIndex }
             .map { IndexHandle(position: $0, dbi: MDB_dbi($0 + 10), isUnique: false) }
-        let handles = EntityHandles(entity: entity, main: 2, indexes: indexes, schemaVersion: 1)
+        let handles = RegisteredEntity(entity: entity, main: 2, indexes: indexes, schemaVersion: 1)
         func plan(_ request: Request<Reading>, order: Bool = true) throws -> Plan {
             QueryPlanner.plan(try request.resolved(), handles: handles, maxKeySize: 511, needsOrder: order)
         }

@@ -20,7 +20,9 @@ import Synchronization
 ///
 /// Nothing is persisted: the data lives as long as the store.
 public final class MemoryStore: Store {
-    struct Table: Sendable {
+    /// A registered entity (every backend calls its per-entity state by this name): its
+    /// description and its rows.
+    struct RegisteredEntity: Sendable {
         var entity: EntityDescription
         /// Persistent hash tries: a commit while readers hold a snapshot copies only the
         /// nodes on the changed paths, not the whole table.
@@ -67,7 +69,7 @@ public final class MemoryStore: Store {
     }
 
     struct Snapshot: Sendable {
-        var tables: [String: Table] = [:]
+        var tables: [String: RegisteredEntity] = [:]
     }
 
     struct State: Sendable {
@@ -119,14 +121,14 @@ public final class MemoryStore: Store {
         try state.withLockedValue { s in
             for entity in entities {
                 guard let existing = s.snapshot.tables[entity.name] else {
-                    s.snapshot.tables[entity.name] = Table(entity: entity)
+                    s.snapshot.tables[entity.name] = RegisteredEntity(entity: entity)
                     log.schemaCreated(entity)
                     continue
                 }
                 if existing.entity == entity { continue }
                 let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                 log.schemaMigrated(migration)
-                var table = Table(entity: entity)
+                var table = RegisteredEntity(entity: entity)
                 for (key, row) in existing.rows {
                     let migrated = migration.migrate(row)
                     table.rows[key] = migrated

@@ -7,13 +7,13 @@ final class MemoryTransaction: WriteTransaction {
     /// place. Writers are serialized, so the committed table is still `base`'s at commit,
     /// and committing is replacing it with this copy.
     final class Working {
-        var table: MemoryStore.Table
+        var table: MemoryStore.RegisteredEntity
         /// Every key written, in write order (with repeats), for the change feed.
         var written: [Value] = []
         /// Whether `table.keyOrder` may be out of date (it is renewed before a read uses it).
         var keyOrderStale = true
 
-        init(_ table: MemoryStore.Table) {
+        init(_ table: MemoryStore.RegisteredEntity) {
             self.table = table
             // Never share the committed version's key order cache.
             self.table.keyOrder = MemoryStore.KeyOrderCache()
@@ -39,7 +39,7 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     /// The table as this transaction sees it (its own writes included).
-    private func table(_ entity: EntityDescription) throws(DepotError) -> MemoryStore.Table {
+    private func table(_ entity: EntityDescription) throws(DepotError) -> MemoryStore.RegisteredEntity {
         try check(entity)
         if let last = lastWorking, last.table.entity.name == entity.name {
             try Self.checkShape(last.table, entity)
@@ -84,18 +84,18 @@ final class MemoryTransaction: WriteTransaction {
     /// Descriptions of one record type share one attribute array, so the usual check is a
     /// buffer comparison.
     @inline(__always)
-    private static func checkShape(_ table: MemoryStore.Table, _ entity: EntityDescription) throws(DepotError) {
+    private static func checkShape(_ table: MemoryStore.RegisteredEntity, _ entity: EntityDescription) throws(DepotError) {
         if table.entity.primaryKeyIndex == entity.primaryKeyIndex && table.entity.attributes == entity.attributes { return }
         try table.entity.checkSameShape(as: entity)
     }
 
     /// The rows of a table (unordered).
-    private func rows(of table: MemoryStore.Table) -> [Row] {
+    private func rows(of table: MemoryStore.RegisteredEntity) -> [Row] {
         Array(table.rows.values)
     }
 
     /// Renews the key order cache of a written table before a read relies on it.
-    private func freshKeyOrder(_ table: MemoryStore.Table) -> MemoryStore.Table {
+    private func freshKeyOrder(_ table: MemoryStore.RegisteredEntity) -> MemoryStore.RegisteredEntity {
         if let last = lastWorking, last.table.entity.name == table.entity.name, last.keyOrderStale {
             last.table.keyOrder = MemoryStore.KeyOrderCache()
             last.keyOrderStale = false
@@ -179,7 +179,7 @@ final class MemoryTransaction: WriteTransaction {
 
     /// Checks that no other row holds one of `row`'s unique values. The working table's
     /// unique maps are kept exact, so the owner a map names holds the value.
-    private func checkUnique(_ row: Row, key: Value, table: MemoryStore.Table) throws(DepotError) {
+    private func checkUnique(_ row: Row, key: Value, table: MemoryStore.RegisteredEntity) throws(DepotError) {
         for (position, owners) in table.unique {
             let value = row[value: position]
             if value.isNull { continue }

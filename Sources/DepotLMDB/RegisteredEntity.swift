@@ -9,8 +9,9 @@ struct IndexHandle: Sendable, Equatable {
     let isUnique: Bool
 }
 
-/// The open databases of one registered entity.
-struct EntityHandles: Sendable {
+/// A registered entity (every backend calls its per-entity state by this name): its open
+/// databases.
+struct RegisteredEntity: Sendable {
     let entity: EntityDescription
     let main: MDB_dbi
     let indexes: [IndexHandle]

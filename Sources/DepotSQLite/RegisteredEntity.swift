@@ -7,11 +7,12 @@ func quoted(_ identifier: String) -> String {
     "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }
 
-/// A registered entity and the SQL that reads and writes its table, built once.
+/// A registered entity (every backend calls its per-entity state by this name) and the SQL
+/// that reads and writes its table, built once.
 ///
 /// Column lists always follow the declared attribute order, which is the row order,
 /// whatever order `ALTER TABLE` left the physical columns in.
-final class Table: Sendable {
+final class RegisteredEntity: Sendable {
     let entity: EntityDescription
     /// Unique per registration in this process: keys the connections' statement caches,
     /// so a migrated entity never reuses a statement built for its old columns.
