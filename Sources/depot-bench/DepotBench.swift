@@ -35,6 +35,11 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Where to write results.json, report.md and chart.svg.")
     var output: String?
 
+    /// Internal: measure one subject's peak resident memory during W2 in this process (the
+    /// parent starts one such process per subject; see MemoryProbe).
+    @Option(help: .hidden)
+    var rssProbe: String?
+
     func validate() throws {
         guard records >= 1_000 else { throw ValidationError("--records must be at least 1000 (W3 and W6 use 1,000 cats).") }
         guard repetitions >= 1 else { throw ValidationError("--repetitions must be at least 1.") }
@@ -42,6 +47,12 @@ struct DepotBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let rssProbe {
+            guard let directory else { throw ValidationError("--rss-probe needs --directory") }
+            let kind = try subjectKind(rssProbe)
+            try await MemoryProbe.probe(kind.make(), directory: URL(fileURLWithPath: directory, isDirectory: true), records: records)
+            return
+        }
         let selectedWorkloads = try parseList(workloads, allowed: Workload.allCases.map(\.rawValue)).compactMap(Workload.init(rawValue:))
         let selectedBackends = try parseList(backends, allowed: Report.backendOrder)
         let kinds = try selectedBackends.map(subjectKind)
@@ -66,7 +77,19 @@ struct DepotBench: AsyncParsableCommand {
         let runner = Runner(
             kinds: kinds, workloads: selectedWorkloads, records: records, repetitions: repetitions,
             directory: workDirectory, progress: { printErr("[depot-bench] \($0)") })
-        let results = try await runner.run()
+        var results = try await runner.run()
+        if selectedWorkloads.contains(.w2) {
+            printErr("[depot-bench] peak memory during W2, one process per subject")
+            let readings = try MemoryProbe.measure(subjects: selectedBackends, directory: workDirectory, records: records, durability: durability)
+            for i in results.indices where results[i].workload == "W2" {
+                guard let reading = readings[results[i].backend] else { continue }
+                results[i].peakRSSKiB = reading.peakKiB
+                results[i].rssBeforeKiB = reading.baselineKiB
+                if let raw = kinds.first(where: { $0.name == results[i].backend })?.rawCounterpart, let rawReading = readings[raw] {
+                    results[i].rssRatioToRaw = Double(reading.peakKiB) / Double(rawReading.peakKiB)
+                }
+            }
+        }
         let durabilityText =
             "SQLite WAL + synchronous=\(durability == "full" ? "FULL" : "NORMAL") (Depot and raw); LMDB durable commits (Depot and raw)"
         let report = Report(

@@ -41,6 +41,11 @@ struct Measurement: Codable {
     var p99Microseconds: Double?
     var readsPerSecond: Double?
     var objectsPerSecond: Double?
+    /// W2: the peak resident size of a process doing W2 once, and its size just before, in
+    /// KiB; and the peak's ratio to the raw engine's (MemoryProbe).
+    var peakRSSKiB: Int?
+    var rssBeforeKiB: Int?
+    var rssRatioToRaw: Double?
 
     var medianMs: Double { Self.median(samplesMs) }
     var minMs: Double { samplesMs.min() ?? .nan }
@@ -62,6 +67,9 @@ struct Measurement: Codable {
         case p99Microseconds = "p99_us"
         case readsPerSecond = "reads_per_s"
         case objectsPerSecond = "objects_per_s"
+        case peakRSSKiB = "peak_rss_kib"
+        case rssBeforeKiB = "rss_before_kib"
+        case rssRatioToRaw = "peak_rss_ratio_to_raw"
         case medianMs = "median_ms"
         case minMs = "min_ms"
         case maxMs = "max_ms"
@@ -81,6 +89,9 @@ struct Measurement: Codable {
         try c.encodeIfPresent(p99Microseconds, forKey: .p99Microseconds)
         try c.encodeIfPresent(readsPerSecond, forKey: .readsPerSecond)
         try c.encodeIfPresent(objectsPerSecond, forKey: .objectsPerSecond)
+        try c.encodeIfPresent(peakRSSKiB, forKey: .peakRSSKiB)
+        try c.encodeIfPresent(rssBeforeKiB, forKey: .rssBeforeKiB)
+        try c.encodeIfPresent(rssRatioToRaw, forKey: .rssRatioToRaw)
     }
 
     init(backend: String, workload: String) {
@@ -97,6 +108,9 @@ struct Measurement: Codable {
         samplesMs = try c.decode([Double].self, forKey: .samplesMs)
         checksumOK = try c.decode(Bool.self, forKey: .checksumOK)
         ratioToRaw = try c.decodeIfPresent(Double.self, forKey: .ratioToRaw)
+        peakRSSKiB = try c.decodeIfPresent(Int.self, forKey: .peakRSSKiB)
+        rssBeforeKiB = try c.decodeIfPresent(Int.self, forKey: .rssBeforeKiB)
+        rssRatioToRaw = try c.decodeIfPresent(Double.self, forKey: .rssRatioToRaw)
     }
 }
 
