@@ -11,11 +11,17 @@ public import Foundation
 final class StatementColumns: ColumnReader {
     private let statement: OpaquePointer
     private let types: [AttributeType]
+    /// Whether each column may hold NULL. A non-optional attribute's column is `NOT NULL`
+    /// (Depot creates it so, and a migration cannot make an optional attribute required), so
+    /// SQLite itself guarantees a value there and the check costs a call per value for
+    /// nothing.
+    private let nullable: [Bool]
     private let entity: String
 
     init(_ statement: Statement, table: RegisteredEntity) {
         self.statement = statement.handle
         self.types = table.types
+        self.nullable = table.entity.attributes.map(\.isOptional)
         self.entity = table.entity.name
     }
 
@@ -26,7 +32,7 @@ final class StatementColumns: ColumnReader {
     private func column<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> Int32 {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
         let column = Int32(truncatingIfNeeded: index)
-        if sqlite3_column_type(statement, column) == SQLITE_NULL { throw storedNil(T.self, at: index) }
+        if nullable[index] && sqlite3_column_type(statement, column) == SQLITE_NULL { throw storedNil(T.self, at: index) }
         return column
     }
 
@@ -43,15 +49,21 @@ final class StatementColumns: ColumnReader {
         sqlite3_column_int64(statement, try column(index, Bool.self)) != 0
     }
 
+    /// A REAL column's value; NaN is stored as a BLOB (see `nanBlob`), which SQLite reads
+    /// as 0.0, so only a 0.0 needs its storage class checked.
+    @inline(__always)
+    private func real(_ column: Int32) -> Double {
+        let value = sqlite3_column_double(statement, column)
+        if value == 0 && sqlite3_column_type(statement, column) == SQLITE_BLOB { return .nan }
+        return value
+    }
+
     func double(_ index: Int) throws(DepotError) -> Double {
-        let column = try column(index, Double.self)
-        return sqlite3_column_type(statement, column) == SQLITE_BLOB ? .nan : sqlite3_column_double(statement, column)
+        real(try column(index, Double.self))
     }
 
     func date(_ index: Int) throws(DepotError) -> Date {
-        let column = try column(index, Date.self)
-        let t = sqlite3_column_type(statement, column) == SQLITE_BLOB ? Double.nan : sqlite3_column_double(statement, column)
-        return Date(timeIntervalSinceReferenceDate: t)
+        Date(timeIntervalSinceReferenceDate: real(try column(index, Date.self)))
     }
 
     func string(_ index: Int) throws(DepotError) -> String {
