@@ -10,7 +10,7 @@ extension LMDBTransaction {
 
     func checkWritable() throws(DepotError) {
         if isFinished {
-            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+            throw DepotError.transactionEnded
         }
         if !writable {
             throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")

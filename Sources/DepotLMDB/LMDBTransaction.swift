@@ -59,7 +59,7 @@ final class LMDBTransaction: WriteTransaction {
 
     func handles(for entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
         if isFinished {
-            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+            throw DepotError.transactionEnded
         }
         // Most transactions touch one entity many times: skip the dictionary lookup.
         // A record type's descriptions share one attribute array, so comparing buffers
@@ -68,7 +68,7 @@ final class LMDBTransaction: WriteTransaction {
             return last
         }
         guard let handles = catalog[entity.name] else {
-            throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+            throw DepotError.notRegistered(entity.name)
         }
         // Several processes may share the directory: one may have migrated the entity since
         // this process loaded its catalog. Writing with stale handles would store rows in the

@@ -32,7 +32,7 @@ final class SQLiteTransaction: WriteTransaction {
     @inline(__always)
     private func table(_ entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
         if isFinished {
-            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+            throw DepotError.transactionEnded
         }
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
@@ -41,7 +41,7 @@ final class SQLiteTransaction: WriteTransaction {
             return last
         }
         guard let table = tables[entity.name] else {
-            throw DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+            throw DepotError.notRegistered(entity.name)
         }
         try table.check(entity)
         lastTable = table
@@ -134,20 +134,9 @@ final class SQLiteTransaction: WriteTransaction {
     /// way the memory store does (SQLite itself would store a text in an INTEGER column).
     @inline(__always)
     private func bindRow(_ row: Row, table: RegisteredEntity, to statement: Statement) throws(DepotError) {
-        let entity = table.entity
-        guard row.count == table.types.count else {
-            throw DepotError(.conversionFailed, "A \(entity.name) row has \(row.count) values, but the entity declares \(table.types.count) attributes.")
-        }
-        for i in 0..<table.types.count {
-            let value = row[value: i]
-            if let type = value.type {
-                if type != table.types[i] {
-                    throw DepotError(.conversionFailed, "\(entity.name).\(entity.attributes[i].name) has type \(table.types[i].rawValue), but the row holds \(value.debugLiteral).")
-                }
-            } else if !entity.attributes[i].isOptional {
-                throw DepotError(.conversionFailed, "\(entity.name).\(entity.attributes[i].name) is not optional but the row has nil for it.")
-            }
-            try connection.bind(value, at: Int32(i + 1), in: statement)
+        _ = try table.entity.check(row)
+        for i in 0..<row.count {
+            try connection.bind(row[value: i], at: Int32(i + 1), in: statement)
         }
     }
 

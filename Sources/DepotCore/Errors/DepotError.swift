@@ -100,6 +100,15 @@ extension DepotError {
         DepotError(.closed, "The \(store) has been closed; open a new store to continue.")
     }
 
+    /// What every backend throws for a transaction used after its closure returned.
+    public static let transactionEnded = DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+
+    /// What every backend throws for an entity a transaction names but the store has not
+    /// registered.
+    public static func notRegistered(_ entity: String) -> DepotError {
+        DepotError(.invalidSchema, "The entity \(entity) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+    }
+
     /// Wraps any error thrown by caller code (a conversion, a closure) so that callers see
     /// only `DepotError`, keeping the original text.
     public static func wrapping(_ error: any Error, code: Code = .conversionFailed, context: String) -> DepotError {

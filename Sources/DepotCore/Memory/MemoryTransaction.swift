@@ -34,7 +34,7 @@ final class MemoryTransaction: WriteTransaction {
 
     private func check(_ entity: EntityDescription) throws(DepotError) {
         if isFinished {
-            throw DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
+            throw DepotError.transactionEnded
         }
     }
 
@@ -75,7 +75,7 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     private static func unregistered(_ entity: EntityDescription) -> DepotError {
-        DepotError(.invalidSchema, "The entity \(entity.name) is not registered with this store; register it (a Controller does so on first use) before reading or writing it.")
+        DepotError.notRegistered(entity.name)
     }
 
     /// Rows are written and read by position, so the caller's description must be the
