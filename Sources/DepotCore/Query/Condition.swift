@@ -76,12 +76,14 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
 
     /// Records whose string attribute starts with `prefix` (bytes, case-sensitive).
     public static func hasPrefix<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ prefix: String) -> Condition {
-        build(keyPath) { .hasPrefix(attribute: $0, prefix) }
+        if V.isJSON { return Condition(.invalid(jsonOrderingProblem)) }
+        return build(keyPath) { .hasPrefix(attribute: $0, prefix) }
     }
 
     /// Records whose string attribute contains `substring` (bytes, case-sensitive).
     public static func contains<V: AttributeValue>(_ keyPath: KeyPath<Record, V>, _ substring: String) -> Condition {
-        build(keyPath) { .contains(attribute: $0, substring) }
+        if V.isJSON { return Condition(.invalid(jsonOrderingProblem)) }
+        return build(keyPath) { .contains(attribute: $0, substring) }
     }
 
     // MARK: Name forms
@@ -138,8 +140,12 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
 
 // MARK: - Key-path comparison operators
 
+/// Why a predicate other than equality cannot use a JSON attribute.
+let jsonOrderingProblem = "A JSON attribute (a Codable value) supports ==, !=, in and notIn only: ordering and text matching would compare JSON text, which means nothing. Filter or sort by another attribute."
+
 func comparison<R: ManagedRecord, V: AttributeValue>(_ keyPath: KeyPath<R, V>, _ op: ComparisonOperator, _ value: V) -> Condition<R> {
-    Condition<R>.build(keyPath) { name throws(DepotError) in .compare(attribute: name, op, try value.storedValue()) }
+    if V.isJSON && op != .equal && op != .notEqual { return Condition(.invalid(jsonOrderingProblem)) }
+    return Condition<R>.build(keyPath) { name throws(DepotError) in .compare(attribute: name, op, try value.storedValue()) }
 }
 
 public func == <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {

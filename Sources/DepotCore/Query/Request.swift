@@ -76,7 +76,9 @@ public struct Request<Record: ManagedRecord>: Sendable, Hashable {
     /// Adds a sort key after the existing ones.
     public func sorted<V: AttributeValue>(by keyPath: KeyPath<Record, V>, ascending: Bool = true) -> Request {
         var copy = self
-        if let name = Record.entity.attributeName(for: keyPath) {
+        if V.isJSON {
+            copy.problem = jsonOrderingProblem
+        } else if let name = Record.entity.attributeName(for: keyPath) {
             copy.sortKeys.append(SortKey(name, ascending: ascending))
         } else {
             copy.problem = "A key path used to sort \(Record.entity.name) is not one of its declared attributes."

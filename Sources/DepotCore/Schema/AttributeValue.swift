@@ -49,10 +49,14 @@ public protocol AttributeValue: Sendable {
     /// value whose encoding throws) reports that here, and the write fails with
     /// ``DepotError/Code/conversionFailed`` with nothing written.
     func storedValue() throws(DepotError) -> Value
+    /// Whether the value is stored as JSON text (``JSONAttribute``), which only equality
+    /// predicates can use.
+    static var isJSON: Bool { get }
 }
 
 extension AttributeValue {
     public static var isOptional: Bool { false }
+    public static var isJSON: Bool { false }
 
     @inlinable
     public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
@@ -197,6 +201,7 @@ extension UUID: AttributeValue {
 extension Optional: AttributeValue where Wrapped: AttributeValue {
     public static var attributeType: AttributeType { Wrapped.attributeType }
     public static var isOptional: Bool { true }
+    public static var isJSON: Bool { Wrapped.isJSON }
     @inlinable public var value: Value {
         switch self {
         case .none: .null

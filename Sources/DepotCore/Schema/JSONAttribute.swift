@@ -20,8 +20,9 @@ public import Foundation
 /// The stored form is canonical JSON — keys sorted, no insignificant whitespace — in a
 /// text attribute, so SQLite's JSON functions work on it (`json_extract(address, '$.city')`)
 /// and two equal values have equal text. That makes `==`, `!=`, `in` and `notIn` work on
-/// every backend; ordering does not mean anything for JSON, so `<`, `>`, and sorting by a
-/// JSON attribute do not compile. Doubles that JSON cannot write (NaN, ±infinity) are
+/// every backend. Ordering and text matching mean nothing for JSON text, so `<`, `>`,
+/// `hasPrefix`, `contains` and sorting by a JSON attribute make the request fail with
+/// ``DepotError/Code/invalidPredicate`` when it runs. Doubles that JSON cannot write (NaN, ±infinity) are
 /// stored as the strings `"NaN"`, `"Infinity"` and `"-Infinity"` and read back exactly.
 ///
 /// A value whose encoding throws fails the write (and a predicate built from it fails the
@@ -68,6 +69,7 @@ enum JSONForm {
 
 extension JSONAttribute {
     public static var attributeType: AttributeType { .string }
+    public static var isJSON: Bool { true }
 
     /// The canonical JSON text; a value whose encoding throws has none, and is `null`
     /// here. Depot itself uses ``storedValue()``, which reports that failure instead.
@@ -94,30 +96,3 @@ extension Array: AttributeValue, JSONAttribute where Element: Codable & Attribut
 /// A dictionary with `String` keys is a JSON object (keys sorted, so equal dictionaries
 /// store equal text whatever their insertion order).
 extension Dictionary: AttributeValue, JSONAttribute where Key == String, Value: Codable & AttributeValue {}
-
-// MARK: - Equality only
-
-/// Ordering has no meaning for JSON text: these overloads make it a compile-time error.
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func < <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func <= <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func > <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func >= <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func < <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V?>, rhs: V?) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func <= <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V?>, rhs: V?) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func > <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V?>, rhs: V?) -> Condition<R> { .none }
-@available(*, unavailable, message: "a JSON attribute supports ==, !=, in and notIn only")
-public func >= <R: ManagedRecord, V: JSONAttribute>(lhs: KeyPath<R, V?>, rhs: V?) -> Condition<R> { .none }
-
-extension Request {
-    @available(*, unavailable, message: "sorting by a JSON attribute has no meaning; sort by another attribute")
-    public func sorted<V: JSONAttribute>(by keyPath: KeyPath<Record, V>, ascending: Bool = true) -> Request { self }
-    @available(*, unavailable, message: "sorting by a JSON attribute has no meaning; sort by another attribute")
-    public func sorted<V: JSONAttribute>(by keyPath: KeyPath<Record, V?>, ascending: Bool = true) -> Request { self }
-}

@@ -120,6 +120,16 @@ enum CodableChecks {
             try await expectEqual(owners.fetchAll(Request(\.previous == nil)).map(\.id), [1], "== nil")
             try await expectEqual(owners.fetchAll(Request(.in(\.previous, [away, home])).sorted(by: \.id)).map(\.id), [2, 3], "in")
         },
+        ConformanceCheck("ordering, text matching and sorting on a Codable attribute are refused as invalidPredicate") { store in
+            let owners = Controller<Owner, Owner>(store: store)
+            try await owners.save(Self.owners)
+            try await expectError(.invalidPredicate, "<") { try await owners.fetchAll(Request(\.address < home)) }
+            try await expectError(.invalidPredicate, ">= on an optional") { try await owners.fetchAll(Request(\.previous >= home)) }
+            try await expectError(.invalidPredicate, "hasPrefix") { try await owners.fetchAll(Request(.hasPrefix(\.tags, "["))) }
+            try await expectError(.invalidPredicate, "contains") { try await owners.count(Request(.contains(\.scores, "x"))) }
+            try await expectError(.invalidPredicate, "sorted(by:)") { try await owners.fetchAll(Request<Owner>().sorted(by: \.address)) }
+            try await expectEqual(owners.count(Request(\.address != home)), 1, "!= still works")
+        },
         ConformanceCheck("stored text that is not JSON of the type is a conversion error, never a trap or a skipped record") { store in
             let text = Controller<OwnerText, OwnerText>(store: store)
             try await text.save([
