@@ -87,10 +87,13 @@ enum CodableChecks {
         return ""
     }
 
-    /// Addresses compared field by field with NaN equal to NaN, as the store compares them.
+    /// Owners compared through their stored JSON text, so NaN equals NaN as in the store.
     static func same(_ a: [Owner], _ b: [Owner]) -> Bool {
         func text(_ owners: [Owner]) -> [String] {
-            owners.map { "\($0.id) \((try? $0.address.storedValue()) ?? .null) \($0.tags) \($0.scores.sorted { $0.key < $1.key }) \(($0.previous.map { try? $0.storedValue() }) ?? nil ?? .null)" }
+            owners.map { owner in
+                let previous = owner.previous.map { json($0) } ?? "nil"
+                return "\(owner.id) \(json(owner.address)) \(owner.tags) \(owner.scores.sorted { $0.key < $1.key }) \(previous)"
+            }
         }
         return text(a) == text(b)
     }
