@@ -1,4 +1,5 @@
 public import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -64,6 +65,17 @@ public enum ProcessLaunch {
         _ path: String, _ arguments: [String], environment: [String: String] = [:],
         stdout: Output = .capture, stderr: Output = .capture
     ) throws -> Child {
+        try launching.withLock { _ throws -> Child in
+            try spawnLocked(path, arguments, environment: environment, stdout: stdout, stderr: stderr)
+        }
+    }
+
+    private static let launching = Mutex(())
+
+    private static func spawnLocked(
+        _ path: String, _ arguments: [String], environment: [String: String],
+        stdout: Output, stderr: Output
+    ) throws -> Child {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -82,8 +94,13 @@ public enum ProcessLaunch {
             case .capture:
                 var fds: [Int32] = [0, 0]
                 guard pipe(&fds) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-                // The parent's end must not leak into this or any other child.
+                // Both ends close-on-exec (Glibc does not export pipe2 to Swift, so under
+                // `launching`, which every spawn holds): tests start children from many
+                // threads, and a write end inherited by another child would keep this pipe
+                // open, and its reader waiting, until that child ends. dup2 onto the
+                // child's 1 or 2 clears the flag on the copy it uses.
                 _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
                 parentEnds.append(fds[0])
                 childEnds.append(fds[1])
                 posix_spawn_file_actions_adddup2(&actions, fds[1], target)
@@ -109,11 +126,25 @@ public enum ProcessLaunch {
             for p in argv { free(p) }
             for p in envp { free(p) }
         }
+        // The child inherits the calling thread's signal mask and ignored signals; a test
+        // thread (or the runtime's) may block some, and a child that ignores SIGTERM or
+        // blocks SIGINT would outlive the test that means to stop it.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
         var pid: pid_t = 0
         let rc = (argv + [nil]).withUnsafeBufferPointer { a -> Int32 in
             (envp + [nil]).withUnsafeBufferPointer { e -> Int32 in
                 guard let a = a.baseAddress, let e = e.baseAddress else { return EINVAL }
-                return posix_spawn(&pid, path, &actions, nil, a, e)
+                return posix_spawn(&pid, path, &actions, &attributes, a, e)
             }
         }
         guard rc == 0 else {
