@@ -103,7 +103,7 @@ extension LMDBStore {
                 storeName: directory, recording: false)
             var reopened: [String: RegisteredEntity] = [:]
             do {
-                for name in snapshot.keys {
+                for name in snapshot.names {
                     guard let stored = try transaction.readStoredEntity(name) else { continue }
                     reopened[name] = try transaction.registerStamped(stored.entity, current: nil)
                 }
@@ -115,7 +115,12 @@ extension LMDBStore {
             transaction.isFinished = true
             rc = catalog.withLockedValue { entities in
                 let rc = mdb_txn_commit(txn)
-                if rc == 0 { entities = reopened }
+                if rc == 0 {
+                    // Keep the registry (its handles stay valid); an entity whose stored
+                    // schema is gone is forgotten.
+                    for name in entities.names where reopened[name] == nil { entities.remove(named: name) }
+                    for entry in reopened.values { entities.set(entry.entity, entry) }
+                }
                 return rc
             }
             if rc != 0 { throw DepotError.lmdb(rc, context: "Reopening the databases of the LMDB store at \(directory)") }

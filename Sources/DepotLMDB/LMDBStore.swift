@@ -82,7 +82,7 @@ public final class LMDBStore: Store {
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
-    let catalog = NIOLockedValueBox<[String: RegisteredEntity]>([:])
+    let catalog = NIOLockedValueBox(EntityRegistry<RegisteredEntity>())
     let writer = DispatchQueue(label: "depot.lmdb.writer")
     let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
     let gate: StoreGate
@@ -181,7 +181,7 @@ public final class LMDBStore: Store {
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    func beginRead() throws(DepotError) -> (OpaquePointer, [String: RegisteredEntity], UInt64) {
+    func beginRead() throws(DepotError) -> (OpaquePointer, EntityRegistry<RegisteredEntity>, UInt64) {
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
@@ -194,7 +194,7 @@ public final class LMDBStore: Store {
                 continue
             }
             let begun: Environment.ReaderHandle?
-            let snapshot: [String: RegisteredEntity]
+            let snapshot: EntityRegistry<RegisteredEntity>
             (rc, begun, snapshot) = catalog.withLockedValue { entities in
                 let (rc, txn) = env.beginReader(pointer)
                 return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
@@ -250,7 +250,8 @@ public final class LMDBStore: Store {
         let snapshot = catalog.withLockedValue { $0 }
         let (changed, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
-            for (name, handles) in snapshot {
+            for (handle, handles) in snapshot.all {
+                let name = handle.name
                 guard try transaction.storedStamp(name) != handles.stamp, let stored = try transaction.readStoredEntity(name) else {
                     continue
                 }
@@ -271,7 +272,7 @@ public final class LMDBStore: Store {
     /// `publish` turns the result into catalog entries, published atomically with the
     /// commit.
     func runWrite<T>(
-        catalog snapshot: [String: RegisteredEntity], recording: Bool,
+        catalog snapshot: EntityRegistry<RegisteredEntity>, recording: Bool,
         publish: ((T) -> [String: RegisteredEntity])? = nil, _ body: (LMDBTransaction) throws -> T
     ) throws -> (T, ChangeRecorder?) {
         let env = environment
@@ -355,7 +356,7 @@ public final class LMDBStore: Store {
                 let published = publish(result)
                 rc = catalog.withLockedValue { entities in
                     let rc = mdb_txn_commit(txn)
-                    if rc == 0 { entities.merge(published) { $1 } }
+                    if rc == 0 { for entry in published.values { entities.set(entry.entity, entry) } }
                     return rc
                 }
             } else {
@@ -385,16 +386,18 @@ public final class LMDBStore: Store {
         return result
     }
 
-    func registerNow(_ entities: [EntityDescription]) throws {
+    func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
         try begin()
         defer { end() }
         for entity in entities { try entity.validate() }
         let snapshot = catalog.withLockedValue { $0 }
-        if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) { return }
+        if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) {
+            return entities.compactMap { snapshot.handle(named: $0.name) }
+        }
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
             for entity in entities {
-                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name])
+                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name]?.entry)
             }
             return updated
         }
@@ -405,12 +408,14 @@ public final class LMDBStore: Store {
                 log.schemaCreated(entity)
             }
         }
+        let registered = catalog.withLockedValue { $0 }
+        return entities.compactMap { registered.handle(named: $0.name) }
     }
 
     // MARK: Store
 
     public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
         writer.async {
             completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })

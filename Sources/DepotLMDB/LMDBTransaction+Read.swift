@@ -82,7 +82,7 @@ extension LMDBTransaction {
     // MARK: ReadTransaction
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
-        let handles = try handles(for: query.entity)
+        let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
         let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
@@ -161,7 +161,7 @@ extension LMDBTransaction {
     }
 
     func fetchRows(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
-        let handles = try handles(for: query.entity)
+        let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
         let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
@@ -200,9 +200,9 @@ extension LMDBTransaction {
         for row in rows { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let handles = try handles(for: entity)
-        guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
+        guard key.type == handles.entity.primaryKey.type else { return false }
         keyBuffer.removeAll(keepingCapacity: true)
         KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
         guard keyBuffer.count <= maxKeySize else { return false }
@@ -226,7 +226,7 @@ extension LMDBTransaction {
     }
 
     func count(_ query: Query) throws -> Int {
-        let handles = try handles(for: query.entity)
+        let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return 0 }
         let window = query.end
         let matched: Int

@@ -52,7 +52,7 @@ extension LMDBTransaction {
         // Every check runs before the first write, so a refused row leaves the transaction
         // as it was even when the caller catches the error and goes on.
         var existed = false
-        if let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) {
+        if let old = try get(handles.main, keyBuffer, context: self.writeContext(handles.entity)) {
             existed = true
             if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
         }
@@ -61,71 +61,71 @@ extension LMDBTransaction {
         for (n, index) in handles.indexes.enumerated() where index.isUnique {
             let value = row[value: index.position]
             if value.isNull { continue }
-            if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(entity)), Self.compare(owner, keyBuffer) != 0 {
+            if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(handles.entity)), Self.compare(owner, keyBuffer) != 0 {
                 throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
             }
         }
         RecordFormat.encode(row, into: &valueBuffer)
-        try put(handles.main, keyBuffer, valueBuffer, context: self.writeContext(entity))
+        try put(handles.main, keyBuffer, valueBuffer, context: self.writeContext(handles.entity))
         for (n, index) in handles.indexes.enumerated() {
             if existed {
                 oldIndexKey.removeAll(keepingCapacity: true)
                 KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
                 if oldIndexKey == indexKeys[n] { continue }
-                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(handles.entity))
             }
-            try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(entity))
+            try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(handles.entity))
         }
         recorder.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
         return existed
     }
 
-    func insert(_ row: Row, into entity: EntityDescription) throws {
+    func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .insert)
     }
 
-    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         return !(try write(row, try handles(for: entity), mode: .upsert))
     }
 
-    func update(_ row: Row, in entity: EntityDescription) throws {
+    func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .update)
     }
 
-    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let handles = try handles(for: entity)
-        guard key.type == entity.attributes[entity.primaryKeyIndex].type else { return false }
+        guard key.type == handles.entity.primaryKey.type else { return false }
         keyBuffer.removeAll(keepingCapacity: true)
         KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
         guard keyBuffer.count <= maxKeySize else { return false }
-        guard let old = try get(handles.main, keyBuffer, context: self.writeContext(entity)) else { return false }
+        guard let old = try get(handles.main, keyBuffer, context: self.writeContext(handles.entity)) else { return false }
         if !handles.indexes.isEmpty {
             try decode(old, handles, into: &oldRow)
             for index in handles.indexes {
                 oldIndexKey.removeAll(keepingCapacity: true)
                 KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
-                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(entity))
+                try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(handles.entity))
             }
         }
-        try del(handles.main, keyBuffer, nil, context: self.writeContext(entity))
+        try del(handles.main, keyBuffer, nil, context: self.writeContext(handles.entity))
         recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false)
         return true
     }
 
     func delete(_ query: Query) throws -> Int {
         try checkWritable()
-        let handles = try handles(for: query.entity)
+        let handles = try handles(for: query.handle)
         // Collect first: deleting under an open cursor would move it.
         var keys: [Value] = []
         try fetchRows(query, reserve: { keys.reserveCapacity($0) }) { row in
             keys.append(row[value: handles.entity.primaryKeyIndex])
         }
         var deleted = 0
-        for key in keys where try delete(key: key, from: query.entity) { deleted += 1 }
+        for key in keys where try delete(key: key, from: query.handle) { deleted += 1 }
         return deleted
     }
 }

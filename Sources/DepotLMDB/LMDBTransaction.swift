@@ -11,7 +11,7 @@ final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
     /// The reader ``fetchRow(_:key:_:)`` reuses.
     var keyColumns: RecordColumns?
-    let catalog: [String: RegisteredEntity]
+    let catalog: EntityRegistry<RegisteredEntity>
     let writable: Bool
     let maxKeySize: Int
     let metaDBI: MDB_dbi
@@ -28,8 +28,8 @@ final class LMDBTransaction: WriteTransaction {
 
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
-    @exclusivity(unchecked) var lastHandles: RegisteredEntity?
-    @exclusivity(unchecked) var lastAttributes: [AttributeDescription] = []
+    @exclusivity(unchecked) var lastVerifiedSlot = -1
+    @exclusivity(unchecked) var verifiedSlots: Set<Int> = []
     @exclusivity(unchecked) var keyBuffer: [UInt8] = []
     @exclusivity(unchecked) var valueBuffer: [UInt8] = []
     @exclusivity(unchecked) var indexKeys: [[UInt8]] = []
@@ -37,7 +37,7 @@ final class LMDBTransaction: WriteTransaction {
     @exclusivity(unchecked) var oldRow = Row()
 
     init(
-        txn: OpaquePointer, catalog: [String: RegisteredEntity], writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
+        txn: OpaquePointer, catalog: EntityRegistry<RegisteredEntity>, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
         storeName: String, recording: Bool
     ) {
         self.txn = txn
@@ -57,33 +57,27 @@ final class LMDBTransaction: WriteTransaction {
         return DepotError.lmdb(rc, context: context())
     }
 
-    func handles(for entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
+    func handles(for entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         if isFinished {
             throw DepotError.transactionEnded
         }
-        // Most transactions touch one entity many times: skip the dictionary lookup.
-        // A record type's descriptions share one attribute array, so comparing buffers
-        // proves the description is the one already checked.
-        if let last = lastHandles, last.entity.name == entity.name, entity.attributes.sharesStorage(with: lastAttributes) {
-            return last
+        let handles = try catalog.resolve(entity)
+        // Most transactions touch one entity many times: its stamp is checked once.
+        if entity.slot == lastVerifiedSlot { return handles }
+        if !verifiedSlots.contains(entity.slot) {
+            // Several processes may share the directory: one may have migrated the entity
+            // since this process loaded its catalog. Writing with stale handles would store
+            // rows in the old layout and skip new indexes, so the stored schema is compared,
+            // once per entity per transaction (one lookup in the small metadata database).
+            guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
+                Self.compare(stored, handles.stamp) == 0
+            else {
+                catalogChanged = true
+                throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
+            }
+            verifiedSlots.insert(entity.slot)
         }
-        guard let handles = catalog[entity.name] else {
-            throw DepotError.notRegistered(entity.name)
-        }
-        // Several processes may share the directory: one may have migrated the entity since
-        // this process loaded its catalog. Writing with stale handles would store rows in the
-        // old layout and skip new indexes, so the stored schema is compared, once per
-        // entity per transaction (one lookup in the small metadata database).
-        guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
-            Self.compare(stored, handles.stamp) == 0
-        else {
-            catalogChanged = true
-            throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
-        }
-        // The registered layout, attribute for attribute (one check for every backend).
-        try handles.entity.checkSameShape(as: entity)
-        lastHandles = handles
-        lastAttributes = entity.attributes
+        lastVerifiedSlot = entity.slot
         return handles
     }
 

@@ -61,13 +61,6 @@ final class RegisteredEntity: Sendable {
         deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = ?1"
         countAll = "SELECT count(*) FROM \(name)"
     }
-
-    /// Checks that a request's description of the entity is the registered one, attribute
-    /// for attribute: columns are bound and read by position.
-    @inline(__always)
-    func check(_ described: EntityDescription) throws(DepotError) {
-        try entity.checkSameShape(as: described)
-    }
 }
 
 // MARK: - DDL

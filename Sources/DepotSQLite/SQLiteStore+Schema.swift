@@ -8,7 +8,7 @@ extension SQLiteStore {
     // MARK: Registration
 
     public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         writerWorker.submit {
@@ -18,10 +18,12 @@ extension SQLiteStore {
         }
     }
 
-    func registerNow(_ entities: [EntityDescription]) throws(DepotError) {
+    func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
         for entity in entities { try entity.validate() }
         var current = tables
-        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) { return }
+        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
+            return entities.compactMap { current.handle(named: $0.name) }
+        }
         let serial = state.withLockedValue { s in
             defer { s.nextSerial += entities.count }
             return s.nextSerial
@@ -33,9 +35,9 @@ extension SQLiteStore {
                 // store read depot_entities at open; under the write lock the file is the
                 // truth, so refresh the entry from it before deciding.
                 if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
-                    current[entity.name] = RegisteredEntity(entity: stored, serial: serial + offset)
+                    current.set(stored, RegisteredEntity(entity: stored, serial: serial + offset))
                 }
-                if let existing = current[entity.name] {
+                if let existing = current[entity.name]?.entry {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                     try migrate(migration)
@@ -45,7 +47,7 @@ extension SQLiteStore {
                     log.schemaCreated(entity)
                 }
                 try storeDescription(entity)
-                current[entity.name] = RegisteredEntity(entity: entity, serial: serial + offset)
+                current.set(entity, RegisteredEntity(entity: entity, serial: serial + offset))
             }
             try writer.run(key: Keys.commit, "COMMIT")
         } catch {
@@ -53,6 +55,7 @@ extension SQLiteStore {
             throw error
         }
         state.withLockedValue { $0.tables = current }
+        return entities.compactMap { current.handle(named: $0.name) }
     }
 
     func create(_ entity: EntityDescription) throws(DepotError) {

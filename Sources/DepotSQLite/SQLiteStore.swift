@@ -21,7 +21,7 @@ import NIOConcurrencyHelpers
 /// operation sees one consistent snapshot. All SQLite calls run on the store's own
 /// threads (one per connection), never on Swift's cooperative thread pool. Writes run one
 /// at a time, in the order they were submitted.
-public final class SQLiteStore: Store {
+public final class SQLiteStore: RowReadingStore {
     /// How hard a commit tries to reach the disk.
     public enum Durability: Sendable, Hashable {
         /// WAL with `synchronous=NORMAL`, the default: a commit survives a crash of the
@@ -86,7 +86,7 @@ public final class SQLiteStore: Store {
     public let log: StoreLog
 
     struct State: Sendable {
-        var tables: [String: RegisteredEntity] = [:]
+        var tables = EntityRegistry<RegisteredEntity>()
         var nextSerial = 1
     }
 
@@ -229,7 +229,7 @@ public final class SQLiteStore: Store {
             self.pool = NIOLockedValueBox(Pool(idle: readers))
             state.withLockedValue { s in
                 for entity in stored {
-                    s.tables[entity.name] = RegisteredEntity(entity: entity, serial: s.nextSerial)
+                    s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
                     s.nextSerial += 1
                 }
             }
@@ -273,7 +273,7 @@ public final class SQLiteStore: Store {
     @inline(__always)
     func end() { gate.leave() }
 
-    var tables: [String: RegisteredEntity] { state.withLockedValue { $0.tables } }
+    var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables } }
 
     // MARK: Transactions
 
@@ -308,7 +308,7 @@ public final class SQLiteStore: Store {
     /// SELECT is its own consistent snapshot, so BEGIN, the snapshot pin and ROLLBACK
     /// would only add three statements to the one that matters.
     public func submitRowRead<T: Sendable>(
-        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }

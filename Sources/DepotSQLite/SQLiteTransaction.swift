@@ -5,7 +5,7 @@ import DepotCore
 /// transaction around the closure; this object only runs statements inside it.
 final class SQLiteTransaction: WriteTransaction {
     let connection: Connection
-    let tables: [String: RegisteredEntity]
+    let tables: EntityRegistry<RegisteredEntity>
     let writable: Bool
     /// Whether the store opened an SQL transaction around this one; a single-row read runs
     /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
@@ -14,13 +14,8 @@ final class SQLiteTransaction: WriteTransaction {
     /// the transaction began).
     var recorder: ChangeRecorder
     var isFinished = false
-    /// The last entity looked up, and the attribute array it was checked with: most
-    /// transactions touch one entity many times, so this skips hashing its name and
-    /// re-checking its attributes on every call.
-    private var lastTable: RegisteredEntity?
-    private var lastAttributes: [AttributeDescription] = []
 
-    init(connection: Connection, tables: [String: RegisteredEntity], writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
+    init(connection: Connection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
@@ -30,31 +25,14 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     @inline(__always)
-    private func table(_ entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
+    private func table(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         if isFinished {
             throw DepotError.transactionEnded
         }
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
         if explicit && !connection.isInTransaction { throw DepotError.rolledBack(after: connection.lastError) }
-        if let last = lastTable, last.entity.name == entity.name, Self.sameArray(lastAttributes, entity.attributes) {
-            return last
-        }
-        guard let table = tables[entity.name] else {
-            throw DepotError.notRegistered(entity.name)
-        }
-        try table.check(entity)
-        lastTable = table
-        lastAttributes = entity.attributes
-        return table
-    }
-
-    /// Whether two arrays share one buffer, so hold the same elements: the descriptions a
-    /// record type passes in are copies of one static array. (A buffer that is shared is
-    /// never mutated in place, and `lastAttributes` keeps it alive.)
-    @inline(__always)
-    private static func sameArray(_ a: [AttributeDescription], _ b: [AttributeDescription]) -> Bool {
-        a.count == b.count && a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in pa.baseAddress == pb.baseAddress } }
+        return try tables.resolve(entity)
     }
 
     private func bind(_ bindings: [Binding], to statement: Statement) throws(DepotError) {
@@ -66,7 +44,7 @@ final class SQLiteTransaction: WriteTransaction {
     // MARK: ReadTransaction
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
-        let table = try table(query.entity)
+        let table = try table(query.handle)
         if query.limit == 0 { return }
         if query.filter == .constant(true) {
             // Counting a table walks its b-tree without decoding a row; much cheaper than
@@ -94,7 +72,7 @@ final class SQLiteTransaction: WriteTransaction {
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         // A key of another type is in no row (SQLite's affinity would otherwise turn the
         // integer 5 into the text '5').
@@ -108,7 +86,7 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     func count(_ query: Query) throws -> Int {
-        let table = try table(query.entity)
+        let table = try table(query.handle)
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
             return try countAll(table)
         }
@@ -122,7 +100,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     // MARK: WriteTransaction
 
-    private func writableTable(_ entity: EntityDescription) throws(DepotError) -> RegisteredEntity {
+    private func writableTable(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         let table = try table(entity)
         if !writable {
             throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
@@ -166,7 +144,7 @@ final class SQLiteTransaction: WriteTransaction {
         }
     }
 
-    func insert(_ row: Row, into entity: EntityDescription) throws {
+    func insert(_ row: Row, into entity: EntityHandle) throws {
         let table = try writableTable(entity)
         let statement = try connection.statement(key: table.key(.insert)) { table.insert }
         defer { connection.release(statement) }
@@ -175,7 +153,7 @@ final class SQLiteTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
     }
 
-    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         // Insert unless the key exists, then update in place: one statement for a new
         // row, and `changes` says which case it was (an upsert's DO UPDATE would not).
@@ -197,7 +175,7 @@ final class SQLiteTransaction: WriteTransaction {
         return inserted
     }
 
-    func update(_ row: Row, in entity: EntityDescription) throws {
+    func update(_ row: Row, in entity: EntityHandle) throws {
         let table = try writableTable(entity)
         let statement = try connection.statement(key: table.key(.update)) { table.update }
         defer { connection.release(statement) }
@@ -210,7 +188,7 @@ final class SQLiteTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
     }
 
-    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         guard key.type == table.keyType else { return false }
         let statement = try connection.statement(key: table.key(.deleteByKey)) { table.deleteByKey }
@@ -223,7 +201,7 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     func delete(_ query: Query) throws -> Int {
-        let table = try writableTable(query.entity)
+        let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let recording = recorder.isDetailed
         let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)

@@ -4,7 +4,7 @@ import NIOConcurrencyHelpers
 /// A store that forwards to another and records how reads use it: how many fetches ran and
 /// the most rows any one fetch delivered. Tests use it to show that streaming reads stay
 /// within their batch size, whatever the backend.
-public final class RecordingStore: Store {
+public final class RecordingStore: RowReadingStore {
     public let base: any Store
     private let stats = NIOLockedValueBox((fetches: 0, largestFetch: 0))
 
@@ -25,7 +25,7 @@ public final class RecordingStore: Store {
     public var backendName: String { base.backendName }
     public var changes: ChangeFeed { base.changes }
 
-    public func submitRegistration(_ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+    public func submitRegistration(_ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void) {
         base.submitRegistration(entities, completion: completion)
     }
 
@@ -42,18 +42,10 @@ public final class RecordingStore: Store {
     }
 
     public func submitRowRead<T: Sendable>(
-        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void
     ) {
-        base.submitRowRead(entity, key: key, decode: decode, completion: completion)
-    }
-
-    public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
-        try await base.read { try body(Recording(base: $0, store: self)) }
-    }
-
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
-        try await base.write { try body(RecordingWrite(base: $0, store: self)) }
+        base.readRow(entity, key: key, decode: decode, completion: completion)
     }
 
     public func close() async { await base.close() }
@@ -71,7 +63,7 @@ public final class RecordingStore: Store {
             }
         }
 
-        func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+        func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
             try base.fetchRow(entity, key: key, body)
         }
 
@@ -86,15 +78,15 @@ public final class RecordingStore: Store {
             try Recording(base: base, store: store).fetch(query, reserve: reserve, body)
         }
 
-        func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+        func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
             try base.fetchRow(entity, key: key, body)
         }
 
         func count(_ query: Query) throws -> Int { try base.count(query) }
-        func insert(_ row: Row, into entity: EntityDescription) throws { try base.insert(row, into: entity) }
-        func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool { try base.upsert(row, into: entity) }
-        func update(_ row: Row, in entity: EntityDescription) throws { try base.update(row, in: entity) }
-        func delete(key: Value, from entity: EntityDescription) throws -> Bool { try base.delete(key: key, from: entity) }
+        func insert(_ row: Row, into entity: EntityHandle) throws { try base.insert(row, into: entity) }
+        func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool { try base.upsert(row, into: entity) }
+        func update(_ row: Row, in entity: EntityHandle) throws { try base.update(row, in: entity) }
+        func delete(key: Value, from entity: EntityHandle) throws -> Bool { try base.delete(key: key, from: entity) }
         func delete(_ query: Query) throws -> Int { try base.delete(query) }
     }
 }

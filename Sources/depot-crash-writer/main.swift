@@ -61,9 +61,10 @@ func runWriter(url: String, logPath: String, seed: UInt64, maximum: Int) async {
     let log = SideLog(path: logPath)
     var generator = SplitMix64(seed: seed)
     let store: any Store
+    let entities: CrashWorkload.Entities
     do {
         store = try await openStore(url: url)
-        try await CrashWorkload.register(store)
+        entities = try await CrashWorkload.register(store)
     } catch {
         fail("cannot open \(url): \(error)")
     }
@@ -71,7 +72,7 @@ func runWriter(url: String, logPath: String, seed: UInt64, maximum: Int) async {
     while done < maximum {
         let plan = CrashWorkload.plan(using: &generator)
         do {
-            let txn = try await CrashWorkload.commit(plan, to: store)
+            let txn = try await CrashWorkload.commit(plan, to: store, entities)
             log.acknowledge(txn)
         } catch let error as DepotError where error.code == .busy {
             // Another writer process held the lock past the busy timeout: not a loss, just

@@ -50,14 +50,17 @@ struct ValueTests {
         #expect(try SchemaMigration.plan(from: base, to: base).isEmpty)
     }
 
-    @Test func keyPathsThatAreNotAttributesAreReported() throws {
+    @Test func keyPathsThatAreNotAttributesAreReported() async throws {
         struct Odd: StoredObject {
             var id: Int64
             var hidden: Int
             static let entity = Entity<Odd>("Odd", primaryKey: \.id) { Attribute("id", \.id) }
             init(row: RecordReader<Self>) throws { id = try row[\.id]; hidden = 0 }
         }
-        #expect(throws: DepotError.self) { try Request<Odd>(\.hidden == 3).resolved() }
-        #expect(throws: DepotError.self) { try Request<Odd>().sorted(by: \.hidden).resolved() }
+        let store = MemoryStore()
+        let odd = try await store.register(Odd.entity.description)
+        #expect(throws: DepotError.self) { try Request<Odd>(\.hidden == 3).resolved(for: odd) }
+        #expect(throws: DepotError.self) { try Request<Odd>().sorted(by: \.hidden).resolved(for: odd) }
+        await store.close()
     }
 }

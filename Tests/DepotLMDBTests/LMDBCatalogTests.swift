@@ -102,9 +102,10 @@ struct LMDBCatalogTests {
             #expect(try await !Self.indexHolds(store, "Cat.idx.name", second.name, second.id))
             // The other process's view: a controller with the indexed declaration finds the
             // rows through the index.
+            let registered = try await store.register(target)
             let viaIndex = try await store.read { transaction -> [Int64] in
                 var ids: [Int64] = []
-                let query = try Query(entity: target, predicate: .compare(attribute: "name", .equal, .string("Newcomer")))
+                let query = try Query(entity: registered, predicate: .compare(attribute: "name", .equal, .string("Newcomer")))
                 try transaction.fetchRows(query) { row in
                     if case .int(let id) = row[value: target.primaryKeyIndex] { ids.append(id) }
                 }

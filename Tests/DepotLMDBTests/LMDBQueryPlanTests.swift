@@ -182,8 +182,10 @@ struct LMDBQueryPlanTests {
         let indexes = entity.attributes.indices.filter { entity.attributes[$0].isIndexed && $0 != entity.primaryKeyIndex }
             .map { IndexHandle(position: $0, dbi: MDB_dbi($0 + 10), isUnique: false) }
         let handles = RegisteredEntity(entity: entity, main: 2, indexes: indexes, schemaVersion: 1)
+        var registry = EntityRegistry<RegisteredEntity>()
+        let registered = registry.set(entity, handles)
         func plan(_ request: Request<Reading>, order: Bool = true) throws -> Plan {
-            QueryPlanner.plan(try request.resolved(), handles: handles, maxKeySize: 511, needsOrder: order)
+            QueryPlanner.plan(try request.resolved(for: registered), handles: handles, maxKeySize: 511, needsOrder: order)
         }
         let count = entity.index(of: "count")!
         let sensor = entity.index(of: "sensor")!

@@ -219,7 +219,7 @@ struct LMDBStoreTests {
         try await withStore { store, _ in
             let cats = Cats(store: store)
             try await cats.save(Array(fixtureCatsForTests))
-            let entity = CatRecord.entity.description
+            let entity = try await cats.registeredEntity()
             let insideWrite = DispatchSemaphore(value: 0)
             let finishWrite = DispatchSemaphore(value: 0)
             let writeDone = Flag()

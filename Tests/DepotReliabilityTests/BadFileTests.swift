@@ -33,9 +33,9 @@ func dataFile(_ backend: Backend, in directory: TemporaryDirectory, name: String
 /// Writes a small valid store named "valid" and returns its data file's bytes.
 func validStoreBytes(_ backend: Backend, in directory: TemporaryDirectory) async throws -> Data {
     let store = try await openStore(url: backend.url(in: directory, name: "valid"))
-    try await CrashWorkload.register(store)
+    let entities = try await CrashWorkload.register(store)
     var generator = SplitMix64(seed: 7)
-    for _ in 0..<6 { _ = try await CrashWorkload.commit(CrashWorkload.plan(using: &generator), to: store) }
+    for _ in 0..<6 { _ = try await CrashWorkload.commit(CrashWorkload.plan(using: &generator), to: store, entities) }
     await store.close()
     return try Data(contentsOf: URL(fileURLWithPath: dataFile(backend, in: directory, name: "valid")))
 }
@@ -144,7 +144,7 @@ struct BadFileTests {
         let verdict = try await CrashWorkload.verify(store)
         #expect(verdict.lastCommitted == 0 && verdict.problems.isEmpty)
         var generator = SplitMix64(seed: 1)
-        let txn = try await CrashWorkload.commit(CrashWorkload.plan(using: &generator), to: store)
+        let txn = try await CrashWorkload.commit(CrashWorkload.plan(using: &generator), to: store, CrashWorkload.register(store))
         #expect(txn == 1)
         await store.close()
     }

@@ -117,8 +117,8 @@ struct DifferentialCase: Sendable, CustomStringConvertible {
         return "records: [\(rows.joined(separator: ", "))], predicate: \(predicate), sort: \(sortKeys.map { "\($0.attribute)\($0.ascending ? "↑" : "↓")" }), limit: \(limit.map(String.init) ?? "none"), offset: \(offset)"
     }
 
-    func query() throws -> Query {
-        try Query(entity: Probe.entity.description, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset)
+    func query(for entity: EntityHandle) throws -> Query {
+        try Query(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset)
     }
 
     /// Decodes generated numbers into a case.
@@ -227,8 +227,10 @@ final class DifferentialStores: Sendable {
         var remaining: [Row]
     }
 
-    static func answer(_ store: any Store, _ testCase: DifferentialCase, query: Query) async throws -> Answer {
-        let entity = Probe.entity.description
+    static func answer(_ store: any Store, _ testCase: DifferentialCase) async throws -> Answer {
+        // Registered already: this returns the store's handle.
+        let entity = try await store.register(Probe.entity.description)
+        let query = try testCase.query(for: entity)
         let records = testCase.records
         try await store.write { transaction in
             try transaction.delete(Query(all: entity))
@@ -251,13 +253,12 @@ final class DifferentialStores: Sendable {
     /// Checks every backend against the reference for one case; returns whether all agree.
     @discardableResult
     func check(_ testCase: DifferentialCase, sourceLocation: SourceLocation = #_sourceLocation) async throws -> Bool {
-        let query = try testCase.query()
-        let reference = try await Self.answer(stores[0].store, testCase, query: query)
+        let reference = try await Self.answer(stores[0].store, testCase)
         // A case that selects some but not all records tells the backends apart best.
         if !reference.rows.isEmpty && reference.rows.count < testCase.records.count { selective.increment() }
         var agree = true
         for (name, store) in stores.dropFirst() {
-            let answer = try await Self.answer(store, testCase, query: query)
+            let answer = try await Self.answer(store, testCase)
             if answer != reference {
                 agree = false
                 Issue.record("""

@@ -191,7 +191,7 @@ struct SQLiteStoreTests {
 
             do {
                 let store = try SQLiteStore(path: path)
-                try await store.register([v1])
+                let v1 = try await store.register(v1)
                 try await store.write { t in
                     try t.insert(Row([.int(1)]), into: v1)
                     try t.insert(Row([.int(2)]), into: v1)
@@ -199,10 +199,10 @@ struct SQLiteStoreTests {
                 await store.close()
             }
             let store = try SQLiteStore(path: path)
-            try await store.register([v2])
+            let registered = try await store.register(v2)
             let rows = try await store.read { t in
                 var rows: [Row] = []
-                try t.fetchRows(Query(all: v2)) { rows.append($0) }
+                try t.fetchRows(Query(all: registered)) { rows.append($0) }
                 return rows
             }
             #expect(rows.count == 2)
@@ -239,7 +239,7 @@ struct SQLiteStoreTests {
         let store = try SQLiteStore.inMemory(options: .init(readers: 3))
         let cats = Cats(store: store)
         try await cats.save(Cat.workload(count: 100))
-        let entity = CatRecord.entity.description
+        let entity = try await cats.registeredEntity()
         let writing = DispatchSemaphore(value: 0)
         let finishWrite = DispatchSemaphore(value: 0)
         async let written: Void = withCheckedThrowingContinuation { continuation in
@@ -350,7 +350,7 @@ struct SQLiteStoreTests {
         let store = try SQLiteStore.inMemory()
         let cats = Cats(store: store)
         try await cats.save(Cat.workload(count: 3000))
-        let entity = CatRecord.entity.description
+        let entity = try await cats.registeredEntity()
         let (reserved, fetched) = try await store.read { t in
             var reserved: [Int] = []
             var fetched = 0

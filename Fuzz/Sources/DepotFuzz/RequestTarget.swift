@@ -15,13 +15,12 @@ enum RequestTarget {
     static func run(_ bytes: UnsafeRawBufferPointer) {
         var input = FuzzInput(bytes)
         let request = buildRequest(&input)
-        let query: Query
         do {
-            query = try request.resolved()
+            _ = try request.resolved(for: Stores.all[0].entity)
         } catch {
             return
         }
-        check(query)
+        check(request)
         checkResultSet(request, &input)
     }
 
@@ -86,10 +85,14 @@ enum RequestTarget {
     }
 
     /// Every backend gives the rows evaluation in memory gives, and counts them alike.
-    static func check(_ query: Query) {
-        let expected = query.apply(to: SampleRows.rows)
-        if let limit = query.limit, expected.count > limit { violated("\(expected.count) rows for limit \(limit)") }
-        for (name, store) in Stores.all {
+    static func check(_ request: Request<Sample>) {
+        // Resolved against each store's own handle; the same request resolves alike
+        // everywhere, so the first one gives the expected rows.
+        guard let reference = try? request.resolved(for: Stores.all[0].entity) else { violated("the request resolved once, then not") }
+        let expected = reference.apply(to: SampleRows.rows)
+        if let limit = reference.limit, expected.count > limit { violated("\(expected.count) rows for limit \(limit)") }
+        for (name, store, entity) in Stores.all {
+            guard let query = try? request.resolved(for: entity) else { violated("\(name): the request does not resolve against its handle") }
             let result = blocking { completion in
                 store.submitRead({ transaction -> ([Row], Int) in
                     var rows: [Row] = []

@@ -30,7 +30,8 @@ enum SchemaTarget {
             return
         }
         _ = description.primaryKey
-        _ = Query(all: description)
+        var registry = EntityRegistry<Void>()
+        _ = Query(all: registry.set(description, ()))
         let sample = Sample.entity.description
         _ = try? SchemaMigration.plan(from: description, to: sample)
         _ = try? SchemaMigration.plan(from: sample, to: description)

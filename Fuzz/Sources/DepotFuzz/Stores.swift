@@ -67,11 +67,18 @@ enum Stores {
     static let memory: any Store = prepare(MemoryStore())
     static let sqlite: any Store = prepare(try! SQLiteStore.inMemory())
     static let lmdb: LMDBStore = prepare(try! LMDBStore(directory: Scratch.path("lmdb"), options: .init(mapSize: 8 << 20, durability: .unsafe)))
-    static var all: [(name: String, store: any Store)] { [("memory", memory), ("sqlite", sqlite), ("lmdb", lmdb)] }
+    /// Each store with the handle `Sample` has in it.
+    static let all: [(name: String, store: any Store, entity: EntityHandle)] = [("memory", memory), ("sqlite", sqlite), ("lmdb", lmdb)].map {
+        ($0.0, $0.1, handle(in: $0.1))
+    }
+
+    /// `Sample`'s handle in `store` (registering an unchanged entity returns its handle).
+    static func handle(in store: any Store) -> EntityHandle {
+        try! blocking { store.submitRegistration([Sample.entity.description], completion: $0) }.get()[0]
+    }
 
     private static func prepare<S: Store>(_ store: S) -> S {
-        let entity = Sample.entity.description
-        _ = try! blocking { store.submitRegistration([entity], completion: $0) }.get()
+        let entity = handle(in: store)
         _ = try! blocking { completion in
             store.submitWrite({ transaction in
                 for row in SampleRows.rows { _ = try transaction.upsert(row, into: entity) }

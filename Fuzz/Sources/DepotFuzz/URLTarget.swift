@@ -54,10 +54,15 @@ enum URLTarget {
             return
         }
         let entity = Sample.entity.description
-        let written = blocking { completion in
+        let written = blocking { (completion: @escaping @Sendable (Result<Void, any Error>) -> Void) in
             store.submitRegistration([entity]) { registered in
-                guard case .success = registered else { return completion(registered) }
-                store.submitWrite({ try $0.insert(try Sample(id: 1).row, into: entity) }, completion: completion)
+                switch registered {
+                case .failure(let error):
+                    completion(.failure(error))
+                case .success(let handles):
+                    guard let handle = handles.first else { violated("registration of \(entity.name) returned no handle") }
+                    store.submitWrite({ try $0.insert(try Sample(id: 1).row, into: handle) }, completion: completion)
+                }
             }
         }
         if case .failure(let error) = written { expectDepotError(error, "a write to \(located)") }

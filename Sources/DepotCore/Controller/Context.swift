@@ -7,6 +7,8 @@ public protocol RecordContext {
     associatedtype Managed: ObjectConvertible where Managed.Object == Object
     /// The transaction the context reads through.
     var readTransaction: any ReadTransaction { get }
+    /// The record type's entity, as registered with the transaction's store.
+    var entity: EntityHandle { get }
 }
 
 // The conversion path is `@inlinable` (with the contexts' and the controller's hot
@@ -55,7 +57,7 @@ extension RecordContext {
     ///   knows the count.
     @inlinable
     public func fetchAll(_ request: Request<Managed> = .all) throws -> [Object] {
-        try fetchAll(request.resolved())
+        try fetchAll(request.resolved(for: entity))
     }
 
     @inlinable
@@ -77,7 +79,7 @@ extension RecordContext {
     @inlinable
     public func fetchOne(id: Managed.ID) throws -> Object? {
         var object: Object?
-        _ = try readTransaction.fetchRow(Managed.entity.description, key: id.value) { columns in
+        _ = try readTransaction.fetchRow(entity, key: id.value) { columns in
             object = try Conversion<Object, Managed>.object(from: columns)
         }
         return object
@@ -85,13 +87,13 @@ extension RecordContext {
 
     /// The number of records matching `request`, counted without converting them.
     public func count(_ request: Request<Managed> = .all) throws -> Int {
-        try readTransaction.count(request.resolved())
+        try readTransaction.count(request.resolved(for: entity))
     }
 
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) throws -> Bool {
-        try readTransaction.fetchRow(Managed.entity.description, key: id.value) { _ in }
+        try readTransaction.fetchRow(entity, key: id.value) { _ in }
     }
 }
 
@@ -100,10 +102,13 @@ extension RecordContext {
 public struct ReadContext<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public let readTransaction: any ReadTransaction
+    public let entity: EntityHandle
 
+    /// A context over `transaction` for the record type registered as `entity`.
     @inlinable
-    public init(_ transaction: any ReadTransaction) {
+    public init(_ transaction: any ReadTransaction, entity: EntityHandle) {
         self.readTransaction = transaction
+        self.entity = entity
     }
 }
 
@@ -122,19 +127,20 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 public struct Context<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public let transaction: any WriteTransaction
+    public let entity: EntityHandle
     @inlinable public var readTransaction: any ReadTransaction { transaction }
 
+    /// A context over `transaction` for the record type registered as `entity`.
     @inlinable
-    public init(_ transaction: any WriteTransaction) {
+    public init(_ transaction: any WriteTransaction, entity: EntityHandle) {
         self.transaction = transaction
+        self.entity = entity
     }
-
-    @usableFromInline var entity: EntityDescription { Managed.entity.description }
 
     /// Inserts or replaces `object` (upsert by primary key).
     @inlinable
     public func save(_ object: Object) throws {
-        var row = Row(capacity: entity.attributes.count)
+        var row = Row(capacity: entity.entity.attributes.count)
         try Conversion<Object, Managed>.row(from: object, into: &row)
         try transaction.upsert(row, into: entity)
     }
@@ -143,7 +149,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func save(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
-        var row = Row(capacity: entity.attributes.count)
+        var row = Row(capacity: entity.entity.attributes.count)
         for object in objects {
             try Conversion<Object, Managed>.row(from: object, into: &row)
             try transaction.upsert(row, into: entity)
@@ -163,7 +169,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func insert(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
-        var row = Row(capacity: entity.attributes.count)
+        var row = Row(capacity: entity.entity.attributes.count)
         for object in objects {
             try Conversion<Object, Managed>.row(from: object, into: &row)
             try transaction.insert(row, into: entity)
@@ -182,7 +188,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func update(_ objects: some Sequence<Object>) throws {
         let entity = self.entity
-        var row = Row(capacity: entity.attributes.count)
+        var row = Row(capacity: entity.entity.attributes.count)
         for object in objects {
             try Conversion<Object, Managed>.row(from: object, into: &row)
             try transaction.update(row, in: entity)
@@ -208,7 +214,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Deletes every record matching `request`; returns how many.
     @discardableResult
     public func deleteAll(where request: Request<Managed>) throws -> Int {
-        try transaction.delete(request.resolved())
+        try transaction.delete(request.resolved(for: entity))
     }
 
     /// Deletes every record matching `predicate`; returns how many.

@@ -29,8 +29,10 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     ) {
         let store = controller.store
         controller.ensureRegistered { registered in
-            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
-            store.submitRead({ try body(ReadContext($0)) }) { deliver($0, to: completion) }
+            switch registered {
+            case .failure(let error): deliver(.failure(error), to: completion)
+            case .success(let entity): store.submitRead({ try body(ReadContext($0, entity: entity)) }) { deliver($0, to: completion) }
+            }
         }
     }
 
@@ -39,19 +41,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     ) {
         let store = controller.store
         controller.ensureRegistered { registered in
-            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
-            store.submitWrite({ try body(Context($0)) }) { deliver($0, to: completion) }
+            switch registered {
+            case .failure(let error): deliver(.failure(error), to: completion)
+            case .success(let entity): store.submitWrite({ try body(Context($0, entity: entity)) }) { deliver($0, to: completion) }
+            }
         }
     }
 
-    private func resolve<T: Sendable>(_ request: Request<Managed>, _ completion: @escaping Completion<T>) -> Query? {
-        do {
-            return try request.resolved()
-        } catch {
-            deliver(.failure(error), to: completion)
-            return nil
-        }
-    }
 
     // MARK: Units of work
 
@@ -74,13 +70,11 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     // MARK: Reads
 
     public func fetchAll(_ request: Request<Managed> = .all, completion: @escaping Completion<[Object]>) {
-        guard let query = resolve(request, completion) else { return }
-        submitRead({ try $0.fetchAll(query) }, completion: completion)
+        submitRead({ try $0.fetchAll(request) }, completion: completion)
     }
 
     public func fetchFirst(_ request: Request<Managed> = .all, completion: @escaping Completion<Object?>) {
-        guard let query = resolve(request.atMostOne, completion) else { return }
-        submitRead({ try $0.fetchAll(query).first }, completion: completion)
+        submitRead({ try $0.fetchFirst(request) }, completion: completion)
     }
 
     public func fetchOne(id: Managed.ID, completion: @escaping Completion<Object?>) {
@@ -88,22 +82,21 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     /// Reads one record by key as a read of its own (see
-    /// ``Store/submitRowRead(_:key:decode:completion:)``).
+    /// ``Store/readRow(_:key:decode:completion:)``).
     private func submitRowRead<T: Sendable>(
         _ id: Managed.ID, _ decode: @escaping @Sendable (any ColumnReader) throws -> T, completion: @escaping Completion<T?>
     ) {
         let store = controller.store
         controller.ensureRegistered { registered in
-            if case .failure(let error) = registered { return deliver(.failure(error), to: completion) }
-            store.submitRowRead(Managed.entity.description, key: id.value, decode: decode) { result in
-                deliver(result, to: completion)
+            switch registered {
+            case .failure(let error): deliver(.failure(error), to: completion)
+            case .success(let entity): store.readRow(entity, key: id.value, decode: decode) { deliver($0, to: completion) }
             }
         }
     }
 
     public func count(_ request: Request<Managed> = .all, completion: @escaping Completion<Int>) {
-        guard let query = resolve(request, completion) else { return }
-        submitRead({ try $0.readTransaction.count(query) }, completion: completion)
+        submitRead({ try $0.count(request) }, completion: completion)
     }
 
     public func exists(id: Managed.ID, completion: @escaping Completion<Bool>) {
@@ -145,8 +138,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     }
 
     public func deleteAll(where request: Request<Managed>, completion: @escaping Completion<Int>) {
-        guard let query = resolve(request, completion) else { return }
-        submitWrite({ try $0.transaction.delete(query) }, completion: completion)
+        submitWrite({ try $0.deleteAll(where: request) }, completion: completion)
     }
 
     public func deleteAll(where predicate: Condition<Managed>, completion: @escaping Completion<Int>) {

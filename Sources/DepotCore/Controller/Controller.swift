@@ -40,27 +40,39 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 
     // MARK: Registration
 
+    /// The entity's handle in ``store``, registering it first when this is the first use.
     @inlinable
-    func ensureRegistered() async throws {
-        if registration.isDone { return }
-        try await registerEntity()
+    public func registeredEntity() async throws -> EntityHandle {
+        if let handle = registration.handle { return handle }
+        return try await registerEntity()
     }
 
     @usableFromInline
-    func registerEntity() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+    func registerEntity() async throws -> EntityHandle {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<EntityHandle, any Error>) in
             ensureRegistered { continuation.resume(with: $0) }
         }
     }
 
-    /// Calls `next` once the entity is registered (at once when it is). Calls that arrive
-    /// while the registration runs wait for it and continue in arrival order, so two
-    /// completion-handler writes on a fresh controller submit, and commit, in call order.
-    func ensureRegistered(then next: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        if registration.isDone { return next(.success(())) }
+    /// Calls `next` with the entity's handle once the entity is registered (at once when it
+    /// is). Calls that arrive while the registration runs wait for it and continue in
+    /// arrival order, so two completion-handler writes on a fresh controller submit, and
+    /// commit, in call order.
+    func ensureRegistered(then next: @escaping @Sendable (Result<EntityHandle, any Error>) -> Void) {
+        if let handle = registration.handle { return next(.success(handle)) }
         do { try Managed.entity.validate() } catch { return next(.failure(error)) }
         let store = self.store
-        registration.whenRegistered(register: { store.submitRegistration([Self.entity], completion: $0) }, then: next)
+        let entity = Self.entity
+        registration.whenRegistered(register: { done in
+            store.submitRegistration([entity]) { result in
+                done(result.flatMap { handles in
+                    guard handles.count == 1, let handle = handles.first, handle.name == entity.name else {
+                        return .failure(DepotError(.invalidSchema, "The \(store.backendName) store answered the registration of \(entity.name) with \(handles.count) handles; the backend breaks the Store contract."))
+                    }
+                    return .success(handle)
+                })
+            }
+        }, then: next)
     }
 
     // MARK: Units of work
@@ -68,16 +80,16 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Runs `body` with a read context: every read inside sees one snapshot.
     @inlinable
     public func read<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
-        try await ensureRegistered()
-        return try await store.read { transaction in try body(ReadContext(transaction)) }
+        let entity = try await registeredEntity()
+        return try await store.read { transaction in try body(ReadContext(transaction, entity: entity)) }
     }
 
     /// Runs `body` in one write transaction: its reads see its writes; it commits when
     /// `body` returns and rolls back when it throws (the error is rethrown unchanged).
     @inlinable
     public func operation<T: Sendable>(_ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
-        try await ensureRegistered()
-        return try await store.write { transaction in try body(Context(transaction)) }
+        let entity = try await registeredEntity()
+        return try await store.write { transaction in try body(Context(transaction, entity: entity)) }
     }
 
     // MARK: Reads
@@ -85,37 +97,40 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Every object matching `request`, in its order (by primary key by default).
     @inlinable
     public func fetchAll(_ request: Request<Managed> = .all) async throws -> [Object] {
-        let query = try request.resolved()
-        return try await read { try $0.fetchAll(query) }
+        let entity = try await registeredEntity()
+        let query = try request.resolved(for: entity)
+        return try await store.read { try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query) }
     }
 
     /// The first object matching `request`, or `nil`.
     @inlinable
     public func fetchFirst(_ request: Request<Managed> = .all) async throws -> Object? {
-        let query = try request.atMostOne.resolved()
-        return try await read { try $0.fetchAll(query).first }
+        let entity = try await registeredEntity()
+        let query = try request.atMostOne.resolved(for: entity)
+        return try await store.read { try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query).first }
     }
 
     /// The object with primary key `id`, or `nil`.
     @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
-        try await ensureRegistered()
-        return try await store.readRow(Managed.entity.description, key: id.value) { columns in
+        let entity = try await registeredEntity()
+        return try await store.readRow(entity, key: id.value) { columns in
             try Conversion<Object, Managed>.object(from: columns)
         }
     }
 
     /// The number of records matching `request`, counted by the backend.
     public func count(_ request: Request<Managed> = .all) async throws -> Int {
-        let query = try request.resolved()
-        return try await read { try $0.readTransaction.count(query) }
+        let entity = try await registeredEntity()
+        let query = try request.resolved(for: entity)
+        return try await store.read { try $0.count(query) }
     }
 
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
-        try await ensureRegistered()
-        return try await store.readRow(Managed.entity.description, key: id.value) { _ in true } != nil
+        let entity = try await registeredEntity()
+        return try await store.readRow(entity, key: id.value) { _ in true } != nil
     }
 
     // MARK: Writes
@@ -175,15 +190,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Deletes every record matching `predicate`; returns how many.
     @discardableResult
     public func deleteAll(where predicate: Condition<Managed>) async throws -> Int {
-        let query = try Request(predicate).resolved()
-        return try await operation { try $0.transaction.delete(query) }
+        try await deleteAll(where: Request(predicate))
     }
 
     /// Deletes every record matching `request` (its order, offset and limit included).
     @discardableResult
     public func deleteAll(where request: Request<Managed>) async throws -> Int {
-        let query = try request.resolved()
-        return try await operation { try $0.transaction.delete(query) }
+        let entity = try await registeredEntity()
+        let query = try request.resolved(for: entity)
+        return try await store.write { try $0.delete(query) }
     }
 }
 
@@ -194,13 +209,24 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 /// overtake an earlier one by finding the registration done first.
 @usableFromInline
 final class Registration: Sendable {
-    typealias Next = @Sendable (Result<Void, any Error>) -> Void
+    typealias Next = @Sendable (Result<EntityHandle, any Error>) -> Void
 
     private let done = Atomic<Bool>(false)
+    /// The handle, set once before `done` turns true and never changed after; read without
+    /// a lock on every call.
+    private let registered = AtomicLazyReference<Registered>()
+    private final class Registered: Sendable {
+        let handle: EntityHandle
+        init(_ handle: EntityHandle) { self.handle = handle }
+    }
     /// The calls waiting for the running registration; `nil` when none runs.
     private let waiting = NIOLockedValueBox<[Next]?>(nil)
 
-    @usableFromInline var isDone: Bool { done.load(ordering: .acquiring) }
+    /// The handle once the registration is done.
+    @usableFromInline var handle: EntityHandle? {
+        guard done.load(ordering: .acquiring) else { return nil }
+        return registered.load()?.handle
+    }
 
     func whenRegistered(register: (@escaping Next) -> Void, then next: @escaping Next) {
         let starts = waiting.withLockedValue { waiting -> Bool? in
@@ -212,7 +238,12 @@ final class Registration: Sendable {
             waiting?.append(next)
             return false
         }
-        guard let starts else { return next(.success(())) }
+        guard let starts else {
+            guard let handle = registered.load()?.handle else {
+                return next(.failure(DepotError(.backend, "A registration counted as done without a handle; this is a bug in Depot.")))
+            }
+            return next(.success(handle))
+        }
         guard starts else { return }
         register { result in self.release(result) }
     }
@@ -220,7 +251,10 @@ final class Registration: Sendable {
     /// Runs every waiting call in order (each one submits its work), including calls that
     /// arrive while they run, then marks the registration done. After a failure, the calls
     /// that waited get it and the next call tries again.
-    private func release(_ result: Result<Void, any Error>) {
+    private func release(_ result: Result<EntityHandle, any Error>) {
+        if case .success(let handle) = result {
+            _ = registered.storeIfNil(Registered(handle))
+        }
         if case .failure = result {
             // Only the calls that waited for this registration share its failure; a call
             // arriving from now on starts a registration of its own.

@@ -62,7 +62,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         public mutating func next() async throws -> ObservedResult<Object>? {
             if !started {
                 started = true
-                try await controller.ensureRegistered()
+                _ = try await controller.registeredEntity()
                 // Subscribe before the first read, so no commit falls between them. Keeping
                 // only the newest signal coalesces bursts; a signal after the last commit is
                 // always kept, so the final state is always delivered.
@@ -103,7 +103,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         }
 
         private func fetch() async throws -> [(key: Value, row: Row, object: Object)] {
-            let query = try request.resolved()
+            let query = try request.resolved(for: try await controller.registeredEntity())
             let keyIndex = Managed.entity.description.primaryKeyIndex
             return try await controller.read { context in
                 var result: [(key: Value, row: Row, object: Object)] = []

@@ -104,7 +104,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     ///   (nothing is written); any error `transform` throws (nothing is written).
     @discardableResult
     public func update(_ transform: @escaping @Sendable (Object) throws -> Object) async throws -> Int {
-        let query = try request.resolved()
+        let query = try request.resolved(for: try await controller.registeredEntity())
         return try await controller.operation { context in
             let objects = try context.fetchAll(query)
             var changed: [Object] = []
@@ -159,11 +159,11 @@ extension ResultSet: AsyncSequence {
                     return nil
                 }
             }
-            let base = try request.resolved()
+            let base = try request.resolved(for: try await set.controller.registeredEntity())
             var predicate = request.predicate
             if let lastRow { predicate = predicate.and(Self.after(lastRow, in: base)) }
             let query = try Query(
-                entity: base.entity, predicate: predicate, sortKeys: base.sort.map { SortKey(base.entity.attributes[$0.attributeIndex].name, ascending: $0.ascending) },
+                entity: base.handle, predicate: predicate, sortKeys: base.sort.map { SortKey(base.entity.attributes[$0.attributeIndex].name, ascending: $0.ascending) },
                 limit: want, offset: lastRow == nil ? request.offset : 0, extraDepth: 1)
             let batchSize = want
             let batch = try await set.controller.read { context -> ([Object], Row?) in

@@ -7,7 +7,8 @@ extension MemoryStore {
     /// - Throws: ``DepotError/Code/storeCorrupted`` naming the first inconsistency.
     public func _checkInvariants() throws(DepotError) {
         let snapshot = state.withLockedValue { $0.snapshot }
-        for (name, table) in snapshot.tables {
+        for (handle, table) in snapshot.tables.all {
+            let name = handle.name
             func broken(_ what: String) -> DepotError {
                 DepotError(.storeCorrupted, "MemoryStore invariant broken in \(name): \(what)")
             }

@@ -19,7 +19,7 @@ import Synchronization
 /// ```
 ///
 /// Nothing is persisted: the data lives as long as the store.
-public final class MemoryStore: Store {
+public final class MemoryStore: InlineReadingStore {
     /// A registered entity (every backend calls its per-entity state by this name): its
     /// description and its rows.
     struct RegisteredEntity: Sendable {
@@ -69,7 +69,7 @@ public final class MemoryStore: Store {
     }
 
     struct Snapshot: Sendable {
-        var tables: [String: RegisteredEntity] = [:]
+        var tables = EntityRegistry<RegisteredEntity>()
     }
 
     struct State: Sendable {
@@ -107,25 +107,29 @@ public final class MemoryStore: Store {
     // MARK: Store
 
     public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
         writer.async {
             completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })
         }
     }
 
-    private func registerNow(_ entities: [EntityDescription]) throws {
+    private func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
         _ = try begin()
         defer { end() }
         for entity in entities { try entity.validate() }
-        try state.withLockedValue { s in
+        return try state.withLockedValue { s in
+            var handles: [EntityHandle] = []
             for entity in entities {
-                guard let existing = s.snapshot.tables[entity.name] else {
-                    s.snapshot.tables[entity.name] = RegisteredEntity(entity: entity)
+                guard let existing = s.snapshot.tables[entity.name]?.entry else {
+                    handles.append(s.snapshot.tables.set(entity, RegisteredEntity(entity: entity)))
                     log.schemaCreated(entity)
                     continue
                 }
-                if existing.entity == entity { continue }
+                if existing.entity == entity {
+                    handles.append(s.snapshot.tables.set(entity, existing))
+                    continue
+                }
                 let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                 log.schemaMigrated(migration)
                 var table = RegisteredEntity(entity: entity)
@@ -136,8 +140,9 @@ public final class MemoryStore: Store {
                         table.unique[position]![migrated[value: position]] = key
                     }
                 }
-                s.snapshot.tables[entity.name] = table
+                handles.append(s.snapshot.tables.set(entity, table))
             }
+            return handles
         }
     }
 
@@ -150,9 +155,10 @@ public final class MemoryStore: Store {
         }
     }
 
-    /// Reads run on the calling task: they touch only memory and never wait for a writer,
-    /// so there is no blocking work to move off the cooperative pool.
-    public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+    /// Reads may run on the calling task (``InlineReadingStore``): they touch only memory
+    /// and never wait for a writer, so there is no blocking work to move off the
+    /// cooperative pool.
+    public func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
         try readNow(body)
     }
 
@@ -194,12 +200,13 @@ public final class MemoryStore: Store {
             throw error
         }
         var recorder = changes.makeRecorder()
-        for (name, working) in transaction.working where !working.written.isEmpty {
+        for working in transaction.working where !working.written.isEmpty {
+            let name = working.table.entity.name
             guard recorder.isDetailed else {
                 recorder.recordTouched(entity: name)
                 continue
             }
-            let before = snapshot.tables[name]?.rows
+            let before = snapshot.tables[slot: working.slot]?.entry.rows
             for key in working.written {
                 recorder.record(entity: name, key: key, existedBefore: before?[key] != nil, existsAfter: working.table.rows[key] != nil)
             }
@@ -207,9 +214,9 @@ public final class MemoryStore: Store {
         state.withLockedValue { s in
             // Writers are serialized, so the committed tables are still the ones the
             // transaction started from: its working copies replace them.
-            for (name, working) in transaction.working where s.snapshot.tables[name] != nil {
+            for working in transaction.working {
                 if working.keyOrderStale { working.table.keyOrder = KeyOrderCache() }
-                s.snapshot.tables[name] = working.table
+                s.snapshot.tables.modify(slot: working.slot) { $0 = working.table }
             }
         }
         changes.publish(recorder)

@@ -8,13 +8,16 @@ final class MemoryTransaction: WriteTransaction {
     /// and committing is replacing it with this copy.
     final class Working {
         var table: MemoryStore.RegisteredEntity
+        /// The entity's slot in the store's registry.
+        let slot: Int
         /// Every key written, in write order (with repeats), for the change feed.
         var written: [Value] = []
         /// Whether `table.keyOrder` may be out of date (it is renewed before a read uses it).
         var keyOrderStale = true
 
-        init(_ table: MemoryStore.RegisteredEntity) {
+        init(_ table: MemoryStore.RegisteredEntity, slot: Int) {
             self.table = table
+            self.slot = slot
             // Never share the committed version's key order cache.
             self.table.keyOrder = MemoryStore.KeyOrderCache()
         }
@@ -23,7 +26,7 @@ final class MemoryTransaction: WriteTransaction {
     let base: MemoryStore.Snapshot
     let writable: Bool
     /// Written tables, in the order they were first written.
-    private(set) var working: [(name: String, table: Working)] = []
+    private(set) var working: [Working] = []
     private var lastWorking: Working?
     var isFinished = false
 
@@ -32,61 +35,39 @@ final class MemoryTransaction: WriteTransaction {
         self.writable = writable
     }
 
-    private func check(_ entity: EntityDescription) throws(DepotError) {
+    private func check() throws(DepotError) {
         if isFinished {
             throw DepotError.transactionEnded
         }
     }
 
     /// The table as this transaction sees it (its own writes included).
-    private func table(_ entity: EntityDescription) throws(DepotError) -> MemoryStore.RegisteredEntity {
-        try check(entity)
-        if let last = lastWorking, last.table.entity.name == entity.name {
-            try Self.checkShape(last.table, entity)
+    private func table(_ entity: EntityHandle) throws(DepotError) -> MemoryStore.RegisteredEntity {
+        try check()
+        if let last = lastWorking, last.slot == entity.slot {
+            _ = try base.tables.resolve(entity)
             return last.table
         }
-        for w in working where w.name == entity.name {
-            try Self.checkShape(w.table.table, entity)
-            return w.table.table
-        }
-        guard let table = base.tables[entity.name] else { throw Self.unregistered(entity) }
-        try Self.checkShape(table, entity)
-        return table
+        let committed = try base.tables.resolve(entity)
+        for w in working where w.slot == entity.slot { return w.table }
+        return committed
     }
 
     /// The working copy of a table, made on its first write.
-    private func workingTable(_ entity: EntityDescription) throws(DepotError) -> Working {
-        try check(entity)
-        if let last = lastWorking, last.table.entity.name == entity.name {
-            try Self.checkShape(last.table, entity)
-            return last
+    private func workingTable(_ entity: EntityHandle) throws(DepotError) -> Working {
+        try check()
+        // The registry checks the handle against the committed registration (a working
+        // copy never changes it: registration runs outside write transactions).
+        let committed = try base.tables.resolve(entity)
+        if let last = lastWorking, last.slot == entity.slot { return last }
+        for w in working where w.slot == entity.slot {
+            lastWorking = w
+            return w
         }
-        for w in working where w.name == entity.name {
-            try Self.checkShape(w.table.table, entity)
-            lastWorking = w.table
-            return w.table
-        }
-        guard let table = base.tables[entity.name] else { throw Self.unregistered(entity) }
-        try Self.checkShape(table, entity)
-        let fresh = Working(table)
-        working.append((entity.name, fresh))
+        let fresh = Working(committed, slot: entity.slot)
+        working.append(fresh)
         lastWorking = fresh
         return fresh
-    }
-
-    private static func unregistered(_ entity: EntityDescription) -> DepotError {
-        DepotError.notRegistered(entity.name)
-    }
-
-    /// Rows are written and read by position, so the caller's description must be the
-    /// registered one, attribute for attribute (the same order, names and types); a
-    /// description with reordered attributes would store values in the wrong columns.
-    /// Descriptions of one record type share one attribute array, so the usual check is a
-    /// buffer comparison.
-    @inline(__always)
-    private static func checkShape(_ table: MemoryStore.RegisteredEntity, _ entity: EntityDescription) throws(DepotError) {
-        if table.entity.primaryKeyIndex == entity.primaryKeyIndex && table.entity.attributes == entity.attributes { return }
-        try table.entity.checkSameShape(as: entity)
     }
 
     /// The rows of a table (unordered).
@@ -101,10 +82,10 @@ final class MemoryTransaction: WriteTransaction {
             last.keyOrderStale = false
             return last.table
         }
-        for w in working where w.name == table.entity.name && w.table.keyOrderStale {
-            w.table.table.keyOrder = MemoryStore.KeyOrderCache()
-            w.table.keyOrderStale = false
-            return w.table.table
+        for w in working where w.table.entity.name == table.entity.name && w.keyOrderStale {
+            w.table.keyOrder = MemoryStore.KeyOrderCache()
+            w.keyOrderStale = false
+            return w.table
         }
         return table
     }
@@ -121,7 +102,7 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     private func fetchStored(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
-        let table = try table(query.entity)
+        let table = try table(query.handle)
         let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == query.entity.primaryKeyIndex && query.sort[0].ascending
         if inKeyOrder {
             // Stream the cached key order: no sort, and a limit stops the scan early.
@@ -151,7 +132,7 @@ final class MemoryTransaction: WriteTransaction {
         for row in result { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         guard let found = table.rows[key] else { return false }
         try body(RowColumns(found))
@@ -159,7 +140,7 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     func count(_ query: Query) throws -> Int {
-        let table = try table(query.entity)
+        let table = try table(query.handle)
         var matched = 0
         if query.filter == .constant(true) {
             matched = table.rows.count
@@ -214,33 +195,33 @@ final class MemoryTransaction: WriteTransaction {
         return old
     }
 
-    func insert(_ row: Row, into entity: EntityDescription) throws {
+    func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.check(row)
+        let key = try entity.entity.check(row)
         if w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
         try checkUnique(row, key: key, table: w.table)
         put(row, key: key, in: w)
     }
 
-    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool {
+    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.check(row)
+        let key = try entity.entity.check(row)
         if !w.table.unique.isEmpty { try checkUnique(row, key: key, table: w.table) }
         return put(row, key: key, in: w) == nil
     }
 
-    func update(_ row: Row, in entity: EntityDescription) throws {
+    func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.check(row)
+        let key = try entity.entity.check(row)
         guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
         try checkUnique(row, key: key, table: w.table)
         put(row, key: key, in: w)
     }
 
-    func delete(key: Value, from entity: EntityDescription) throws -> Bool {
+    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
         guard w.table.rows[key] != nil else { return false }
@@ -250,7 +231,7 @@ final class MemoryTransaction: WriteTransaction {
 
     func delete(_ query: Query) throws -> Int {
         try checkWritable()
-        let w = try workingTable(query.entity)
+        let w = try workingTable(query.handle)
         let doomed = query.apply(to: rows(of: w.table))
         for row in doomed { put(nil, key: row[value: query.entity.primaryKeyIndex], in: w) }
         return doomed.count

@@ -52,7 +52,10 @@ public struct ResolvedSortKey: Sendable, Hashable {
 
 /// A request resolved against its entity: what a ``Store`` executes.
 public struct Query: Sendable, Hashable {
-    public let entity: EntityDescription
+    /// The entity the query reads, as registered with the store that runs it.
+    public let handle: EntityHandle
+    /// The description of the entity (the handle's).
+    public var entity: EntityDescription { handle.entity }
     public let filter: Filter
     /// Sort keys in significance order; always ends with the primary key (ascending) unless
     /// the primary key already appears, so every backend breaks ties the same way.
@@ -61,31 +64,33 @@ public struct Query: Sendable, Hashable {
     public let offset: Int
 
     /// A query for every record of an entity, in primary key order.
-    public init(all entity: EntityDescription) {
-        self.entity = entity
+    public init(all handle: EntityHandle) {
+        self.handle = handle
+        let entity = handle.entity
         self.filter = .constant(true)
         self.sort = [ResolvedSortKey(attributeIndex: entity.primaryKeyIndex, ascending: true)]
         self.limit = nil
         self.offset = 0
     }
 
-    /// Resolves an untyped predicate and sort keys against `entity`.
+    /// Resolves an untyped predicate and sort keys against the registered entity.
     ///
     /// - Throws: ``DepotError/Code/invalidPredicate`` naming the problem.
     public init(
-        entity: EntityDescription, predicate: PredicateExpression, sortKeys: [SortKey] = [], limit: Int? = nil,
+        entity handle: EntityHandle, predicate: PredicateExpression, sortKeys: [SortKey] = [], limit: Int? = nil,
         offset: Int = 0
     ) throws(DepotError) {
-        try self.init(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset, extraDepth: 0)
+        try self.init(entity: handle, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset, extraDepth: 0)
     }
 
     /// `extraDepth` lets Depot itself wrap a caller's predicate, already checked, in one
     /// more level (the keyset condition of a streamed result set) without refusing a
     /// predicate the caller was allowed to write.
     init(
-        entity: EntityDescription, predicate: PredicateExpression, sortKeys: [SortKey], limit: Int?, offset: Int,
+        entity handle: EntityHandle, predicate: PredicateExpression, sortKeys: [SortKey], limit: Int?, offset: Int,
         extraDepth: Int
     ) throws(DepotError) {
+        let entity = handle.entity
         if let limit, limit < 0 {
             throw DepotError(.invalidPredicate, "The limit \(limit) is negative; use a limit of 0 or more, or none.")
         }
@@ -93,7 +98,7 @@ public struct Query: Sendable, Hashable {
             throw DepotError(.invalidPredicate, "The offset \(offset) is negative; use an offset of 0 or more.")
         }
         try Self.checkDepth(of: predicate, in: entity, allowing: Self.maximumPredicateDepth + extraDepth)
-        self.entity = entity
+        self.handle = handle
         self.filter = try Self.resolve(predicate, in: entity)
         var sort: [ResolvedSortKey] = []
         for key in sortKeys {

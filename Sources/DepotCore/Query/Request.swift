@@ -113,14 +113,12 @@ public struct Request<Record: ManagedRecord>: Sendable, Hashable {
         return copy
     }
 
-    /// Checks the request against the entity and resolves it for a store.
+    /// Checks the request against the registered entity and resolves it for its store.
     ///
     /// - Throws: ``DepotError/Code/invalidPredicate`` for an unknown attribute, a value
     ///   of the wrong type, or a negative limit or offset.
-    public func resolved() throws(DepotError) -> Query {
+    public func resolved(for entity: EntityHandle) throws(DepotError) -> Query {
         if let problem { throw DepotError(.invalidPredicate, problem) }
-        return try Query(
-            entity: Record.entity.description, predicate: predicate, sortKeys: sortKeys, limit: limit,
-            offset: offset)
+        return try Query(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset)
     }
 }

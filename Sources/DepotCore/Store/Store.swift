@@ -16,7 +16,7 @@ public protocol ReadTransaction {
 
     /// Calls `body` with the record with primary key `key`, if it exists; returns whether
     /// it does.
-    func fetchRow(_ entity: EntityDescription, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool
+    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool
 
     /// The number of rows matching `query`, honouring its offset and limit, without
     /// decoding them.
@@ -29,23 +29,23 @@ public protocol WriteTransaction: ReadTransaction {
     ///
     /// - Throws: ``DepotError/Code/duplicateKey`` when the primary key or a unique value
     ///   exists already.
-    func insert(_ row: Row, into entity: EntityDescription) throws
+    func insert(_ row: Row, into entity: EntityHandle) throws
 
     /// Inserts the row, or replaces the row with the same primary key in place.
     ///
     /// - Returns: `true` when the row was inserted, `false` when it replaced one.
     /// - Throws: ``DepotError/Code/duplicateKey`` when a unique value belongs to another row.
     @discardableResult
-    func upsert(_ row: Row, into entity: EntityDescription) throws -> Bool
+    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool
 
     /// Replaces the row with the same primary key in place (never delete and re-insert).
     ///
     /// - Throws: ``DepotError/Code/notFound`` when there is no such row.
-    func update(_ row: Row, in entity: EntityDescription) throws
+    func update(_ row: Row, in entity: EntityHandle) throws
 
     /// Deletes the row with primary key `key`; returns whether it existed.
     @discardableResult
-    func delete(key: Value, from entity: EntityDescription) throws -> Bool
+    func delete(key: Value, from entity: EntityHandle) throws -> Bool
 
     /// Deletes every row matching `query` (honouring its order, offset and limit);
     /// returns how many were deleted.
@@ -60,21 +60,26 @@ public protocol WriteTransaction: ReadTransaction {
 /// serializes write transactions: one writer at a time, in submission order. Readers see
 /// a consistent snapshot and never see an open writer's changes.
 ///
-/// Backends implement the three `submit…` primitives, ``changes`` and ``close()``; the
-/// async forms come from an extension.
+/// Backends implement registration, the two `submit…` primitives, ``changes`` and
+/// ``close()``; everything else (the async forms, single-row reads) comes from extensions.
+/// A backend with a faster way to do one of those adopts a capability protocol:
+/// ``RowReadingStore`` for reads of one row by key, ``InlineReadingStore`` for reads that
+/// never block.
 public protocol Store: AnyObject, Sendable {
     /// A short name of the backend ("memory", "sqlite", "lmdb"), for logs and reports.
     var backendName: String { get }
 
-    /// Creates or migrates the storage for these entities, then calls `completion`.
+    /// Creates or migrates the storage for these entities, then calls `completion` with
+    /// their handles, in the same order.
     ///
     /// Registering an entity that is already registered with the same description costs
-    /// a lookup. Additive changes are applied (see ``SchemaMigration``); others fail.
+    /// a lookup and returns the same handle. Additive changes are applied (see
+    /// ``SchemaMigration``); others fail.
     ///
     /// - Throws (through `completion`): ``DepotError/Code/invalidSchema``,
     ///   ``DepotError/Code/schemaMismatch``.
     func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void)
 
     /// Runs `body` in a read transaction on the store's own execution resources, then calls
     /// `completion` with what it returned or threw.
@@ -88,30 +93,35 @@ public protocol Store: AnyObject, Sendable {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void)
 
-    /// Reads the record with primary key `key` as a read of its own, decodes it with
-    /// `decode`, then calls `completion` with the result (`nil` when there is none).
-    ///
-    /// The default runs ``submitRead(_:completion:)`` with one
-    /// ``ReadTransaction/fetchRow(_:key:_:)``. A backend whose single statement is already a
-    /// consistent snapshot (SQLite in autocommit mode) can skip opening and closing a
-    /// transaction around it.
-    func submitRowRead<T: Sendable>(
-        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
-        completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
-
-    /// Runs `body` in a read transaction and returns its result.
-    func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T
-
-    /// Runs `body` in a write transaction and returns its result; commits when it returns,
-    /// rolls back when it throws.
-    func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T
-
     /// The feed of committed changes.
     var changes: ChangeFeed { get }
 
     /// Waits for running work, then releases files and threads. Later calls fail with
     /// ``DepotError/Code/closed``. Closing twice is harmless.
     func close() async
+}
+
+/// A capability: a store that reads one row by key faster than a read transaction
+/// around ``ReadTransaction/fetchRow(_:key:_:)`` would (SQLite runs the one statement in
+/// autocommit mode, which is already a consistent snapshot).
+///
+/// ``Store/readRow(_:key:decode:completion:)`` uses it when the store has it.
+public protocol RowReadingStore: Store {
+    /// Reads the record with primary key `key` as a read of its own, decodes it with
+    /// `decode`, then calls `completion` with the result (`nil` when there is none).
+    func submitRowRead<T: Sendable>(
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
+}
+
+/// A capability: a store whose reads never block (no I/O, no lock held by a writer), so
+/// they may run on the calling task, even one of Swift's cooperative pool, without a hop
+/// to the store's threads. The memory store is one.
+///
+/// ``Store/read(_:)`` uses it when the store has it.
+public protocol InlineReadingStore: Store {
+    /// Runs `body` in a read transaction on the calling thread.
+    func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T
 }
 
 extension ReadTransaction {
@@ -123,7 +133,7 @@ extension ReadTransaction {
 
     /// Reads the row with primary key `key` in backend-neutral form into `row`; returns
     /// whether it exists.
-    public func fetchRow(_ entity: EntityDescription, key: Value, into row: inout Row) throws -> Bool {
+    public func fetchRow(_ entity: EntityHandle, key: Value, into row: inout Row) throws -> Bool {
         var found: Row?
         let exists = try fetchRow(entity, key: key) { found = try $0.row() }
         if let found { row = found }
@@ -132,10 +142,18 @@ extension ReadTransaction {
 }
 
 extension Store {
-    public func submitRowRead<T: Sendable>(
-        _ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+    /// Reads the record with primary key `key` as a read of its own, decodes it with
+    /// `decode`, then calls `completion` with the result (`nil` when there is none).
+    ///
+    /// Through ``RowReadingStore/submitRowRead(_:key:decode:completion:)`` when the store
+    /// has it; otherwise one ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
+    public func readRow<T: Sendable>(
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void
     ) {
+        if let fast = self as? any RowReadingStore {
+            return fast.submitRowRead(entity, key: key, decode: decode, completion: completion)
+        }
         submitRead({ transaction -> T? in
             var result: T?
             _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
@@ -144,46 +162,67 @@ extension Store {
     }
 
     /// Reads the record with primary key `key` as a read of its own, decoded by `decode`.
-    public func readRow<T: Sendable>(_ entity: EntityDescription, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
+    public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
         try await withCheckedThrowingContinuation { continuation in
-            submitRowRead(entity, key: key, decode: decode) { continuation.resume(with: $0) }
+            readRow(entity, key: key, decode: decode) { continuation.resume(with: $0) }
         }
     }
 
     /// Reads the row with primary key `key` as a read of its own, in backend-neutral form.
-    public func readRow(_ entity: EntityDescription, key: Value) async throws -> Row? {
+    public func readRow(_ entity: EntityHandle, key: Value) async throws -> Row? {
         try await readRow(entity, key: key) { try $0.row() }
     }
 
+    /// Runs `body` in a read transaction and returns its result: on the calling task when
+    /// the store is an ``InlineReadingStore``, on the store's threads otherwise.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        if let inline = self as? any InlineReadingStore {
+            return try inline.readInline(body)
+        }
+        return try await withCheckedThrowingContinuation { continuation in
             submitRead(body) { continuation.resume(with: $0) }
         }
     }
 
+    /// Runs `body` in a write transaction and returns its result; commits when it returns,
+    /// rolls back when it throws.
     public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             submitWrite(body) { continuation.resume(with: $0) }
         }
     }
 
-    /// Creates or migrates the storage for these entities.
+    /// Creates or migrates the storage for these entities and returns their handles, in
+    /// the same order.
     ///
     /// - Throws: ``DepotError/Code/invalidSchema``, ``DepotError/Code/schemaMismatch``.
-    public func register(_ entities: [EntityDescription]) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+    @discardableResult
+    public func register(_ entities: [EntityDescription]) async throws -> [EntityHandle] {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[EntityHandle], any Error>) in
             submitRegistration(entities) { continuation.resume(with: $0) }
         }
     }
 
-    /// Creates or migrates the storage for these record types.
-    public func register(_ records: any ManagedRecord.Type...) async throws {
+    /// Creates or migrates the storage for one entity and returns its handle.
+    @discardableResult
+    public func register(_ entity: EntityDescription) async throws -> EntityHandle {
+        let handles = try await register([entity])
+        guard let handle = handles.first, handles.count == 1 else {
+            throw DepotError(.invalidSchema, "The \(backendName) store returned \(handles.count) handles for one entity (\(entity.name)); the backend breaks the Store contract.")
+        }
+        return handle
+    }
+
+    /// Creates or migrates the storage for these record types and returns their handles,
+    /// in the same order.
+    @discardableResult
+    public func register(_ records: any ManagedRecord.Type...) async throws -> [EntityHandle] {
         var descriptions: [EntityDescription] = []
         for record in records {
             try record.validatedEntity()
             descriptions.append(record.entityDescription)
         }
-        try await register(descriptions)
+        return try await register(descriptions)
     }
 }
 

@@ -42,10 +42,42 @@ enum ErrorChecks {
                 try await expectError(.invalidSchema, "entity \(entity.name)") { try await store.register([entity]) }
             }
         },
-        ConformanceCheck("an unregistered entity is refused inside a transaction") { store in
-            try await expectError(.invalidSchema, "read of an unregistered entity") {
-                try await store.read { try $0.count(Query(all: CatRecord.entity.description)) }
+        ConformanceCheck("a handle another store issued is refused inside a transaction") { store in
+            let other = MemoryStore()
+            let foreign = try await other.register(CatRecord.entity.description)
+            await other.close()
+            try await expectError(.invalidSchema, "read through another store's handle") {
+                try await store.read { try $0.count(Query(all: foreign)) }
             }
+            try await expectError(.invalidSchema, "write through another store's handle") {
+                var row = Row()
+                try CatRecord(id: 1, name: "Tom", weight: 1, age: 1).encode(into: &row)
+                let frozen = row
+                try await store.write { try $0.insert(frozen, into: foreign) }
+            }
+        },
+        ConformanceCheck("registering again returns the same handle; a migration makes a new one and refuses the old layout") { store in
+            let v1 = EntityDescription(name: "Versioned", attributes: [.init(name: "id", type: .int64), .init(name: "name", type: .string)], primaryKeyIndex: 0)
+            let first = try await store.register(v1)
+            let again = try await store.register(v1)
+            try expectEqual(first, again, "registering an unchanged entity again")
+            try expectEqual(first.name, "Versioned", "the handle names its entity")
+            try await store.write { try $0.insert(Row([.int(1), .string("a")]), into: first) }
+            var v2 = v1
+            v2.attributes.append(.init(name: "rank", type: .int64, defaultValue: .int(7)))
+            let second = try await store.register(v2)
+            try expect(second != first, "a migration issues a new handle")
+            try expectEqual(second.slot, first.slot, "a migration keeps the slot")
+            try await expectError(.schemaMismatch, "writing the old layout through the old handle") {
+                try await store.write { try $0.insert(Row([.int(2), .string("b")]), into: first) }
+            }
+            try await store.write { try $0.insert(Row([.int(2), .string("b"), .int(1)]), into: second) }
+            let rows = try await store.read { transaction in
+                var rows: [Row] = []
+                try transaction.fetchRows(Query(all: second)) { rows.append($0) }
+                return rows
+            }
+            try expectEqual(rows, [Row([.int(1), .string("a"), .int(7)]), Row([.int(2), .string("b"), .int(1)])], "rows after the migration")
         },
         ConformanceCheck("a closed store refuses new work") { store in
             let cats = try await seededCats(store)

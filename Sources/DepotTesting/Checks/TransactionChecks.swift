@@ -48,8 +48,7 @@ enum TransactionChecks {
         },
         ConformanceCheck("a reader started before a write does not see it") { store in
             let cats = try await seededCats(store)
-            _ = try await cats.count()
-            let entity = CatRecord.entity.description
+            let entity = try await cats.registeredEntity()
             let readerStarted = DispatchSemaphore(value: 0)
             let writerDone = DispatchSemaphore(value: 0)
             // The reader blocks inside its transaction (on the store's thread, not the

@@ -94,9 +94,21 @@ public enum CrashWorkload {
 
     public static func accountID(_ index: Int) -> String { "acct-\(index)" }
 
+    /// The workload's entities as registered with one store.
+    public struct Entities: Sendable {
+        public let entries: EntityHandle
+        public let commits: EntityHandle
+        public let accounts: EntityHandle
+    }
+
     /// Registers the workload's entities.
-    public static func register(_ store: any Store) async throws {
-        try await store.register(LedgerEntry.self, LedgerCommit.self, Account.self)
+    @discardableResult
+    public static func register(_ store: any Store) async throws -> Entities {
+        let handles = try await store.register(LedgerEntry.self, LedgerCommit.self, Account.self)
+        guard handles.count == 3 else {
+            throw DepotError(.invalidSchema, "The \(store.backendName) store returned \(handles.count) handles for 3 entities.")
+        }
+        return Entities(entries: handles[0], commits: handles[1], accounts: handles[2])
     }
 
     /// FNV-1a over the entry's identity and payload: a changed, torn or misplaced entry
@@ -146,11 +158,11 @@ public enum CrashWorkload {
     }
 
     /// Runs one planned transaction; returns its number once it has committed.
-    public static func commit(_ plan: LedgerPlan, to store: any Store) async throws -> Int64 {
+    public static func commit(_ plan: LedgerPlan, to store: any Store, _ entities: Entities) async throws -> Int64 {
         try await store.write { transaction in
-            let commits = Context<LedgerCommit, LedgerCommit>(transaction)
-            let entries = Context<LedgerEntry, LedgerEntry>(transaction)
-            let accounts = Context<Account, Account>(transaction)
+            let commits = Context<LedgerCommit, LedgerCommit>(transaction, entity: entities.commits)
+            let entries = Context<LedgerEntry, LedgerEntry>(transaction, entity: entities.entries)
+            let accounts = Context<Account, Account>(transaction, entity: entities.accounts)
             // The number comes from the store inside the transaction, so several writer
             // processes on one store still number their commits 1, 2, 3… without gaps.
             let last = try commits.fetchFirst(Request<LedgerCommit>().sorted(by: \.id, ascending: false))
@@ -203,11 +215,11 @@ public enum CrashWorkload {
     /// complete, that no entry belongs to a transaction that did not commit, and that the
     /// balances still sum to ``total``.
     public static func verify(_ store: any Store) async throws -> Verdict {
-        try await register(store)
+        let entities = try await register(store)
         return try await store.read { transaction in
-            let commits = try ReadContext<LedgerCommit, LedgerCommit>(transaction).fetchAll()
-            let entries = try ReadContext<LedgerEntry, LedgerEntry>(transaction).fetchAll()
-            let accounts = try ReadContext<Account, Account>(transaction).fetchAll()
+            let commits = try ReadContext<LedgerCommit, LedgerCommit>(transaction, entity: entities.commits).fetchAll()
+            let entries = try ReadContext<LedgerEntry, LedgerEntry>(transaction, entity: entities.entries).fetchAll()
+            let accounts = try ReadContext<Account, Account>(transaction, entity: entities.accounts).fetchAll()
             var problems: [String] = []
             for (index, commit) in commits.enumerated() where commit.id != Int64(index + 1) {
                 problems.append("commit numbers have a gap: position \(index + 1) holds transaction \(commit.id)")

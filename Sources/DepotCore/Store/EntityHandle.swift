@@ -1,0 +1,177 @@
+import Synchronization
+
+/// An entity registered with one store: what queries and transactions name it by.
+///
+/// ``Store/submitRegistration(_:completion:)`` (or ``Store/register(_:)-(EntityDescription)``)
+/// returns one handle per entity. A handle carries the store's slot for the entity, so a
+/// transaction finds its table, statements or databases by position instead of looking
+/// the name up again, and the description it was registered with, so a handle kept across
+/// a migration made by someone else is refused with ``DepotError/Code/schemaMismatch``
+/// rather than writing rows in the old layout.
+///
+/// A ``Controller`` registers its record type on first use and keeps the handle; code that
+/// works with ``ReadTransaction`` and ``WriteTransaction`` directly registers first:
+///
+/// ```swift
+/// let cats = try await store.register(CatRecord.entity.description)
+/// try await store.write { try $0.insert(row, into: cats) }
+/// ```
+public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
+    /// The description the entity was registered with.
+    public let entity: EntityDescription
+    /// The store's position for the entity: assigned at its first registration and kept
+    /// for the store's life (a migration keeps the slot).
+    public let slot: Int
+    /// Which registration of the slot issued the handle; a migration makes a new one.
+    /// Unique in the process, so a handle is never mistaken for one of another store.
+    public let generation: UInt64
+    /// The store that issued the handle.
+    public let store: ObjectIdentifier
+
+    /// For backends, through ``EntityRegistry``; applications get handles by registering.
+    init(entity: EntityDescription, slot: Int, generation: UInt64, store: ObjectIdentifier) {
+        self.entity = entity
+        self.slot = slot
+        self.generation = generation
+        self.store = store
+    }
+
+    /// The entity's name.
+    public var name: String { entity.name }
+
+    public var description: String { "\(entity.name) (slot \(slot))" }
+
+    public static func == (a: EntityHandle, b: EntityHandle) -> Bool {
+        a.generation == b.generation && a.slot == b.slot && a.store == b.store
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(generation)
+        hasher.combine(slot)
+    }
+}
+
+/// The entities registered with one store, by slot: the bookkeeping every backend shares.
+///
+/// A backend keeps one registry per store (inside its lock or snapshot), with its own
+/// per-entity state as `Entry` (a table's statements, an LMDB database handle, the memory
+/// store's rows). ``set(_:_:)`` registers or replaces an entity and returns its handle;
+/// ``resolve(_:)`` is what a transaction calls with the handle it was given: an array
+/// access and an integer comparison on the common path, with every refusal worded once
+/// for all backends.
+public struct EntityRegistry<Entry: Sendable>: Sendable {
+    /// One registered entity.
+    public struct Registered: Sendable {
+        public var entity: EntityDescription
+        public var entry: Entry
+        public var generation: UInt64
+    }
+
+    private var slots: [Registered?] = []
+    private var slotByName: [String: Int] = [:]
+    /// What the handles name as their store: an object only this registry (and its copies)
+    /// holds, so that a backend can create the registry before the store itself exists.
+    private let identity = Identity()
+    private final class Identity: Sendable {}
+
+    /// The identity the handles this registry issues carry.
+    public var store: ObjectIdentifier { ObjectIdentifier(identity) }
+
+    /// An empty registry; a store keeps one (and its copies) for its whole life.
+    public init() {}
+
+    /// The registered entity named `name`.
+    public subscript(name: String) -> Registered? {
+        slotByName[name].flatMap { slots[$0] }
+    }
+
+    /// The registered entity at `slot`, if any.
+    public subscript(slot slot: Int) -> Registered? {
+        slots.indices.contains(slot) ? slots[slot] : nil
+    }
+
+    /// Every registered entity with its handle, in slot order.
+    public var all: [(handle: EntityHandle, entry: Entry)] {
+        slots.enumerated().compactMap { slot, registered in
+            registered.map { (EntityHandle(entity: $0.entity, slot: slot, generation: $0.generation, store: store), $0.entry) }
+        }
+    }
+
+    /// The names of the registered entities.
+    public var names: [String] { slots.compactMap { $0?.entity.name } }
+
+    /// The handle of the entity named `name`, as registered now.
+    public func handle(named name: String) -> EntityHandle? {
+        guard let slot = slotByName[name], let registered = slots[slot] else { return nil }
+        return EntityHandle(entity: registered.entity, slot: slot, generation: registered.generation, store: store)
+    }
+
+    /// Registers `entity` with `entry`, or replaces what its name had (keeping the slot);
+    /// returns the handle. A different description makes a new generation, so handles for
+    /// the old one go through ``EntityDescription/checkSameShape(as:)`` from then on.
+    @discardableResult
+    public mutating func set(_ entity: EntityDescription, _ entry: Entry) -> EntityHandle {
+        let slot: Int
+        if let existing = slotByName[entity.name] {
+            slot = existing
+        } else {
+            slot = slots.count
+            slots.append(nil)
+            slotByName[entity.name] = slot
+        }
+        let generation: UInt64
+        if let previous = slots[slot], previous.entity == entity {
+            generation = previous.generation
+        } else {
+            generation = _generations.add(1, ordering: .relaxed).newValue
+        }
+        slots[slot] = Registered(entity: entity, entry: entry, generation: generation)
+        return EntityHandle(entity: entity, slot: slot, generation: generation, store: store)
+    }
+
+    /// Forgets the entity named `name` (its slot stays reserved for the name): its handles
+    /// are refused as not registered from then on.
+    public mutating func remove(named name: String) {
+        if let slot = slotByName[name] { slots[slot] = nil }
+    }
+
+    /// Changes the entry at a slot in place (the description and generation stay).
+    public mutating func modify<R>(slot: Int, _ body: (inout Entry) throws -> R) rethrows -> R? {
+        guard slots.indices.contains(slot), slots[slot] != nil else { return nil }
+        return try body(&slots[slot]!.entry)
+    }
+
+    /// The entry for `handle`, after checking that this store issued it and that rows laid
+    /// out by its description fit the registered one.
+    ///
+    /// - Throws: ``DepotError/Code/invalidSchema`` for a handle another store issued or an
+    ///   entity this store no longer has; ``DepotError/Code/schemaMismatch`` when the
+    ///   entity was registered since with another layout.
+    @inline(__always)
+    public func resolve(_ handle: EntityHandle) throws(DepotError) -> Entry {
+        if handle.store == store, handle.slot < slots.count, let registered = slots[handle.slot] {
+            if registered.generation == handle.generation { return registered.entry }
+            return try resolveChanged(handle, registered)
+        }
+        throw unknown(handle)
+    }
+
+    @inline(never)
+    private func resolveChanged(_ handle: EntityHandle, _ registered: Registered) throws(DepotError) -> Entry {
+        guard registered.entity.name == handle.entity.name else { throw unknown(handle) }
+        try registered.entity.checkSameShape(as: handle.entity)
+        return registered.entry
+    }
+
+    @inline(never)
+    private func unknown(_ handle: EntityHandle) -> DepotError {
+        if handle.store != store {
+            return DepotError(.invalidSchema, "The handle for \(handle.name) was issued by another store; register the entity with this store and use the handle it returns.")
+        }
+        return DepotError.notRegistered(handle.name)
+    }
+}
+
+/// Process-wide, so that generations never repeat across stores (a store's address can be
+/// reused after it is released).
+private let _generations = Atomic<UInt64>(0)
