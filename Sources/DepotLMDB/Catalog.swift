@@ -102,9 +102,7 @@ extension LMDBTransaction {
     /// ``register(_:current:)``, with the handles stamped with the stored schema they
     /// belong to.
     func registerStamped(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
-        var handles = try register(entity, current: current)
-        handles.stamp = try storedStamp(entity.name)
-        return handles
+        try register(entity, current: current).stamped(try storedStamp(entity.name))
     }
 
     private func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {

@@ -79,13 +79,70 @@ extension LMDBTransaction {
         return n
     }
 
+    /// Plans `query`, then checks a range on a secondary index that only filters (the rows
+    /// are sorted afterwards): each of its entries costs a lookup in the main database, so
+    /// when the range holds a large share of the records, reading the main database in
+    /// order is cheaper. The range is measured by distinct keys, counting each key's
+    /// duplicates, and only up to that share.
+    func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
+        let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
+        guard case .index(let index) = plan.source, !plan.ordered, let ranges = plan.ranges else { return plan }
+        let total = try entries(handles.main)
+        let share = total / Self.indexLookupCost
+        guard share > 0, try countIndexEntries(index, ranges, reaching: share) >= share else { return plan }
+        return QueryPlanner.fullScan(query, handles: handles, needsOrder: needsOrder)
+    }
+
+    /// How many records in main-database order cost as much as one lookup through an index
+    /// entry (measured on W5: a random B-tree descent against a sequential step).
+    static let indexLookupCost = 4
+
+    /// The entries of `ranges` in a DUPSORT index, counted up to `cap`: one step per
+    /// distinct key (its duplicates counted by `mdb_cursor_count`), so an index with few
+    /// distinct values is measured in a few steps.
+    func countIndexEntries(_ index: IndexHandle, _ ranges: [KeyRange], reaching cap: Int) throws -> Int {
+        var n = 0
+        try withCursor(index.dbi) { cursor in
+            for range in ranges {
+                var key = MDB_val()
+                var data = MDB_val()
+                var rc: Int32
+                if let lower = range.lower {
+                    rc = lower.withUnsafeBytes { raw in
+                        key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+                        return mdb_cursor_get(cursor, &key, &data, MDB_SET_RANGE)
+                    }
+                    if rc == 0 && !range.lowerInclusive && Self.compare(key, lower) == 0 {
+                        rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT_NODUP)
+                    }
+                } else {
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+                }
+                while rc == 0 {
+                    if let upper = range.upper {
+                        let c = Self.compare(key, upper)
+                        if c > 0 || (c == 0 && !range.upperInclusive) { break }
+                    }
+                    var duplicates = 0
+                    rc = mdb_cursor_count(cursor, &duplicates)
+                    if rc != 0 { break }
+                    n += duplicates
+                    if n >= cap { return }
+                    rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT_NODUP)
+                }
+                if rc != 0 && rc != MDB_NOTFOUND { throw fail(rc, "Measuring an index range in \(storeName)") }
+            }
+        }
+        return n
+    }
+
     // MARK: ReadTransaction
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
-        let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
+        let plan = try plan(query, handles, needsOrder: true)
         if !plan.ordered, let end = query.end, end <= Query.largestTopNWindow {
             return try fetchTopN(query, plan, handles, reserve: reserve, body)
         }
@@ -122,20 +179,21 @@ extension LMDBTransaction {
         }
     }
 
-    /// The first few records of a plan in another order: filters and ranks every candidate
-    /// by the attributes the filter and the order read (and the key) alone, decoded in
-    /// place into one reused row, then reads only the winners whole. Most candidates never
-    /// become a full `Row`. (Scanning the main database instead of a wide index range was
-    /// measured too: slower, even at a third of the records, because every record is then
-    /// decoded.)
+    /// The first few records of a plan in another order. Each candidate is read in place:
+    /// the attributes the filter needs first, and only a match is ranked; once the page is
+    /// full, a candidate is compared with the page's last row in place (integers and
+    /// strings without making a value), so most candidates of a large scan are dropped
+    /// without decoding anything. Only the winners are read whole, at the end.
     func fetchTopN(
         _ query: Query, _ plan: Plan, _ handles: RegisteredEntity, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void
     ) throws {
         let columns = RecordColumns(types: handles.types)
         let keyIndex = handles.entity.primaryKeyIndex
         let filter = query.filter
+        let sort = query.sort
         let needsFilter = !plan.exact
-        let ranked = Array(Set(query.sort.map(\.attributeIndex) + [keyIndex]).union(needsFilter ? filter.attributeIndices : []))
+        let filterIndices = needsFilter ? Array(filter.attributeIndices) : []
+        let rankIndices = Array(Set(sort.map(\.attributeIndex) + [keyIndex]).subtracting(filterIndices))
         let entityName = handles.entity.name
         var page = Query.Page(query)
         var sparse = Row(Array(repeating: Value.null, count: handles.types.count))
@@ -143,8 +201,13 @@ extension LMDBTransaction {
             guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
                 throw corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
             }
-            for index in ranked { sparse[value: index] = try columns.value(index) }
-            if !needsFilter || filter.matches(sparse) { page.add(sparse) }
+            if needsFilter {
+                for index in filterIndices { sparse[value: index] = try columns.value(index) }
+                if !filter.matches(sparse) { return true }
+            }
+            if let last = page.threshold, try !columns.precedes(last, by: sort) { return true }
+            for index in rankIndices { sparse[value: index] = try columns.value(index) }
+            page.add(sparse)
             return true
         }
         let winners = page.rows()
@@ -164,7 +227,7 @@ extension LMDBTransaction {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
-        let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: true)
+        let plan = try plan(query, handles, needsOrder: true)
         let filter = query.filter
         if plan.ordered {
             let limit = query.limit ?? Int.max
@@ -233,7 +296,7 @@ extension LMDBTransaction {
         if query.filter == .constant(true) {
             matched = try entries(handles.main)
         } else {
-            let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: false)
+            let plan = try plan(query, handles, needsOrder: false)
             if plan.exact {
                 matched = try countEntries(plan, handles, stopAt: window)
             } else {

@@ -219,4 +219,14 @@ enum QueryPlanner {
             source: .primary, ranges: nil, exact: restricting == 0, ordered: orderDirection(pk) != nil,
             descending: orderDirection(pk) ?? false)
     }
+
+    /// Every record in primary key order, the filter evaluated on each: what a query falls
+    /// back to when an index range would select too large a share to pay its lookups.
+    static func fullScan(_ query: Query, handles: RegisteredEntity, needsOrder: Bool) -> Plan {
+        let pk = handles.entity.primaryKeyIndex
+        let inKeyOrder = needsOrder && query.sort.count == 1 && query.sort[0].attributeIndex == pk
+        return Plan(
+            source: .primary, ranges: nil, exact: query.filter == .constant(true), ordered: inKeyOrder,
+            descending: inKeyOrder && !query.sort[0].ascending)
+    }
 }

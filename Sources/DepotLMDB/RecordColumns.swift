@@ -138,6 +138,37 @@ final class RecordColumns: ColumnReader {
         return UUID(uuid: uuid)
     }
 
+    /// Compares attribute `index` of the loaded record with `other` in ``Value``'s order,
+    /// reading integers and strings in place (no `String` is made).
+    func compare(_ index: Int, with other: Value) throws(DepotError) -> Int {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        let offset = offsets[index]
+        if buffer[offset] == RecordFormat.Tag.null { return other.isNull ? 0 : -1 }
+        switch (types[index], other) {
+        case (_, .null):
+            return 1
+        case (.int64, .int(let b)):
+            let a = try int64(index)
+            return a < b ? -1 : (a == b ? 0 : 1)
+        case (.string, .string(let b)):
+            let stored = bytes(at: offset + 1)
+            var b = b
+            return b.withUTF8 { Value.compareBuffers(stored, UnsafeRawBufferPointer($0)) }
+        default:
+            return Value.compare(try value(index), other)
+        }
+    }
+
+    /// Whether the loaded record comes before `row` in the order of `sort` (which ends
+    /// with the primary key, so no two records tie), compared in place.
+    func precedes(_ row: Row, by sort: [ResolvedSortKey]) throws(DepotError) -> Bool {
+        for key in sort {
+            let c = try compare(key.attributeIndex, with: row[value: key.attributeIndex])
+            if c != 0 { return key.ascending ? c < 0 : c > 0 }
+        }
+        return false
+    }
+
     func value(_ index: Int) throws(DepotError) -> Value {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
         if isNull(index) { return .null }

@@ -10,8 +10,9 @@ struct IndexHandle: Sendable, Equatable {
 }
 
 /// A registered entity (every backend calls its per-entity state by this name): its open
-/// databases.
-struct RegisteredEntity: Sendable {
+/// databases. A class: every read resolves it, and handing out one reference is cheaper
+/// than copying five arrays' worth of references.
+final class RegisteredEntity: Sendable {
     let entity: EntityDescription
     let main: MDB_dbi
     let indexes: [IndexHandle]
@@ -22,14 +23,20 @@ struct RegisteredEntity: Sendable {
     /// handles were made from. Another process that migrates the entity changes them; every
     /// transaction compares them before using the handles (see
     /// ``LMDBTransaction/handles(for:)``).
-    var stamp: [UInt8] = []
+    let stamp: [UInt8]
 
-    init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int) {
+    init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int, stamp: [UInt8] = []) {
         self.entity = entity
         self.main = main
         self.indexes = indexes
         self.schemaVersion = schemaVersion
         self.types = entity.attributes.map(\.type)
+        self.stamp = stamp
+    }
+
+    /// The same handles, stamped with the stored schema they belong to.
+    func stamped(_ stamp: [UInt8]) -> RegisteredEntity {
+        RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: schemaVersion, stamp: stamp)
     }
 
     @inline(__always)

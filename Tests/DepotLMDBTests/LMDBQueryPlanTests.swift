@@ -213,4 +213,37 @@ struct LMDBQueryPlanTests {
         let empty = try plan(Request(\.count > 5 && \.count < 2))
         #expect(empty.ranges == [])
     }
+
+    @Test("an index range holding a large share of the records gives way to a scan of the main database")
+    func wideRangesScanTheMainDatabase() async throws {
+        // count runs from -20 to 19: `count > 15` holds a tenth of the records, `count > -15`
+        // most of them.
+        let readings = Reading.generate(2_000)
+        try await withStore { store, _ in
+            let lmdb = Controller<Reading, Reading>(store: store)
+            try await lmdb.save(readings)
+            let entity = try await lmdb.registeredEntity()
+            let narrow = try Request<Reading>(\.count > 15).sorted(by: \.note).limit(20).resolved(for: entity)
+            let wide = try Request<Reading>(\.count > -15).sorted(by: \.note).limit(20).resolved(for: entity)
+            let (narrowPlan, widePlan, counted) = try await store.read { transaction in
+                let t = try #require(transaction as? LMDBTransaction)
+                let handles = try t.handles(for: entity)
+                let position = try #require(entity.entity.index(of: "count"))
+                let countIndex = try #require(handles.index(at: position))
+                let narrowPlan = try t.plan(narrow, handles, needsOrder: true)
+                let widePlan = try t.plan(wide, handles, needsOrder: true)
+                let wideRanges = try #require(QueryPlanner.plan(wide, handles: handles, maxKeySize: 511, needsOrder: true).ranges)
+                let counted = try t.countIndexEntries(countIndex, wideRanges, reaching: .max)
+                return (narrowPlan, widePlan, counted)
+            }
+            #expect(counted == readings.filter { $0.count > -15 }.count, "distinct keys with their duplicates count every entry")
+            #expect(narrowPlan.source != .primary && narrowPlan.ranges?.count == 1, "a narrow range keeps its index")
+            #expect(widePlan.source == .primary && widePlan.ranges == nil && !widePlan.exact, "a wide range scans the main database")
+            for floor in [15, -15] {
+                let request = Request<Reading>(\.count > floor).sorted(by: \.note).limit(20)
+                let expected = readings.filter { $0.count > floor }.sorted { ($0.note, $0.id) < ($1.note, $1.id) }.prefix(20).map(\.id)
+                #expect(try await lmdb.fetchAll(request).map(\.id) == Array(expected), "count > \(floor)")
+            }
+        }
+    }
 }

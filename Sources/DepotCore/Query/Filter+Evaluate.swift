@@ -145,6 +145,14 @@ extension Query {
             if window == nil { kept.reserveCapacity(count) }
         }
 
+        /// The row a new one must come before to be kept, once the window is full; `nil`
+        /// while every matching row is kept. Lets a backend skip, without decoding it, a
+        /// candidate that ranks below it.
+        public var threshold: Row? {
+            guard let window, window > 0, kept.count == window else { return nil }
+            return kept.first
+        }
+
         /// Adds a row that matches the query's filter.
         public mutating func add(_ row: Row) {
             guard let window else { return kept.append(row) }

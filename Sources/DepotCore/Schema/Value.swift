@@ -132,7 +132,10 @@ extension Value {
         }
     }
 
-    static func compareBuffers(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+    /// Compares two byte strings like `memcmp`, the shorter first on a common prefix: the
+    /// order of strings (by UTF-8 bytes) and data. For backends comparing stored bytes in
+    /// place.
+    public static func compareBuffers(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
         let common = Swift.min(a.count, b.count)
         if common > 0, let ba = a.baseAddress, let bb = b.baseAddress {
             let r = memcmp(ba, bb, common)

@@ -67,42 +67,49 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
         public var generation: UInt64
     }
 
-    private var slots: [Registered?] = []
+    // Parallel arrays by slot rather than one array of optional structs: resolving a handle
+    // reads one generation and one entry, without copying (retaining) the description.
+    @usableFromInline var generations: [UInt64] = []
+    @usableFromInline var entries: [Entry?] = []
+    @usableFromInline var entities: [EntityDescription?] = []
     private var slotByName: [String: Int] = [:]
     /// What the handles name as their store: an object only this registry (and its copies)
     /// holds, so that a backend can create the registry before the store itself exists.
-    private let identity = Identity()
-    private final class Identity: Sendable {}
+    @usableFromInline let identity = Identity()
+    @usableFromInline final class Identity: Sendable {
+        @usableFromInline init() {}
+    }
 
     /// The identity the handles this registry issues carry.
-    public var store: ObjectIdentifier { ObjectIdentifier(identity) }
+    @inlinable public var store: ObjectIdentifier { ObjectIdentifier(identity) }
 
     /// An empty registry; a store keeps one (and its copies) for its whole life.
     public init() {}
 
     /// The registered entity named `name`.
     public subscript(name: String) -> Registered? {
-        slotByName[name].flatMap { slots[$0] }
+        slotByName[name].flatMap { self[slot: $0] }
     }
 
     /// The registered entity at `slot`, if any.
     public subscript(slot slot: Int) -> Registered? {
-        slots.indices.contains(slot) ? slots[slot] : nil
+        guard entries.indices.contains(slot), let entry = entries[slot], let entity = entities[slot] else { return nil }
+        return Registered(entity: entity, entry: entry, generation: generations[slot])
     }
 
     /// Every registered entity with its handle, in slot order.
     public var all: [(handle: EntityHandle, entry: Entry)] {
-        slots.enumerated().compactMap { slot, registered in
-            registered.map { (EntityHandle(entity: $0.entity, slot: slot, generation: $0.generation, store: store), $0.entry) }
+        entries.indices.compactMap { slot in
+            self[slot: slot].map { (EntityHandle(entity: $0.entity, slot: slot, generation: $0.generation, store: store), $0.entry) }
         }
     }
 
     /// The names of the registered entities.
-    public var names: [String] { slots.compactMap { $0?.entity.name } }
+    public var names: [String] { entities.compactMap { $0?.name } }
 
     /// The handle of the entity named `name`, as registered now.
     public func handle(named name: String) -> EntityHandle? {
-        guard let slot = slotByName[name], let registered = slots[slot] else { return nil }
+        guard let slot = slotByName[name], let registered = self[slot: slot] else { return nil }
         return EntityHandle(entity: registered.entity, slot: slot, generation: registered.generation, store: store)
     }
 
@@ -115,30 +122,39 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
         if let existing = slotByName[entity.name] {
             slot = existing
         } else {
-            slot = slots.count
-            slots.append(nil)
+            slot = entries.count
+            entries.append(nil)
+            entities.append(nil)
+            generations.append(0)
             slotByName[entity.name] = slot
         }
         let generation: UInt64
-        if let previous = slots[slot], previous.entity == entity {
-            generation = previous.generation
+        if entries[slot] != nil, let previous = entities[slot], previous == entity {
+            generation = generations[slot]
         } else {
+            // Starts at 1: generation 0 marks an empty slot.
             generation = _generations.add(1, ordering: .relaxed).newValue
         }
-        slots[slot] = Registered(entity: entity, entry: entry, generation: generation)
+        entries[slot] = entry
+        entities[slot] = entity
+        generations[slot] = generation
         return EntityHandle(entity: entity, slot: slot, generation: generation, store: store)
     }
 
     /// Forgets the entity named `name` (its slot stays reserved for the name): its handles
     /// are refused as not registered from then on.
     public mutating func remove(named name: String) {
-        if let slot = slotByName[name] { slots[slot] = nil }
+        if let slot = slotByName[name] {
+            entries[slot] = nil
+            entities[slot] = nil
+            generations[slot] = 0
+        }
     }
 
     /// Changes the entry at a slot in place (the description and generation stay).
     public mutating func modify<R>(slot: Int, _ body: (inout Entry) throws -> R) rethrows -> R? {
-        guard slots.indices.contains(slot), slots[slot] != nil else { return nil }
-        return try body(&slots[slot]!.entry)
+        guard entries.indices.contains(slot), entries[slot] != nil else { return nil }
+        return try body(&entries[slot]!)
     }
 
     /// The entry for `handle`, after checking that this store issued it and that rows laid
@@ -147,24 +163,27 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
     /// - Throws: ``DepotError/Code/invalidSchema`` for a handle another store issued or an
     ///   entity this store no longer has; ``DepotError/Code/schemaMismatch`` when the
     ///   entity was registered since with another layout.
-    @inline(__always)
+    // Inlinable, so that each backend gets it specialized for its entry type: a generic
+    // call from another module looked the registry's type metadata up on every read.
+    @inlinable @inline(__always)
     public func resolve(_ handle: EntityHandle) throws(DepotError) -> Entry {
-        if handle.store == store, handle.slot < slots.count, let registered = slots[handle.slot] {
-            if registered.generation == handle.generation { return registered.entry }
-            return try resolveChanged(handle, registered)
+        let slot = handle.slot
+        if handle.store == store, slot >= 0, slot < generations.count, generations[slot] != 0 {
+            if generations[slot] == handle.generation, let entry = entries[slot] { return entry }
+            if let registered = self[slot: slot] { return try resolveChanged(handle, registered) }
         }
         throw unknown(handle)
     }
 
-    @inline(never)
-    private func resolveChanged(_ handle: EntityHandle, _ registered: Registered) throws(DepotError) -> Entry {
+    @usableFromInline @inline(never)
+    func resolveChanged(_ handle: EntityHandle, _ registered: Registered) throws(DepotError) -> Entry {
         guard registered.entity.name == handle.entity.name else { throw unknown(handle) }
         try registered.entity.checkSameShape(as: handle.entity)
         return registered.entry
     }
 
-    @inline(never)
-    private func unknown(_ handle: EntityHandle) -> DepotError {
+    @usableFromInline @inline(never)
+    func unknown(_ handle: EntityHandle) -> DepotError {
         if handle.store != store {
             return DepotError(.invalidSchema, "The handle for \(handle.name) was issued by another store; register the entity with this store and use the handle it returns.")
         }
