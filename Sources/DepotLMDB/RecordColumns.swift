@@ -17,15 +17,29 @@ final class RecordColumns: ColumnReader {
     /// time on every access, which cost more than the decoding itself on a fetch of all
     /// records.
     private let offsets: UnsafeMutablePointer<Int>
+    /// What `load` decoded while checking each attribute, so the typed reads do not decode
+    /// it again: an integer's zigzag value, or a string's or data's length (its bytes
+    /// start after the length, at `payloads`).
+    private let decoded: UnsafeMutablePointer<UInt64>
+    private let payloads: UnsafeMutablePointer<Int>
     @exclusivity(unchecked) private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
 
     init(types: [AttributeType]) {
         self.types = types
-        self.offsets = .allocate(capacity: max(1, types.count))
-        self.offsets.initialize(repeating: 0, count: max(1, types.count))
+        let capacity = max(1, types.count)
+        self.offsets = .allocate(capacity: capacity)
+        self.offsets.initialize(repeating: 0, count: capacity)
+        self.decoded = .allocate(capacity: capacity)
+        self.decoded.initialize(repeating: 0, count: capacity)
+        self.payloads = .allocate(capacity: capacity)
+        self.payloads.initialize(repeating: 0, count: capacity)
     }
 
-    deinit { offsets.deallocate() }
+    deinit {
+        offsets.deallocate()
+        decoded.deallocate()
+        payloads.deallocate()
+    }
 
     var columnCount: Int { types.count }
 
@@ -46,12 +60,15 @@ final class RecordColumns: ColumnReader {
             case (RecordFormat.Tag.null, _), (RecordFormat.Tag.boolFalse, .bool), (RecordFormat.Tag.boolTrue, .bool):
                 break
             case (RecordFormat.Tag.int, .int64):
-                guard Self.varint(bytes, &p) != nil else { return false }
+                guard let z = Self.varint(bytes, &p) else { return false }
+                decoded[i] = z
             case (RecordFormat.Tag.double, .double), (RecordFormat.Tag.date, .date):
                 guard count - p >= 8 else { return false }
                 p += 8
             case (RecordFormat.Tag.string, .string), (RecordFormat.Tag.data, .data):
                 guard let length = Self.varint(bytes, &p), length <= UInt64(count - p) else { return false }
+                decoded[i] = length
+                payloads[i] = p
                 p += Int(length)
             case (RecordFormat.Tag.uuid, .uuid):
                 guard count - p >= 16 else { return false }
@@ -94,8 +111,8 @@ final class RecordColumns: ColumnReader {
     }
 
     func int64(_ index: Int) throws(DepotError) -> Int64 {
-        var (_, p) = try payload(index, Int64.self)
-        let z = Self.varint(buffer, &p) ?? 0
+        _ = try payload(index, Int64.self)
+        let z = decoded[index]
         return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
     }
 
@@ -116,19 +133,21 @@ final class RecordColumns: ColumnReader {
         Date(timeIntervalSinceReferenceDate: Double(bitPattern: fixed64(at: try payload(index, Date.self).at)))
     }
 
+    /// The bytes of string or data attribute `index`, as `load` found them.
     @inline(__always)
-    private func bytes(at start: Int) -> UnsafeRawBufferPointer {
-        var p = start
-        let length = Int(Self.varint(buffer, &p) ?? 0)
-        return UnsafeRawBufferPointer(rebasing: buffer[p..<(p + length)])
+    private func bytes(of index: Int) -> UnsafeRawBufferPointer {
+        let start = payloads[index]
+        return UnsafeRawBufferPointer(rebasing: buffer[start..<(start + Int(decoded[index]))])
     }
 
     func string(_ index: Int) throws(DepotError) -> String {
-        String(decoding: bytes(at: try payload(index, String.self).at), as: UTF8.self)
+        _ = try payload(index, String.self)
+        return String(decoding: bytes(of: index), as: UTF8.self)
     }
 
     func data(_ index: Int) throws(DepotError) -> Data {
-        Data(bytes(at: try payload(index, Data.self).at))
+        _ = try payload(index, Data.self)
+        return Data(bytes(of: index))
     }
 
     func uuid(_ index: Int) throws(DepotError) -> UUID {
@@ -151,7 +170,7 @@ final class RecordColumns: ColumnReader {
             let a = try int64(index)
             return a < b ? -1 : (a == b ? 0 : 1)
         case (.string, .string(let b)):
-            let stored = bytes(at: offset + 1)
+            let stored = bytes(of: index)
             var b = b
             return b.withUTF8 { Value.compareBuffers(stored, UnsafeRawBufferPointer($0)) }
         default:
