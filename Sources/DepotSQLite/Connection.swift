@@ -217,9 +217,10 @@ final class Connection: @unchecked Sendable {
 
     /// Resets a statement and drops its bindings (so a large bound value is not kept).
     @inline(__always)
+    /// Resets a statement for its next use. Its bindings stay: every use binds each of
+    /// its parameters before stepping, so clearing them would be a wasted call.
     func release(_ statement: Statement) {
         sqlite3_reset(statement.handle)
-        sqlite3_clear_bindings(statement.handle)
         statement.inUse = false
     }
 

@@ -18,6 +18,8 @@ final class RegisteredEntity: Sendable {
     /// so a migrated entity never reuses a statement built for its old columns.
     let serial: Int
     let types: [AttributeType]
+    /// Whether each attribute is optional (its column may hold NULL).
+    let nullable: [Bool]
     let keyIndex: Int
     let keyType: AttributeType
     let name: String
@@ -42,6 +44,7 @@ final class RegisteredEntity: Sendable {
         self.entity = entity
         self.serial = serial
         types = entity.attributes.map(\.type)
+        nullable = entity.attributes.map(\.isOptional)
         keyIndex = entity.primaryKeyIndex
         keyType = entity.primaryKey.type
         name = quoted(entity.name)

@@ -9,7 +9,7 @@ public import Foundation
 /// by its declared type: SQLite's own storage class decides only `NULL`, and the NaN blob
 /// of a REAL column (see `nanBlob`).
 final class StatementColumns: ColumnReader {
-    private let statement: OpaquePointer
+    let statement: OpaquePointer
     private let types: [AttributeType]
     /// Whether each column may hold NULL. A non-optional attribute's column is `NOT NULL`
     /// (Depot creates it so, and a migration cannot make an optional attribute required), so
@@ -21,7 +21,7 @@ final class StatementColumns: ColumnReader {
     init(_ statement: Statement, table: RegisteredEntity) {
         self.statement = statement.handle
         self.types = table.types
-        self.nullable = table.entity.attributes.map(\.isOptional)
+        self.nullable = table.nullable
         self.entity = table.entity.name
     }
 
