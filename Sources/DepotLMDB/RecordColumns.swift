@@ -24,8 +24,16 @@ final class RecordColumns: ColumnReader {
     private let payloads: UnsafeMutablePointer<Int>
     @exclusivity(unchecked) private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
 
+    /// `types.count`, and the types as a buffer: `load` walks them for every record, and a
+    /// plain buffer walk is cheaper than the array's.
+    private let count: Int
+    private let typeBuffer: UnsafeMutablePointer<AttributeType>
+
     init(types: [AttributeType]) {
         self.types = types
+        self.count = types.count
+        self.typeBuffer = .allocate(capacity: max(1, types.count))
+        self.typeBuffer.initialize(from: types, count: types.count)
         let capacity = max(1, types.count)
         self.offsets = .allocate(capacity: capacity)
         self.offsets.initialize(repeating: 0, count: capacity)
@@ -36,6 +44,8 @@ final class RecordColumns: ColumnReader {
     }
 
     deinit {
+        typeBuffer.deinitialize(count: count)
+        typeBuffer.deallocate()
         offsets.deallocate()
         decoded.deallocate()
         payloads.deallocate()
@@ -51,7 +61,8 @@ final class RecordColumns: ColumnReader {
         let count = bytes.count
         guard count >= 1, bytes[0] == RecordFormat.version else { return false }
         var p = 1
-        for (i, type) in types.enumerated() {
+        for i in 0..<self.count {
+            let type = typeBuffer[i]
             guard p < count else { return false }
             offsets[i] = p
             let tag = bytes[p]
@@ -98,7 +109,7 @@ final class RecordColumns: ColumnReader {
     /// and is not null. `load` checked the payload, so reads past it stay in bounds.
     @inline(__always)
     private func payload<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> (tag: UInt8, at: Int) {
-        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        guard index >= 0 && index < count else { throw columnOutOfRange(index, count: count) }
         let offset = offsets[index]
         let tag = buffer[offset]
         if tag == RecordFormat.Tag.null { throw storedNil(T.self, at: index) }
