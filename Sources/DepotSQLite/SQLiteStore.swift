@@ -94,6 +94,8 @@ public final class SQLiteStore: RowReadingStore {
     let pool: NIOLockedValueBox<Pool>
     let writer: Connection
     let writerWorker: Worker
+    /// Where reads run (see `checkOutReader`).
+    let readQueue = DispatchQueue(label: "depot.sqlite.readers", attributes: .concurrent)
     let readers: [Reader]
     let gate: StoreGate
     let temporaryDirectory: URL?
@@ -222,7 +224,7 @@ public final class SQLiteStore: RowReadingStore {
                 reader.traceStatements(to: log)
                 connections.append(reader)
             }
-            let readers = connections.enumerated().map { Reader(connection: $1, worker: Worker(name: "depot.sqlite.reader\($0)")) }
+            let readers = connections.map { Reader(connection: $0) }
             self.writer = writer
             self.writerWorker = Worker(name: "depot.sqlite.writer")
             self.readers = readers
@@ -413,7 +415,6 @@ public final class SQLiteStore: RowReadingStore {
     }
 
     func stopWorkers() {
-        for reader in readers { reader.worker.stop() }
         writerWorker.stop()
     }
 

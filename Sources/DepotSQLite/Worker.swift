@@ -3,7 +3,11 @@ import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 
-/// A dedicated thread that runs jobs one at a time, in submission order.
+/// A dedicated thread that runs jobs one at a time, in submission order: the writer's.
+///
+/// Reads run on a concurrent dispatch queue instead (see `checkOutReader`); for the writer,
+/// this thread was measured against a serial dispatch queue and kept: 1,000 single saves
+/// took 56 ms here against 82 ms there (W3, same machine and run).
 ///
 /// Handing a call to a dispatch queue costs a thread wake-up (≈ 25 µs on the target
 /// machines) when the queue's thread has parked. After a job, this worker spins for a few
