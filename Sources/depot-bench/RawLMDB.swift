@@ -199,7 +199,47 @@ final class RawLMDBSubject: BenchSubject {
         }
     }
 
+    /// W6 like for like: four reader tasks, every lookup its own read transaction in a hop
+    /// onto a concurrent queue (as Depot's reads); the writer's saves hop onto a serial
+    /// queue (as Depot's writes), each its own durable commit.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let share = lookups.count / readers
+        let reads = HandOff.concurrent("raw-lmdb.readers")
+        let writer = HandOff.serial("raw-lmdb.writer")
+        let handle = UnsafeLMDBHandle(env: env, dbi: dbi)
+        let subject = Unchecked(self)
+        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
+            group.addTask {
+                for cat in writes { try await writer.run { try subject.value.saveOne(cat) } }
+                return ([], 0)
+            }
+            for reader in 0..<readers {
+                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
+                group.addTask {
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(mine.count)
+                    var sum: Int64 = 0
+                    for id in mine {
+                        let start = DispatchTime.now().uptimeNanoseconds
+                        let (_, part) = try await reads.run { try handle.lookUpEach([id]) }
+                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
+                        sum &+= part
+                    }
+                    return (latencies, sum)
+                }
+            }
+            return try await mergeReaders(&group)
+        }
+    }
+
+    /// One save in its own durable commit, as `saveEach` does per cat.
+    func saveOne(_ cat: Cat) throws {
+        var buffer: [UInt8] = []
+        try write { txn in try put(cat, in: txn, buffer: &buffer) }
+    }
+
+    /// W6t: the same mix with each reader on a plain thread of its own, no hand-off.
+    func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         let share = lookups.count / readers
         let results = ResultBox(readers)
         let group = DispatchGroup()

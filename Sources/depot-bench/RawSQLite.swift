@@ -25,7 +25,7 @@ final class RawSQLiteSubject: BenchSubject {
         }
     }
 
-    private static func connect(_ path: String, synchronous: String) throws -> OpaquePointer {
+    fileprivate static func connect(_ path: String, synchronous: String) throws -> OpaquePointer {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         guard sqlite3_open_v2(path, &handle, flags, nil) == SQLITE_OK, let handle else {
@@ -88,7 +88,7 @@ final class RawSQLiteSubject: BenchSubject {
     }
 
     @inline(__always)
-    private static func cat(from statement: OpaquePointer) -> Cat {
+    fileprivate static func cat(from statement: OpaquePointer) -> Cat {
         let length = Int(sqlite3_column_bytes(statement, 1))
         let name: String
         if let text = sqlite3_column_text(statement, 1) {
@@ -161,7 +161,78 @@ final class RawSQLiteSubject: BenchSubject {
     }
 
     /// Readers on their own connections and threads, the writer on this connection.
+    /// W6 like for like: four reader tasks, each with its own connection, every lookup a hop
+    /// onto a concurrent queue (as Depot's reads); the writer's saves hop onto a serial queue
+    /// (as Depot's writes), each its own autocommit.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let share = lookups.count / readers
+        let path = self.path
+        let synchronous = self.synchronous
+        let reads = HandOff.concurrent("raw-sqlite.readers")
+        let writer = HandOff.serial("raw-sqlite.writer")
+        let subject = Unchecked(self)
+        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
+            group.addTask {
+                for cat in writes { try await writer.run { try subject.value.saveOne(cat) } }
+                return ([], 0)
+            }
+            for reader in 0..<readers {
+                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
+                group.addTask {
+                    let connection = try await reads.run { Unchecked(try RawReader(path: path, synchronous: synchronous)) }
+                    defer { connection.value.close() }
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(mine.count)
+                    var sum: Int64 = 0
+                    for id in mine {
+                        let start = DispatchTime.now().uptimeNanoseconds
+                        let cat = try await reads.run { try connection.value.lookUp(id) }
+                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
+                        sum &+= checksum(cat)
+                    }
+                    return (latencies, sum)
+                }
+            }
+            return try await mergeReaders(&group)
+        }
+    }
+
+    /// One save in its own autocommit, as `saveEach` does per cat.
+    func saveOne(_ cat: Cat) throws {
+        try insert(cat, with: try statement(Self.upsertSQL))
+    }
+
+    /// A reader connection of the like-for-like W6.
+    final class RawReader {
+        let handle: OpaquePointer
+        let statement: OpaquePointer
+
+        init(path: String, synchronous: String) throws {
+            handle = try RawSQLiteSubject.connect(path, synchronous: synchronous)
+            var statement: OpaquePointer?
+            sqlite3_prepare_v2(handle, "SELECT id, name, weight, age FROM Cat WHERE id = ?", -1, &statement, nil)
+            guard let statement else {
+                sqlite3_close_v2(handle)
+                throw BenchError("raw-sqlite: prepare failed")
+            }
+            self.statement = statement
+        }
+
+        func lookUp(_ id: Int64) throws -> Cat {
+            sqlite3_bind_int64(statement, 1, id)
+            defer { sqlite3_reset(statement) }
+            guard sqlite3_step(statement) == SQLITE_ROW else { throw BenchError("raw-sqlite: cat \(id) missing") }
+            return RawSQLiteSubject.cat(from: statement)
+        }
+
+        func close() {
+            sqlite3_finalize(statement)
+            sqlite3_close_v2(handle)
+        }
+    }
+
+    /// W6t: the same mix with each reader on a plain thread of its own, no hand-off.
+    func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         let share = lookups.count / readers
         let path = self.path
         let synchronous = self.synchronous

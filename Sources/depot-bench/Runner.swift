@@ -4,7 +4,7 @@ import Foundation
 
 /// The workloads of PERFORMANCE.md.
 enum Workload: String, CaseIterable, Codable {
-    case w1 = "W1", w2 = "W2", w3 = "W3", w4 = "W4", w4p = "W4p", w5 = "W5", w6 = "W6"
+    case w1 = "W1", w2 = "W2", w3 = "W3", w4 = "W4", w4p = "W4p", w5 = "W5", w6 = "W6", w6t = "W6t"
 
     var summary: String {
         switch self {
@@ -14,7 +14,8 @@ enum Workload: String, CaseIterable, Codable {
         case .w4: "random primary-key lookups inside one read operation"
         case .w4p: "10,000 random lookups, each its own async fetchOne(id:) call"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
-        case .w6: "4 concurrent readers doing W4' while one writer does W3"
+        case .w6: "4 concurrent readers doing W4' while one writer does W3 (raw engines behind the same async hand-off as Depot)"
+        case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         }
     }
 
@@ -188,6 +189,7 @@ struct Runner {
                 for offset in 0..<kinds.count {
                     let index = (offset + run) % kinds.count
                     let kind = kinds[index]
+                    if workload == .w6t && !kind.name.hasPrefix("raw-") { continue }
                     progress("\(workload.rawValue) \(kind.name) \(run == 0 ? "warm-up" : "run \(run)/\(repetitions)")")
                     let sample = try await measure(workload, kind: kind, populated: populated[kind.name], fixture: fixture, run: run)
                     if run == 0 { continue }
@@ -214,7 +216,7 @@ struct Runner {
                 guard let raw = kinds[i].rawCounterpart, let j = kinds.firstIndex(where: { $0.name == raw }) else { continue }
                 measurements[i].ratioToRaw = measurements[i].medianMs / measurements[j].medianMs
             }
-            results += measurements
+            results += measurements.filter { !$0.samplesMs.isEmpty }
         }
         return results
     }
@@ -279,12 +281,14 @@ struct Runner {
                     for _ in 0..<Self.queriesPerW5Sample { ok = try await subject.oldestByName() == fixture.oldestByName && ok }
                 }
                 return Sample(ms: ms / Double(Self.queriesPerW5Sample), checksumOK: ok)
-            case .w6:
+            case .w6, .w6t:
                 // The writer re-saves existing cats unchanged, so the store's content (and the
                 // other workloads' checksums) stay the same.
                 let writes = Array(fixture.cats.prefix(fixture.singles.count))
                 let (mix, ms) = try await time {
-                    try await subject.concurrentMix(readers: 4, lookups: fixture.callLookups, writes: writes)
+                    workload == .w6
+                        ? try await subject.concurrentMix(readers: 4, lookups: fixture.callLookups, writes: writes)
+                        : try await subject.concurrentMixOnThreads(readers: 4, lookups: fixture.callLookups, writes: writes)
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)

@@ -31,6 +31,14 @@ protocol BenchSubject: AnyObject {
     /// W6: `readers` concurrent readers doing lookups while one writer saves `writes` one
     /// commit each. Returns per-read latencies in nanoseconds and the lookup checksum.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
+    /// W6t (raw engines only): the same mix on plain threads, no async hand-off: the floor.
+    func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
+}
+
+extension BenchSubject {
+    func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        throw BenchError("\(name) runs W6 only through its async API; W6t is for the raw engines")
+    }
 }
 
 /// A checksum of one cat's fields, so a benchmark cannot skip reading any of them.

@@ -1,0 +1,45 @@
+import Dispatch
+
+/// The hand-off Depot's backends make for every call: the engine's blocking work runs on
+/// a dispatch queue while the calling task is suspended, and the task resumes when it is
+/// done. W6's baseline for the raw engines runs them behind the same hand-off (reads on a
+/// concurrent queue, writes on a serial one), so that the comparison shows what Depot adds
+/// beyond the hop; W6t keeps the plain-threads figure, the floor, beside it.
+struct HandOff: Sendable {
+    let queue: DispatchQueue
+
+    static func concurrent(_ label: String) -> HandOff {
+        HandOff(queue: DispatchQueue(label: label, attributes: .concurrent))
+    }
+
+    static func serial(_ label: String) -> HandOff {
+        HandOff(queue: DispatchQueue(label: label))
+    }
+
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+}
+
+/// A raw subject's engine state handed to the queues of a `HandOff`.
+///
+/// `@unchecked Sendable`: during W6 each reader's connection (or transaction) is used by
+/// one task at a time, and the subject's own connection only by the serial writer queue;
+/// each hop's continuation orders one use after the previous.
+final class Unchecked<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// Merges the per-reader results of a W6 run.
+func mergeReaders(_ group: inout ThrowingTaskGroup<([UInt64], Int64), any Error>) async throws -> (latencies: [UInt64], checksum: Int64) {
+    var latencies: [UInt64] = []
+    var sum: Int64 = 0
+    for try await (part, partSum) in group {
+        latencies += part
+        sum &+= partSum
+    }
+    return (latencies, sum)
+}
