@@ -161,9 +161,17 @@ extension Store {
         }, completion: completion)
     }
 
-    /// Reads the record with primary key `key` as a read of its own, decoded by `decode`.
+    /// Reads the record with primary key `key` as a read of its own, decoded by `decode`:
+    /// on the calling task when the store is an ``InlineReadingStore``.
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
-        try await withCheckedThrowingContinuation { continuation in
+        if let inline = self as? any InlineReadingStore {
+            return try inline.readInline { transaction -> T? in
+                var result: T?
+                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+                return result
+            }
+        }
+        return try await withCheckedThrowingContinuation { continuation in
             readRow(entity, key: key, decode: decode) { continuation.resume(with: $0) }
         }
     }
