@@ -11,7 +11,7 @@ extension SQLiteStore {
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        writerWorker.submit {
+        writerLane.submit {
             let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
             self.end()
             completion(result)

@@ -18,9 +18,9 @@ import NIOConcurrencyHelpers
 ///
 /// The database runs in WAL mode with one writer connection and a pool of reader
 /// connections: reads run in parallel with each other and with the writer, and every read
-/// operation sees one consistent snapshot. All SQLite calls run on the store's own
-/// threads (one per connection), never on Swift's cooperative thread pool. Writes run one
-/// at a time, in the order they were submitted.
+/// operation sees one consistent snapshot. All SQLite calls run on the store's dispatch
+/// queues (at most one call per connection at a time), never on Swift's cooperative thread
+/// pool. Writes run one at a time, in the order they were submitted.
 public final class SQLiteStore: RowReadingStore {
     /// How hard a commit tries to reach the disk.
     public enum Durability: Sendable, Hashable {
@@ -93,7 +93,7 @@ public final class SQLiteStore: RowReadingStore {
     let state = NIOLockedValueBox(State())
     let pool: NIOLockedValueBox<Pool>
     let writer: Connection
-    let writerWorker: Worker
+    let writerLane: SerialLane
     /// Where reads run (see `checkOutReader`).
     let readQueue = DispatchQueue(label: "depot.sqlite.readers", attributes: .concurrent)
     let readers: [Reader]
@@ -184,7 +184,7 @@ public final class SQLiteStore: RowReadingStore {
 
     private init(file: String, temporaryDirectory: URL?, options: Options, log: StoreLog) throws(DepotError) {
         guard (1...Self.maximumReaders).contains(options.readers) else {
-            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections (each has a thread of its own).")
+            throw DepotError(.invalidConfiguration, "SQLiteStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections.")
         }
         guard options.busyTimeout >= .zero else {
             throw DepotError(.invalidConfiguration, "SQLiteStore.Options.busyTimeout is negative; use zero or more.")
@@ -226,7 +226,7 @@ public final class SQLiteStore: RowReadingStore {
             }
             let readers = connections.map { Reader(connection: $0) }
             self.writer = writer
-            self.writerWorker = Worker(name: "depot.sqlite.writer")
+            self.writerLane = SerialLane(label: "depot.sqlite.writer")
             self.readers = readers
             self.pool = NIOLockedValueBox(Pool(idle: readers))
             state.withLockedValue { s in
@@ -247,7 +247,7 @@ public final class SQLiteStore: RowReadingStore {
 
     /// A store released without ``close()``: closing its connections checkpoints the WAL,
     /// blocking I/O that must not run on whatever thread dropped the last reference (a
-    /// thread of Swift's cooperative pool, often). The writer's thread does it, after any
+    /// thread of Swift's cooperative pool, often). The writer's lane does it, after any
     /// job still queued there; this returns at once.
     deinit {
         // Jobs hold the store strongly, so no job of this store runs or waits any more.
@@ -262,9 +262,9 @@ public final class SQLiteStore: RowReadingStore {
                 Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
                 log.closed("sqlite", at: location)
             }
-            if !writerWorker.submit(close) { close() }
+            if !writerLane.submit(close) { close() }
         }
-        stopWorkers()
+        stopWriterLane()
     }
 
     // MARK: Work accounting
@@ -354,7 +354,7 @@ public final class SQLiteStore: RowReadingStore {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        writerWorker.submit {
+        writerLane.submit {
             let result = Result { try self.writeNow(body) }
             self.end()
             completion(result)
@@ -391,15 +391,15 @@ public final class SQLiteStore: RowReadingStore {
         // After the last commit: observations end with `closed` instead of waiting forever.
         changes.finish()
         guard first else { return }
-        // Closing checkpoints the WAL: blocking work, so on the writer's thread.
+        // Closing checkpoints the WAL: blocking work, so on the writer's lane.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let accepted = writerWorker.submit {
+            let accepted = writerLane.submit {
                 self.closeConnections()
                 continuation.resume()
             }
             if !accepted { continuation.resume() }
         }
-        stopWorkers()
+        stopWriterLane()
         log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
@@ -414,8 +414,8 @@ public final class SQLiteStore: RowReadingStore {
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }
     }
 
-    func stopWorkers() {
-        writerWorker.stop()
+    func stopWriterLane() {
+        writerLane.stop()
     }
 
     // MARK: Diagnostics
@@ -425,7 +425,7 @@ public final class SQLiteStore: RowReadingStore {
     func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {
         try await withCheckedThrowingContinuation { continuation in
             do { try begin() } catch { return continuation.resume(throwing: error) }
-            writerWorker.submit {
+            writerLane.submit {
                 let result = Result { () throws(DepotError) -> (String, Int) in
                     let journal = try self.writer.scalarText("PRAGMA journal_mode") ?? ""
                     let synchronous = Int(try self.writer.scalarText("PRAGMA synchronous") ?? "") ?? -1
@@ -442,7 +442,7 @@ public final class SQLiteStore: RowReadingStore {
     func limitPages(to pages: Int) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             do { try begin() } catch { return continuation.resume(throwing: error) }
-            writerWorker.submit {
+            writerLane.submit {
                 let result = Result { () throws(DepotError) in _ = try self.writer.scalarText("PRAGMA max_page_count = \(pages)") }
                 self.end()
                 continuation.resume(with: result.mapError { $0 as any Error })
