@@ -8,6 +8,9 @@ public struct Attribute<Record>: Sendable {
     let keyPath: PartialKeyPath<Record> & Sendable
     let read: @Sendable (Record) -> Value
     let store: @Sendable (Record) throws(DepotError) -> Value
+    /// Why the declaration cannot be used (a default value that cannot be stored);
+    /// reported when a store first sees the entity.
+    let problem: DepotError?
 
     /// Declares an attribute.
     ///
@@ -21,9 +24,21 @@ public struct Attribute<Record>: Sendable {
         _ name: String, _ keyPath: KeyPath<Record, V> & Sendable, indexed: Bool = false,
         unique: Bool = false, default defaultValue: V? = nil
     ) {
+        // The stored form, not `value`: a Codable default whose encoding fails has no
+        // stored form, and must not become nil in every existing record.
+        var stored: Value?
+        var problem: DepotError?
+        if let defaultValue {
+            do {
+                stored = try defaultValue.storedValue()
+            } catch {
+                problem = DepotError(.invalidSchema, "The default value of attribute \(name) cannot be stored: \(error.message) Give it a default that encodes, or none.")
+            }
+        }
+        self.problem = problem
         self.description = AttributeDescription(
             name: name, type: V.attributeType, isOptional: V.isOptional,
-            defaultValue: defaultValue.map(\.value), isIndexed: indexed || unique, isUnique: unique)
+            defaultValue: stored, isIndexed: indexed || unique, isUnique: unique)
         self.keyPath = keyPath
         self.read = { $0[keyPath: keyPath].value }
         self.store = { (record: Record) throws(DepotError) -> Value in try record[keyPath: keyPath].storedValue() }
@@ -74,7 +89,7 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         self.declarationProblem =
             keyIndex == nil
             ? DepotError(.invalidSchema, "Entity \(name) names a primary key path that is not one of its attributes; declare an Attribute for it.")
-            : nil
+            : list.lazy.compactMap(\.problem).first
     }
 
     /// The entity name.

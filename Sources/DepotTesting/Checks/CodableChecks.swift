@@ -74,6 +74,26 @@ enum CodableChecks {
         var value: Unencodable
     }
 
+    /// A later version of `Fussy` that adds an optional attribute whose default cannot be
+    /// stored (were it taken as nil, every existing record would silently get nil).
+    struct FussyWithDefault: StoredObject, Hashable {
+        var id: Int64
+        var value: Unencodable
+        var extra: Unencodable?
+
+        static let entity = Entity<FussyWithDefault>("Fussy", primaryKey: \.id) {
+            Attribute("id", \.id)
+            Attribute("value", \.value)
+            Attribute("extra", \.extra, default: Unencodable())
+        }
+
+        init(row: RecordReader<Self>) throws {
+            id = try row[\.id]
+            value = try row[\.value]
+            extra = try row[\.extra]
+        }
+    }
+
     static let home = Address(street: "1 Rue de la Paix", city: "Paris", floor: nil, geo: [48.8686, 2.3314])
     static let away = Address(street: "10 Downing St", city: "London", floor: 2, geo: [.infinity, -0.0, .nan])
     static let owners = [
@@ -151,6 +171,13 @@ enum CodableChecks {
             try await expectError(.conversionFailed, "save") { try await fussy.save(Fussy(id: 1, value: Unencodable())) }
             try await expectEqual(fussy.count(), 0, "nothing written")
             try await expectError(.invalidPredicate, "a predicate on it") { try await fussy.fetchAll(Request(\.value == Unencodable())) }
+        },
+        ConformanceCheck("a default value that does not encode is refused at registration, not stored as nil") { store in
+            try await expectError(.invalidSchema, "registering the declaration") {
+                try await Controller<FussyWithDefault, FussyWithDefault>(store: store).count()
+            }
+            try await expectError(.invalidSchema, "registering it through the store") { try await store.register(FussyWithDefault.self) }
+            try expectEqual(FussyWithDefault.entity.description.attributes[2].defaultValue, nil, "no nil default stands in for the value")
         },
     ]
 }
