@@ -119,6 +119,7 @@ public struct Request<Record: ManagedRecord>: Sendable, Hashable {
     ///   of the wrong type, or a negative limit or offset.
     public func resolved(for entity: EntityHandle) throws(DepotError) -> Query {
         if let problem { throw DepotError(.invalidPredicate, problem) }
+        if let misuse = Record.entity.jsonMisuse(in: predicate, sortKeys: sortKeys) { throw DepotError(.invalidPredicate, misuse) }
         return try Query(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset)
     }
 }

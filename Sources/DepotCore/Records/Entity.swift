@@ -11,6 +11,8 @@ public struct Attribute<Record>: Sendable {
     /// Why the declaration cannot be used (a default value that cannot be stored);
     /// reported when a store first sees the entity.
     let problem: DepotError?
+    /// Whether the value is stored as JSON text (a `Codable` value).
+    let isJSON: Bool
 
     /// Declares an attribute.
     ///
@@ -36,6 +38,7 @@ public struct Attribute<Record>: Sendable {
             }
         }
         self.problem = problem
+        self.isJSON = V.isJSON
         self.description = AttributeDescription(
             name: name, type: V.attributeType, isOptional: V.isOptional,
             defaultValue: stored, isIndexed: indexed || unique, isUnique: unique)
@@ -73,6 +76,8 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     let attributes: [Attribute<Record>]
     let indexByKeyPath: KeyPathIndex
     let declarationProblem: DepotError?
+    /// The names of the attributes stored as JSON text.
+    let jsonAttributes: Set<String>
 
     public init(
         _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable,
@@ -83,6 +88,7 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         for (i, a) in list.enumerated() where byKeyPath[a.keyPath] == nil { byKeyPath[a.keyPath] = i }
         let keyIndex = byKeyPath[primaryKey]
         self.attributes = list
+        self.jsonAttributes = Set(list.filter(\.isJSON).map(\.description.name))
         self.indexByKeyPath = KeyPathIndex(byKeyPath)
         self.description = EntityDescription(
             name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1)
@@ -101,6 +107,31 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     public func validate() throws(DepotError) {
         if let declarationProblem { throw declarationProblem }
         try description.validate()
+    }
+
+    /// Why a predicate or sort keys cannot run: ordering, text matching or sorting on an
+    /// attribute stored as JSON text, named by string (the key-path forms refuse it when
+    /// the request is built). `nil` when they can.
+    func jsonMisuse(in predicate: PredicateExpression, sortKeys: [SortKey]) -> String? {
+        if jsonAttributes.isEmpty { return nil }
+        if sortKeys.contains(where: { jsonAttributes.contains($0.attribute) }) { return jsonOrderingProblem }
+        // Without recursion: the predicate's depth is checked only later, when it resolves.
+        var pending = [predicate]
+        while let expression = pending.popLast() {
+            switch expression {
+            case .compare(let name, let op, _) where op != .equal && op != .notEqual:
+                if jsonAttributes.contains(name) { return jsonOrderingProblem }
+            case .hasPrefix(let name, _), .contains(let name, _):
+                if jsonAttributes.contains(name) { return jsonOrderingProblem }
+            case .and(let parts), .or(let parts):
+                pending.append(contentsOf: parts)
+            case .not(let inner):
+                pending.append(inner)
+            default:
+                break
+            }
+        }
+        return nil
     }
 
     /// The name of the attribute a key path maps to, if it is declared.

@@ -151,6 +151,14 @@ enum CodableChecks {
             try await expectError(.invalidPredicate, "hasPrefix") { try await owners.fetchAll(Request(.hasPrefix(\.tags, "["))) }
             try await expectError(.invalidPredicate, "contains") { try await owners.count(Request(.contains(\.scores, "x"))) }
             try await expectError(.invalidPredicate, "sorted(by:)") { try await owners.fetchAll(Request<Owner>().sorted(by: \.address)) }
+            // The same by attribute name, nested inside other conditions.
+            try await expectError(.invalidPredicate, "< by name") { try await owners.fetchAll(Request(.where("address", .less, "x"))) }
+            try await expectError(.invalidPredicate, "hasPrefix by name under ! and ||") {
+                try await owners.fetchAll(Request(!(.where("id", equalTo: Int64(1)) || .where("tags", hasPrefix: "["))))
+            }
+            try await expectError(.invalidPredicate, "contains by name") { try await owners.count(Request(.where("scores", contains: "x"))) }
+            try await expectError(.invalidPredicate, "sorted(by:) by name") { try await owners.fetchAll(Request<Owner>().sorted(by: "previous")) }
+            try await expectEqual(owners.count(Request(.where("tags", .equal, ["b"]))), 1, "equality by name still works")
             try await expectEqual(owners.count(Request(\.address != home)), 1, "!= still works")
         },
         ConformanceCheck("stored text that is not JSON of the type is a conversion error, never a trap or a skipped record") { store in
