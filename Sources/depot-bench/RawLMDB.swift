@@ -203,33 +203,14 @@ final class RawLMDBSubject: BenchSubject {
     /// onto a concurrent queue (as Depot's reads); the writer's saves hop onto a serial
     /// queue (as Depot's writes), each its own durable commit.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
-        let share = lookups.count / readers
         let reads = HandOff.concurrent("raw-lmdb.readers")
         let writer = HandOff.serial("raw-lmdb.writer")
         let handle = UnsafeLMDBHandle(env: env, dbi: dbi)
         let subject = Unchecked(self)
-        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
-            group.addTask {
-                for cat in writes { try await writer.run { try subject.value.saveOne(cat) } }
-                return ([], 0)
-            }
-            for reader in 0..<readers {
-                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
-                group.addTask {
-                    var latencies: [UInt64] = []
-                    latencies.reserveCapacity(mine.count)
-                    var sum: Int64 = 0
-                    for id in mine {
-                        let start = DispatchTime.now().uptimeNanoseconds
-                        let (_, part) = try await reads.run { try handle.lookUpEach([id]) }
-                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                        sum &+= part
-                    }
-                    return (latencies, sum)
-                }
-            }
-            return try await mergeReaders(&group)
-        }
+        return try await asyncMix(
+            readers: readers, lookups: lookups, writes: writes,
+            save: { cat in try await writer.run { try subject.value.saveOne(cat) } }, openReader: {},
+            lookUp: { _, id in try await reads.run { try handle.lookUp(id) } })
     }
 
     /// One save in its own durable commit, as `saveEach` does per cat.
@@ -271,27 +252,34 @@ final class UnsafeLMDBHandle: @unchecked Sendable {
         self.dbi = dbi
     }
 
+    /// One lookup in a read transaction of its own.
+    func lookUp(_ id: Int64) throws -> Cat {
+        var txn: OpaquePointer?
+        guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS else { throw BenchError("raw-lmdb: txn") }
+        defer { mdb_txn_abort(txn) }
+        var keyBytes = (UInt64(bitPattern: id) ^ (1 << 63)).bigEndian
+        let found: Cat? = withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
+            var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
+            var value = MDB_val()
+            guard mdb_get(txn, dbi, &key, &value) == MDB_SUCCESS else { return nil }
+            let raw = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+            let age = Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: Int64.self))
+            let weight = Double(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[16...]), as: UTF8.self)
+            return Cat(id: id, name: name, weight: weight, age: Int(age))
+        }
+        guard let cat = found else { throw BenchError("raw-lmdb: cat \(id) missing") }
+        return cat
+    }
+
+    /// Each lookup in its own read transaction, timed (W6t's readers).
     func lookUpEach(_ ids: [Int64]) throws -> ([UInt64], Int64) {
         var latencies: [UInt64] = []
         latencies.reserveCapacity(ids.count)
         var sum: Int64 = 0
         for id in ids {
             let start = DispatchTime.now().uptimeNanoseconds
-            var txn: OpaquePointer?
-            guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS else { throw BenchError("raw-lmdb: txn") }
-            var keyBytes = (UInt64(bitPattern: id) ^ (1 << 63)).bigEndian
-            let found: Cat? = withUnsafeMutableBytes(of: &keyBytes) { keyBuffer in
-                var key = MDB_val(mv_size: 8, mv_data: keyBuffer.baseAddress)
-                var value = MDB_val()
-                guard mdb_get(txn, dbi, &key, &value) == MDB_SUCCESS else { return nil }
-                let raw = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
-                let age = Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: Int64.self))
-                let weight = Double(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
-                let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[16...]), as: UTF8.self)
-                return Cat(id: id, name: name, weight: weight, age: Int(age))
-            }
-            mdb_txn_abort(txn)
-            guard let cat = found else { throw BenchError("raw-lmdb: cat \(id) missing") }
+            let cat = try lookUp(id)
             latencies.append(DispatchTime.now().uptimeNanoseconds - start)
             sum &+= checksum(cat)
         }

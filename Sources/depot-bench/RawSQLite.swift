@@ -165,36 +165,17 @@ final class RawSQLiteSubject: BenchSubject {
     /// onto a concurrent queue (as Depot's reads); the writer's saves hop onto a serial queue
     /// (as Depot's writes), each its own autocommit.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
-        let share = lookups.count / readers
         let path = self.path
         let synchronous = self.synchronous
         let reads = HandOff.concurrent("raw-sqlite.readers")
         let writer = HandOff.serial("raw-sqlite.writer")
         let subject = Unchecked(self)
-        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
-            group.addTask {
-                for cat in writes { try await writer.run { try subject.value.saveOne(cat) } }
-                return ([], 0)
-            }
-            for reader in 0..<readers {
-                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
-                group.addTask {
-                    let connection = try await reads.run { Unchecked(try RawReader(path: path, synchronous: synchronous)) }
-                    defer { connection.value.close() }
-                    var latencies: [UInt64] = []
-                    latencies.reserveCapacity(mine.count)
-                    var sum: Int64 = 0
-                    for id in mine {
-                        let start = DispatchTime.now().uptimeNanoseconds
-                        let cat = try await reads.run { try connection.value.lookUp(id) }
-                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                        sum &+= checksum(cat)
-                    }
-                    return (latencies, sum)
-                }
-            }
-            return try await mergeReaders(&group)
-        }
+        return try await asyncMix(
+            readers: readers, lookups: lookups, writes: writes,
+            save: { cat in try await writer.run { try subject.value.saveOne(cat) } },
+            openReader: { try await reads.run { Unchecked(try RawReader(path: path, synchronous: synchronous)) } },
+            closeReader: { $0.value.close() },
+            lookUp: { connection, id in try await reads.run { try connection.value.lookUp(id) } })
     }
 
     /// One save in its own autocommit, as `saveEach` does per cat.

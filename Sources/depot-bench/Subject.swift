@@ -124,34 +124,12 @@ final class DepotSubject: BenchSubject {
 
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         let controller = try controller
-        return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
-            group.addTask {
-                for cat in writes { try await controller.save(cat) }
-                return ([], 0)
-            }
-            let share = lookups.count / readers
-            for reader in 0..<readers {
-                let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
-                group.addTask {
-                    var latencies: [UInt64] = []
-                    latencies.reserveCapacity(mine.count)
-                    var sum: Int64 = 0
-                    for id in mine {
-                        let start = DispatchTime.now().uptimeNanoseconds
-                        guard let cat = try await controller.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
-                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                        sum &+= checksum(cat)
-                    }
-                    return (latencies, sum)
-                }
-            }
-            var latencies: [UInt64] = []
-            var sum: Int64 = 0
-            for try await (part, partSum) in group {
-                latencies += part
-                sum &+= partSum
-            }
-            return (latencies, sum)
-        }
+        return try await asyncMix(
+            readers: readers, lookups: lookups, writes: writes, save: { try await controller.save($0) }, openReader: {},
+            lookUp: { _, id in
+                guard let cat = try await controller.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
+                return cat
+            })
     }
+
 }
