@@ -88,7 +88,9 @@ let package = Package(
             name: "DepotServiceLifecycle",
             dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(name: "DepotTesting", dependencies: ["DepotCore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
-        .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore", "DepotTesting"]),
+        .testTarget(
+            name: "DepotCoreTests",
+            dependencies: ["DepotCore", "DepotTesting", .product(name: "PropertyBased", package: "swift-property-based")]),
         // Test-only: an SQLite VFS that makes writes and syncs fail on demand
         // (DepotSQLiteTests' fault-injection tests).
         .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),

@@ -1,8 +1,8 @@
 extension MemoryStore {
     /// Checks the committed state's internal consistency, for tests: every row fits its
     /// entity and is stored under its own primary key, each unique map holds exactly the
-    /// rows' non-nil unique values, and a computed key order is exactly the rows sorted by
-    /// key.
+    /// rows' non-nil unique values, and each table's B+ tree is well formed (keys ascending,
+    /// balanced, counts adding up, no node over capacity).
     ///
     /// - Throws: ``DepotError/Code/storeCorrupted`` naming the first inconsistency.
     public func _checkInvariants() throws(DepotError) {
@@ -15,7 +15,8 @@ extension MemoryStore {
             guard table.entity.name == name else { throw broken("stored under another name") }
             var expectedUnique: [Int: [Value: Value]] = [:]
             for position in table.unique.keys { expectedUnique[position] = [:] }
-            for (key, row) in table.rows {
+            if let problem = table.rows.structuralProblem() { throw broken("the row tree is malformed: \(problem)") }
+            for (key, row) in table.rows.entries {
                 let rowKey = try table.entity.check(row)
                 guard rowKey == key else { throw broken("row stored under \(key.debugLiteral) has key \(rowKey.debugLiteral)") }
                 for position in table.unique.keys where !row[value: position].isNull {
@@ -29,16 +30,6 @@ extension MemoryStore {
                     map.allSatisfy({ expectedUnique[position]?[$0.key] == $0.value })
                 else { throw broken("the unique map of \(table.entity.attributes[position].name) does not match the rows") }
             }
-            if let ordered = table.keyOrder.cachedRows {
-                let keyIndex = table.entity.primaryKeyIndex
-                let expected = table.rows.values.sorted { Value.compare($0[value: keyIndex], $1[value: keyIndex]) < 0 }
-                guard ordered == expected else { throw broken("the cached key order is stale") }
-            }
         }
     }
-}
-
-extension MemoryStore.KeyOrderCache {
-    /// The cached order, if it has been computed.
-    var cachedRows: [Row]? { cachedValue }
 }

@@ -9,8 +9,8 @@ import Synchronization
 /// Readers work on a copy-on-write snapshot taken when their transaction starts, so they
 /// never wait for the writer and never see its uncommitted changes. Writers are
 /// serialized on one queue, in submission order; a writer changes working copies of the
-/// tables it touches (persistent hash tries, so a copy costs O(1) and a write copies only
-/// the nodes on its path) and swaps them in only when its closure returns, so a throw
+/// tables it touches (persistent B+ trees ordered by primary key, so a copy costs O(1) and
+/// a write copies only the nodes on its path) and swaps them in only when its closure returns, so a throw
 /// leaves nothing behind.
 ///
 /// ```swift
@@ -24,47 +24,15 @@ public final class MemoryStore: InlineReadingStore {
     /// description and its rows.
     struct RegisteredEntity: Sendable {
         var entity: EntityDescription
-        /// Persistent hash tries: a commit while readers hold a snapshot copies only the
-        /// nodes on the changed paths, not the whole table.
-        var rows: TreeDictionary<Value, Row> = [:]
+        /// The rows in primary key order, in a persistent B+ tree: a commit while readers
+        /// hold a snapshot copies only the nodes on the changed paths, not the whole table.
+        var rows = RowTree()
         /// For each unique attribute position: value → primary key.
         var unique: [Int: TreeDictionary<Value, Value>] = [:]
-        /// The rows in primary key order, computed at most once per committed version.
-        var keyOrder = KeyOrderCache()
 
         init(entity: EntityDescription) {
             self.entity = entity
             for (i, a) in entity.attributes.enumerated() where a.isUnique { unique[i] = [:] }
-        }
-
-        /// The committed rows sorted by primary key.
-        func rowsInKeyOrder() -> [Row] {
-            let key = entity.primaryKeyIndex
-            return keyOrder.rows {
-                var sorted = Array(rows.values)
-                sorted.sort { Value.compare($0[value: key], $1[value: key]) < 0 }
-                return sorted
-            }
-        }
-    }
-
-    /// Lazily computed key order of one committed table version; a commit that changes the
-    /// table replaces the cache, so a cached order never outlives its version.
-    final class KeyOrderCache: Sendable {
-        private let cached = NIOLockedValueBox<[Row]?>(nil)
-
-        var cachedValue: [Row]? { cached.withLockedValue { $0 } }
-
-        func rows(_ compute: () -> [Row]) -> [Row] {
-            if let value = cachedValue { return value }
-            // Sort outside the lock: readers that arrive meanwhile sort too rather than
-            // block a thread (of the cooperative pool, for async reads) behind this one.
-            let computed = compute()
-            return cached.withLockedValue { value in
-                if let value { return value }
-                value = computed
-                return computed
-            }
         }
     }
 
@@ -133,12 +101,15 @@ public final class MemoryStore: InlineReadingStore {
                 let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                 log.schemaMigrated(migration)
                 var table = RegisteredEntity(entity: entity)
-                for (key, row) in existing.rows {
+                let keyIndex = entity.primaryKeyIndex
+                existing.rows.forEach { row in
                     let migrated = migration.migrate(row)
-                    table.rows[key] = migrated
+                    let key = migrated[value: keyIndex]
+                    table.rows.updateValue(migrated, forKey: key)
                     for position in table.unique.keys where !migrated[value: position].isNull {
-                        table.unique[position]![migrated[value: position]] = key
+                        table.unique[position]?[migrated[value: position]] = key
                     }
+                    return true
                 }
                 handles.append(s.snapshot.tables.set(entity, table))
             }
@@ -215,7 +186,6 @@ public final class MemoryStore: InlineReadingStore {
             // Writers are serialized, so the committed tables are still the ones the
             // transaction started from: its working copies replace them.
             for working in transaction.working {
-                if working.keyOrderStale { working.table.keyOrder = KeyOrderCache() }
                 s.snapshot.tables.modify(slot: working.slot) { $0 = working.table }
             }
         }

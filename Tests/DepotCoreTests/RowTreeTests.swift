@@ -1,0 +1,75 @@
+@testable import DepotCore
+import PropertyBased
+import Testing
+
+/// The memory store's B+ tree against a dictionary model: random inserts, replacements
+/// and removals (ascending runs included, which take the append split), with snapshots
+/// taken along the way that must never change.
+@Suite("Memory store row tree")
+struct RowTreeTests {
+    static func row(_ key: Int64, _ version: Int) -> Row { Row([.int(key), .int(Int64(version))]) }
+
+    /// Applies `operations` (key, action) to a tree and to a model, checking shape, order
+    /// and contents after every step, and that a snapshot taken halfway is unchanged.
+    static func check(_ operations: [(key: Int64, action: Int)]) {
+        var tree = RowTree()
+        var model: [Int64: Row] = [:]
+        var snapshot: (tree: RowTree, model: [Int64: Row])?
+        for (step, operation) in operations.enumerated() {
+            let key = Value.int(operation.key)
+            if operation.action < 3 {
+                let row = row(operation.key, step)
+                #expect(tree.updateValue(row, forKey: key) == model.updateValue(row, forKey: operation.key))
+            } else {
+                #expect(tree.removeValue(forKey: key) == model.removeValue(forKey: operation.key))
+            }
+            if step == operations.count / 2 { snapshot = (tree, model) }
+        }
+        #expect(tree.structuralProblem() == nil)
+        #expect(tree.count == model.count)
+        #expect(tree.rows == model.keys.sorted().map { model[$0]! })
+        for key in Set(operations.map(\.key)) { #expect(tree[.int(key)] == model[key]) }
+        if let snapshot {
+            #expect(snapshot.tree.structuralProblem() == nil)
+            #expect(snapshot.tree.rows == snapshot.model.keys.sorted().map { snapshot.model[$0]! })
+        }
+        // Every offset reaches the same row as indexing the sorted rows.
+        let all = tree.rows
+        for offset in stride(from: 0, through: all.count, by: max(1, all.count / 17)) {
+            var first: Row?
+            tree.forEach(from: offset) { first = $0; return false }
+            #expect(first == (offset < all.count ? all[offset] : nil))
+        }
+    }
+
+    @Test func randomOperationsMatchADictionary() async {
+        // Each number is one operation: a key below 2,000 and one of five actions (three
+        // writes, two removals), so trees grow, shrink and rebalance.
+        await propertyCheck(count: 60, input: Gen.int(in: 0...9_999).array(of: 0...3_000)) { numbers in
+            Self.check(numbers.map { (key: Int64($0 / 5), action: $0 % 5) })
+        }
+    }
+
+    @Test func ascendingInsertsFillLeavesAndDeletesRebalance() {
+        var tree = RowTree()
+        for key in Int64(0)..<20_000 { tree.updateValue(Self.row(key, 0), forKey: .int(key)) }
+        #expect(tree.structuralProblem() == nil)
+        // Ascending inserts split off the new entry, so leaves stay full: 20,000 rows in
+        // ceil(20,000 / 64) leaves.
+        var leaves = 0
+        func countLeaves(_ node: RowTree.Node) {
+            if node.isLeaf { leaves += 1 } else { node.children.forEach(countLeaves) }
+        }
+        countLeaves(tree.root)
+        #expect(leaves == (20_000 + RowTree.capacity - 1) / RowTree.capacity)
+        let before = tree
+        for key in stride(from: Int64(0), to: 20_000, by: 1) where key % 10 != 3 { tree.removeValue(forKey: .int(key)) }
+        #expect(tree.structuralProblem() == nil)
+        #expect(tree.rows.map { $0[value: 0] } == stride(from: Int64(3), to: 20_000, by: 10).map { Value.int($0) })
+        // The copy taken before the removals still holds every row.
+        #expect(before.structuralProblem() == nil)
+        #expect(before.rows.map { $0[value: 0] } == (Int64(0)..<20_000).map { Value.int($0) })
+        for key in stride(from: Int64(3), to: 20_000, by: 10) { tree.removeValue(forKey: .int(key)) }
+        #expect(tree.isEmpty && tree.root.isLeaf && tree.structuralProblem() == nil)
+    }
+}
