@@ -21,7 +21,7 @@ import NIOConcurrencyHelpers
 /// operation sees one consistent snapshot. All SQLite calls run on the store's dispatch
 /// queues (at most one call per connection at a time), never on Swift's cooperative thread
 /// pool. Writes run one at a time, in the order they were submitted.
-public final class SQLiteStore: RowReadingStore {
+public final class SQLiteStore: RowReadingStore, WriteGroupRunner {
     /// How hard a commit tries to reach the disk.
     public enum Durability: Sendable, Hashable {
         /// WAL with `synchronous=NORMAL`, the default: a commit survives a crash of the
@@ -287,6 +287,9 @@ public final class SQLiteStore: RowReadingStore {
         static let commit = 2
         static let rollback = 3
         static let pin = 4
+        static let savepoint = 5
+        static let releaseSavepoint = 6
+        static let rollbackToSavepoint = 7
     }
 
     func rollback(_ connection: Connection) {
@@ -354,11 +357,91 @@ public final class SQLiteStore: RowReadingStore {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        writerLane.submit {
-            let result = Result { try self.writeNow(body) }
-            self.end()
-            completion(result)
+        guard writerLane.submit(write: PendingWrite(body, completion: completion, runner: self)) else {
+            end()
+            return completion(.failure(DepotError.closed("SQLite store at \(path)")))
         }
+    }
+
+    /// Runs writes the lane found queued one behind the other (see ``SerialLane``). One
+    /// write runs in a transaction of its own. Several share one: each in a savepoint, so a
+    /// closure that throws rolls back only its own changes, then one commit, one sync, for
+    /// all; each caller gets its own result, and observers one change set per write, in
+    /// order. Only an error that makes SQLite abandon the whole transaction (an I/O error, a
+    /// full disk) or a failed commit fails writes other than the one that caused it, and
+    /// then nothing of them is kept.
+    func runWrites(_ group: [any GroupedWrite]) {
+        if group.count == 1, let write = group.first {
+            var failure: (any Error)?
+            do { try writeNow { try write.perform($0) } } catch { failure = error }
+            end()
+            write.complete(failure: failure)
+            return
+        }
+        var pending = group[...]
+        while !pending.isEmpty { pending = runGroup(pending) }
+    }
+
+    /// Runs `group` in one transaction; returns the writes it did not get to (after an error
+    /// that ended the transaction early), to run in another.
+    private func runGroup(_ group: ArraySlice<any GroupedWrite>) -> ArraySlice<any GroupedWrite> {
+        func finish(_ writes: some Sequence<any GroupedWrite>, failure: (any Error)?) {
+            for write in writes {
+                end()
+                write.complete(failure: failure)
+            }
+        }
+        do {
+            try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        } catch {
+            finish(group, failure: error)
+            return []
+        }
+        let tables = self.tables
+        var done: [(write: any GroupedWrite, recorder: ChangeRecorder)] = []
+        var index = group.startIndex
+        while index < group.endIndex {
+            let write = group[index]
+            index += 1
+            let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
+            do {
+                try writer.run(key: Keys.savepoint, "SAVEPOINT depot_write")
+                try log.transaction("write") { try write.perform(transaction) }
+                transaction.isFinished = true
+                if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
+                try writer.run(key: Keys.releaseSavepoint, "RELEASE depot_write")
+                done.append((write, transaction.recorder))
+            } catch {
+                transaction.isFinished = true
+                if writer.isInTransaction,
+                    (try? writer.run(key: Keys.rollbackToSavepoint, "ROLLBACK TO depot_write")) != nil,
+                    (try? writer.run(key: Keys.releaseSavepoint, "RELEASE depot_write")) != nil
+                {
+                    // Only this write's changes are undone; the group goes on.
+                    finish(CollectionOfOne(write), failure: error)
+                    continue
+                }
+                // SQLite abandoned the whole transaction: the writes before this one are
+                // lost with it; the ones after it run in a transaction of their own.
+                rollback(writer)
+                finish(CollectionOfOne(write), failure: error)
+                finish(done.map(\.write), failure: DepotError.rolledBack(after: (error as? DepotError) ?? writer.lastError))
+                return group[index...]
+            }
+        }
+        do {
+            try writer.run(key: Keys.commit, "COMMIT")
+        } catch {
+            rollback(writer)
+            finish(done.map(\.write), failure: error)
+            return []
+        }
+        for (write, recorder) in done {
+            changes.publish(recorder)
+            end()
+            write.complete(failure: nil)
+        }
+        return []
     }
 
     func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {

@@ -20,6 +20,8 @@ protocol BenchSubject: AnyObject {
     func fetchAll() async throws -> [Cat]
     /// W3: one durable commit per cat.
     func saveEach(_ cats: [Cat]) async throws
+    /// W3c: the same saves from `writers` concurrent tasks, each save awaited on its own.
+    func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws
     /// W4: lookups inside one read operation; returns the checksum of what was found.
     func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64
     /// W4': one async call per lookup; returns the checksum of what was found.
@@ -36,6 +38,12 @@ protocol BenchSubject: AnyObject {
 }
 
 extension BenchSubject {
+    /// The raw engines commit one save at a time whoever calls: their W3c is W3, the
+    /// engine's own cost per commit, which group commit is measured against.
+    func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws {
+        try await saveEach(cats)
+    }
+
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         throw BenchError("\(name) runs W6 only through its async API; W6t is for the raw engines")
     }
@@ -93,6 +101,20 @@ final class DepotSubject: BenchSubject {
     func saveEach(_ cats: [Cat]) async throws {
         let controller = try controller
         for cat in cats { try await controller.save(cat) }
+    }
+
+    func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws {
+        let controller = try controller
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    for cat in stride(from: writer, to: cats.count, by: writers).map({ cats[$0] }) {
+                        try await controller.save(cat)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
     }
 
     func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64 {

@@ -1,6 +1,7 @@
 import DepotCore
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Operations, rollback, isolation and concurrency.
 enum TransactionChecks {
@@ -138,6 +139,82 @@ enum TransactionChecks {
             } catch let error as DepotError {
                 try expect(error.code == .closed, "stale context error \(error)")
             }
+        },
+        ConformanceCheck("writes queued behind a running write each keep their own result, rollback and change set") { store in
+            // Backends may run queued writes in one transaction (group commit); whether they
+            // do or not, each write must commit or roll back alone, as if it ran by itself.
+            let cats = try await seededCats(store)
+            let entity = try await cats.registeredEntity()
+            let collector = ChangeFeedChecks.Collector()
+            let subscription = store.changes.observe(entities: ["Cat"]) { collector.add($0) }
+            defer { subscription.cancel() }
+            let queued = DispatchSemaphore(value: 0)
+            let firstRunning = DispatchSemaphore(value: 0)
+            let results = NIOLockedValueBox<[Int: Result<Int64, any Error>]>([:])
+            let done = DispatchGroup()
+            func submit(_ index: Int, _ body: @escaping @Sendable (Context<Cat, CatRecord>) throws -> Int64) {
+                done.enter()
+                store.submitWrite({ transaction in try body(Context<Cat, CatRecord>(transaction, entity: entity)) }) { result in
+                    results.withLockedValue { $0[index] = result }
+                    done.leave()
+                }
+            }
+            // The first write holds the writer until the others are queued behind it.
+            submit(-1) { context in
+                firstRunning.signal()
+                _ = queued.wait(timeout: .now() + 10)
+                try context.insert(Cat(id: 200, name: "First", weight: 1, age: 1))
+                return 200
+            }
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    firstRunning.wait()
+                    c.resume()
+                }
+            }
+            for index in 0..<20 {
+                submit(index) { context in
+                    let id = Int64(300 + index)
+                    try context.insert(Cat(id: id, name: "Queued \(index)", weight: 1, age: 1))
+                    if index % 4 == 3 {
+                        // Writes, then throws: none of it may remain.
+                        try context.delete(id: 1)
+                        throw Abort()
+                    }
+                    if index == 5 {
+                        // A refused statement after a successful one: the write fails whole.
+                        try context.insert(Cat(id: 2, name: "Duplicate", weight: 1, age: 1))
+                    }
+                    return id
+                }
+            }
+            queued.signal()
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                done.notify(queue: .global()) { c.resume() }
+            }
+            let outcome = results.withLockedValue { $0 }
+            try expectEqual(try? outcome[-1]?.get(), 200, "the first write's result")
+            var kept: [Int64] = [200]
+            for index in 0..<20 {
+                switch outcome[index] {
+                case .success(let id)?:
+                    try expect(index % 4 != 3 && index != 5, "write \(index) should have failed")
+                    try expectEqual(id, Int64(300 + index), "write \(index)'s own result")
+                    kept.append(id)
+                case .failure(let error)?:
+                    if index % 4 == 3 {
+                        try expect(error is Abort, "write \(index) fails with its own error, got \(error)")
+                    } else {
+                        try expect(index == 5 && (error as? DepotError)?.code == .duplicateKey, "write \(index) failed: \(error)")
+                    }
+                case nil:
+                    throw ConformanceFailure(message: "write \(index) never completed", file: #fileID, line: #line)
+                }
+            }
+            let stored = try await cats.fetchAll().map(\.id)
+            try expectEqual(stored, (fixtureCats.map(\.id) + kept).sorted(), "exactly the successful writes are kept")
+            let batches = collector.all.map { $0.changes.map { "\($0.kind.rawValue) \($0.key)" } }
+            try expectEqual(batches, kept.map { ["insert \($0)"] }, "one change set per successful write, in order")
         },
     ]
 }
