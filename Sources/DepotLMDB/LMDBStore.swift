@@ -9,7 +9,8 @@ import Synchronization
 /// and per index, memory-mapped reads.
 ///
 /// Read transactions run concurrently on the store's reader queue and see a snapshot;
-/// write transactions run one at a time on the store's writer queue, in submission order.
+/// write transactions run one at a time on the store's writer queue, in submission order
+/// (writes queued behind a running one share its successor's commit: group commit).
 /// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
 /// doubles it and reruns the transaction; see <doc:DepotLMDB#Map-growth> for how growth
 /// waits for open reads without stalling the others.
@@ -29,7 +30,7 @@ import Synchronization
 /// The directory is readable with LMDB's tools: `mdb_stat -a <directory>` lists the
 /// databases, `mdb_dump -s <Entity> <directory>` dumps one. See <doc:DepotLMDB> for the
 /// layout.
-public final class LMDBStore: Store {
+public final class LMDBStore: Store, WriteGroupRunner {
     /// How durable a commit is once the write call returns.
     public enum Durability: Sendable, Hashable {
         /// LMDB's default: every commit is flushed to disk (data and metadata) before it
@@ -83,7 +84,9 @@ public final class LMDBStore: Store {
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
     let catalog = NIOLockedValueBox(EntityRegistry<RegisteredEntity>())
-    let writer = DispatchQueue(label: "depot.lmdb.writer")
+    /// Registration, writes and closing, one at a time in submission order; writes queued
+    /// behind a running one are committed together (see ``runWrites(_:)``).
+    let writerLane = SerialLane(label: "depot.lmdb.writer", concurrent: false)
     let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
     let gate: StoreGate
 
@@ -236,7 +239,7 @@ public final class LMDBStore: Store {
             // Another process migrated an entity: reload the catalog (on the writer queue,
             // where every mdb_dbi_open of this process runs) and read again.
             guard transaction.catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
-            try writer.sync { try reloadCatalog() }
+            try writerLane.runAndWait { try self.reloadCatalog() }
         }
     }
 
@@ -373,6 +376,82 @@ public final class LMDBStore: Store {
         }
     }
 
+    /// Runs writes the lane found queued one behind the other. One write runs in a
+    /// transaction of its own. Several share one: each in a nested transaction, so a
+    /// closure that throws rolls back only its own changes, then one commit, one sync, for
+    /// all; each caller gets its own result, and observers one change set per write, in
+    /// order. A full map grows and reruns the whole group (write closures may run more than
+    /// once, as always); a failed commit fails every write of the group, nothing of them
+    /// kept.
+    package func runWrites(_ group: [any GroupedWrite]) {
+        if group.count == 1, let write = group.first {
+            var failure: (any Error)?
+            do { _ = try writeNow { try write.perform($0) } } catch { failure = error }
+            write.complete(failure: failure)
+            return
+        }
+        var failures: [(any Error)?] = []
+        var recorders: [ChangeRecorder?] = []
+        do {
+            try begin()
+            defer { end() }
+            let snapshot = catalog.withLockedValue { $0 }
+            let recording = changes.makeRecorder().isDetailed
+            _ = try runWrite(catalog: snapshot, recording: recording) { parent in
+                // Run again from the start after a map growth or a catalog reload.
+                failures = []
+                recorders = []
+                for write in group {
+                    var begun: OpaquePointer?
+                    let rc = mdb_txn_begin(mdb_txn_env(parent.txn), parent.txn, 0, &begun)
+                    guard rc == 0, let child = begun else {
+                        throw parent.fail(rc, "Beginning a nested write transaction in the LMDB store at \(directory)")
+                    }
+                    let transaction = LMDBTransaction(
+                        txn: child, catalog: parent.catalog, writable: true, maxKeySize: parent.maxKeySize, metaDBI: parent.metaDBI,
+                        storeName: directory, recording: recording)
+                    do {
+                        try log.transaction("write") { try write.perform(transaction) }
+                    } catch {
+                        transaction.isFinished = true
+                        mdb_txn_abort(child)
+                        if transaction.mapFull || transaction.catalogChanged {
+                            // The whole group reruns, this write included.
+                            parent.mapFull = parent.mapFull || transaction.mapFull
+                            parent.catalogChanged = parent.catalogChanged || transaction.catalogChanged
+                            throw error
+                        }
+                        failures.append(error)
+                        recorders.append(nil)
+                        continue
+                    }
+                    transaction.isFinished = true
+                    if transaction.mapFull || transaction.catalogChanged {
+                        mdb_txn_abort(child)
+                        parent.mapFull = parent.mapFull || transaction.mapFull
+                        parent.catalogChanged = parent.catalogChanged || transaction.catalogChanged
+                        throw DepotError.lmdb(MDB_MAP_FULL, context: "Writing in the LMDB store at \(directory)")
+                    }
+                    let committed = mdb_txn_commit(child)
+                    if committed != 0 { throw parent.fail(committed, "Committing a nested write transaction in the LMDB store at \(directory)") }
+                    failures.append(nil)
+                    recorders.append(transaction.recorder)
+                }
+            }
+        } catch {
+            // Nothing of the group was kept: each write fails with its own error if it had
+            // one, else with the group's.
+            for (index, write) in group.enumerated() {
+                write.complete(failure: index < failures.count ? failures[index] ?? error : error)
+            }
+            return
+        }
+        for (index, write) in group.enumerated() {
+            if let recorder = recorders[index] { changes.publish(recorder) }
+            write.complete(failure: failures[index])
+        }
+    }
+
     func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         try log.transaction("write") { try writeInTransaction(body) }
     }
@@ -417,9 +496,10 @@ public final class LMDBStore: Store {
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
-        writer.async {
+        let accepted = writerLane.submit {
             completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })
         }
+        if !accepted { completion(.failure(DepotError.closed("LMDB store at \(directory)"))) }
     }
 
     public func submitRead<T: Sendable>(
@@ -435,8 +515,8 @@ public final class LMDBStore: Store {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        writer.async {
-            completion(Result { try self.writeNow(body) })
+        guard writerLane.submit(write: PendingWrite(body, completion: completion, runner: self)) else {
+            return completion(.failure(DepotError.closed("LMDB store at \(directory)")))
         }
     }
 
@@ -449,10 +529,11 @@ public final class LMDBStore: Store {
         let environment = self.environment
         // Closing the environment is blocking work: on the writer's queue, not the pool.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            writer.async {
+            let accepted = writerLane.submit {
                 environment.close()
                 continuation.resume()
             }
+            if !accepted { continuation.resume() }
         }
         // After the last commit: observations end with `closed` instead of waiting forever.
         changes.finish()

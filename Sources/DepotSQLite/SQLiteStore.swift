@@ -370,7 +370,7 @@ public final class SQLiteStore: RowReadingStore, WriteGroupRunner {
     /// order. Only an error that makes SQLite abandon the whole transaction (an I/O error, a
     /// full disk) or a failed commit fails writes other than the one that caused it, and
     /// then nothing of them is kept.
-    func runWrites(_ group: [any GroupedWrite]) {
+    package func runWrites(_ group: [any GroupedWrite]) {
         if group.count == 1, let write = group.first {
             var failure: (any Error)?
             do { try writeNow { try write.perform($0) } } catch { failure = error }
