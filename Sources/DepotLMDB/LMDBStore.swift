@@ -10,7 +10,7 @@ import Synchronization
 ///
 /// Read transactions run concurrently on the store's reader queue and see a snapshot;
 /// write transactions run one at a time on the store's writer queue, in submission order
-/// (writes queued behind a running one share its successor's commit: group commit).
+/// (writes queued behind a running one are committed together: group commit).
 /// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
 /// doubles it and reruns the transaction; see <doc:DepotLMDB#Map-growth> for how growth
 /// waits for open reads without stalling the others.
