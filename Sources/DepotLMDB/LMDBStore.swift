@@ -506,6 +506,9 @@ public final class LMDBStore: Store, WriteGroupRunner {
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        // On a thread of the store executor (a task preferring it) blocking is allowed:
+        // read right here, and the awaiting task goes on without a hop.
+        if StoreExecutor.isCurrent { return completion(Result { try readNow(body) }) }
         readers.async {
             completion(Result { try self.readNow(body) })
         }

@@ -24,8 +24,9 @@ extension SQLiteStore {
         var waitingStart = 0
     }
 
-    /// Runs `job` with an idle reader now, or with the next reader handed back. Nothing
-    /// blocks a thread while waiting.
+    /// Runs `job` with an idle reader now (on the calling thread when it is a
+    /// ``StoreExecutor``'s, else on the read queue), or with the next reader handed back.
+    /// Nothing blocks a thread while waiting.
     ///
     /// Reads run on a concurrent dispatch queue (not Swift's cooperative pool), at most one
     /// per reader connection. A dedicated thread per reader was measured first: resuming
@@ -39,7 +40,14 @@ extension SQLiteStore {
             p.waiting.append(job)
             return nil
         }
-        if let reader { readQueue.async { job(reader) } }
+        guard let reader else { return }
+        // On a thread of the store executor (a task preferring it) blocking is allowed:
+        // read right here, and the awaiting task goes on without a hop.
+        if StoreExecutor.isCurrent {
+            job(reader)
+        } else {
+            readQueue.async { job(reader) }
+        }
     }
 
     func checkIn(_ reader: Reader) {

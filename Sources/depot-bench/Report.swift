@@ -63,6 +63,14 @@ enum Targets {
             } else {
                 checks.append(TargetCheck(workload: "W4p", backend: backend, target: perCallTarget, measured: "–", met: nil))
             }
+            if let depot = find(backend, "W4pe"), let raw = find("raw-\(backend)", "W4p"),
+                let a = depot.perCallMicroseconds, let b = raw.perCallMicroseconds
+            {
+                checks.append(
+                    TargetCheck(
+                        workload: "W4pe", backend: backend, target: perCallTarget + " (task preferring store.executor)",
+                        measured: String(format: "%.2f µs above raw (%.2f vs %.2f µs)", a - b, a, b), met: a - b <= perCallAboveRaw))
+            }
             let shareTarget = String(format: "reads/s ≥ %.1f× raw behind the same hand-off", w6ReadShare)
             if let depot = find(backend, "W6"), let raw = find("raw-\(backend)", "W6"),
                 let a = depot.readsPerSecond, let b = raw.readsPerSecond, b > 0

@@ -4,7 +4,7 @@ import Foundation
 
 /// The workloads of PERFORMANCE.md.
 enum Workload: String, CaseIterable, Codable {
-    case w1 = "W1", w2 = "W2", w3 = "W3", w3c = "W3c", w4 = "W4", w4p = "W4p", w5 = "W5", w6 = "W6", w6t = "W6t"
+    case w1 = "W1", w2 = "W2", w3 = "W3", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w5 = "W5", w6 = "W6", w6t = "W6t"
 
     var summary: String {
         switch self {
@@ -14,6 +14,7 @@ enum Workload: String, CaseIterable, Codable {
         case .w3c: "W3's 1,000 saves from 8 concurrent tasks, each save awaited (raw engines: W3, one commit per save)"
         case .w4: "random primary-key lookups inside one read operation"
         case .w4p: "10,000 random lookups, each its own async fetchOne(id:) call"
+        case .w4pe: "W4' from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W4'"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
         case .w6: "4 concurrent readers doing W4' while one writer does W3 (raw engines behind the same async hand-off as Depot)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
@@ -209,7 +210,7 @@ struct Runner {
                 switch workload {
                 case .w1: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w2: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
-                case .w4p: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
+                case .w4p, .w4pe: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
                 default: break
                 }
             }
@@ -280,6 +281,9 @@ struct Runner {
                 return Sample(ms: ms, checksumOK: sum == fixture.lookupChecksum)
             case .w4p:
                 let (sum, ms) = try await time { try await subject.lookUpEach(fixture.callLookups) }
+                return Sample(ms: ms, checksumOK: sum == fixture.callChecksum)
+            case .w4pe:
+                let (sum, ms) = try await time { try await subject.lookUpEachPreferringStoreExecutor(fixture.callLookups) }
                 return Sample(ms: ms, checksumOK: sum == fixture.callChecksum)
             case .w5:
                 var ok = true

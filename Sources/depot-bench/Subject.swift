@@ -26,6 +26,8 @@ protocol BenchSubject: AnyObject {
     func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64
     /// W4': one async call per lookup; returns the checksum of what was found.
     func lookUpEach(_ ids: [Int64]) async throws -> Int64
+    /// W4'e: W4' from a task preferring the store's executor.
+    func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64
     /// W5: ids of cats older than 10, sorted by name, first 100.
     func oldestByName() async throws -> [Int64]
     /// The number of cats stored.
@@ -38,6 +40,11 @@ protocol BenchSubject: AnyObject {
 }
 
 extension BenchSubject {
+    /// The raw engines' W4' already reads on the calling task.
+    func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64 {
+        try await lookUpEach(ids)
+    }
+
     /// The raw engines commit one save at a time whoever calls: their W3c is W3, the
     /// engine's own cost per commit, which group commit is measured against.
     func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws {
@@ -136,6 +143,11 @@ final class DepotSubject: BenchSubject {
             sum &+= checksum(cat)
         }
         return sum
+    }
+
+    func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64 {
+        guard let store else { throw BenchError("\(name) is not open") }
+        return try await withTaskExecutorPreference(store.executor) { try await lookUpEach(ids) }
     }
 
     func oldestByName() async throws -> [Int64] {

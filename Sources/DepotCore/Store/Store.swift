@@ -147,6 +147,9 @@ extension Store {
     ///
     /// Through ``RowReadingStore/submitRowRead(_:key:decode:completion:)`` when the store
     /// has it; otherwise one ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
+    // Inlinable, like the async form: specialized in the caller, an awaited lookup does not
+    // look up generic metadata (`T?`, its `Result`, the continuation) on every call.
+    @inlinable
     public func readRow<T: Sendable>(
         _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void
@@ -163,6 +166,7 @@ extension Store {
 
     /// Reads the record with primary key `key` as a read of its own, decoded by `decode`:
     /// on the calling task when the store is an ``InlineReadingStore``.
+    @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
         if let inline = self as? any InlineReadingStore {
             return try inline.readInline { transaction -> T? in

@@ -140,6 +140,27 @@ enum TransactionChecks {
                 try expect(error.code == .closed, "stale context error \(error)")
             }
         },
+        ConformanceCheck("a task preferring store.executor reads on its own thread, and reads, writes and errors behave as from any task") { store in
+            let cats = try await seededCats(store)
+            try await withTaskExecutorPreference(store.executor) {
+                // The read's closure runs on the thread the task is on: one of the
+                // executor's, where blocking is allowed, so there is no hop.
+                let onExecutor = try await store.read { _ in StoreExecutor.isCurrent }
+                try expect(onExecutor, "the read ran on a store executor thread")
+                try await expectEqual(cats.fetchOne(id: 3)?.name, fixtureCats.first { $0.id == 3 }?.name, "fetchOne")
+                try await expectEqual(cats.fetchOne(id: 999), nil, "fetchOne of a missing key")
+                try await expectEqual(cats.count(), fixtureCats.count, "count")
+                try await cats.save(Cat(id: 500, name: "From the executor", weight: 1, age: 1))
+                try await expectEqual(cats.fetchOne(id: 500)?.name, "From the executor", "a write, then a read that sees it")
+                do {
+                    _ = try await store.read { _ -> Int in throw Abort() }
+                    throw ConformanceFailure(message: "the read should have thrown", file: #fileID, line: #line)
+                } catch is Abort {}
+            }
+            // Outside the preference, reads never run on the executor.
+            let outside = try await store.read { _ in StoreExecutor.isCurrent }
+            try expect(!outside, "a read from a task without the preference ran on the store executor")
+        },
         ConformanceCheck("writes queued behind a running write each keep their own result, rollback and change set") { store in
             // Backends may run queued writes in one transaction (group commit); whether they
             // do or not, each write must commit or roll back alone, as if it ran by itself.
