@@ -21,6 +21,12 @@ public protocol ReadTransaction {
     /// The number of rows matching `query`, honouring its offset and limit, without
     /// decoding them.
     func count(_ query: Query) throws -> Int
+
+    /// Counts, sums, averages, minimums and maximums over the rows `query` selects,
+    /// optionally per group; see ``AggregateQuery`` for the exact semantics. The default
+    /// reads the rows and computes in Swift (``AggregateQuery/evaluate(_:)``); a backend
+    /// that aggregates natively must return the same rows and values.
+    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow]
 }
 
 /// Reads and writes inside one write transaction. Reads see the transaction's own writes.
