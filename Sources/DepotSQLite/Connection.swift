@@ -63,6 +63,12 @@ final class Connection: @unchecked Sendable {
         sqlite3_extended_result_codes(db, 1)
         let connection = Connection(handle: db, path: path)
         connection.setBusyTimeout(busyTimeout)
+        do {
+            try connection.registerAggregateFunctions()
+        } catch {
+            connection.close()
+            throw error
+        }
         return connection
     }
 

@@ -24,7 +24,7 @@ struct QueryCompiler {
         self.table = table
     }
 
-    private func column(_ index: Int) throws(DepotError) -> String {
+    func column(_ index: Int) throws(DepotError) -> String {
         guard table.entity.attributes.indices.contains(index) else {
             throw DepotError(.invalidPredicate, "The query names attribute position \(index), but \(table.entity.name) has \(table.entity.attributes.count) attributes; build queries from the entity that registered it.")
         }
@@ -141,6 +141,43 @@ struct QueryCompiler {
         }
         let limit = compiler.limitClause(query)
         return CompiledQuery(sql: "SELECT count(*) FROM (SELECT 1 FROM \(table.name)\(whereSQL)\(limit))", bindings: compiler.bindings)
+    }
+
+    /// One SELECT computing an aggregate query: `GROUP BY` over the query's rows (a
+    /// subquery when its order, offset and limit choose a page), groups ordered by their
+    /// keys. Sums and averages go through `depot_accumulate`, which hands Depot's own
+    /// state back (see AggregateFunction.swift); counts, minimums and maximums are SQLite's,
+    /// whose order on Depot's columns is Depot's (BINARY text, the NaN blob after every REAL).
+    static func aggregate(_ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> CompiledQuery {
+        var compiler = QueryCompiler(table: table)
+        let rows = query.rows
+        let whereSQL = try compiler.whereClause(rows.filter)
+        let source: String
+        if rows.limit == nil && rows.offset == 0 {
+            source = "\(table.name)\(whereSQL)"
+        } else {
+            let order = try compiler.orderBy(rows.sort)
+            let limit = compiler.limitClause(rows)
+            source = "(SELECT \(table.columnList) FROM \(table.name)\(whereSQL)\(order)\(limit))"
+        }
+        var columns: [String] = []
+        for index in query.groupBy { columns.append(try compiler.column(index)) }
+        let keys = columns
+        for function in query.functions {
+            switch function {
+            case .count: columns.append("count(*)")
+            case .countValues(let i): columns.append("count(\(try compiler.column(i)))")
+            case .sum(let i), .average(let i): columns.append("depot_accumulate(\(try compiler.column(i)))")
+            case .minimum(let i): columns.append("min(\(try compiler.column(i)))")
+            case .maximum(let i): columns.append("max(\(try compiler.column(i)))")
+            }
+        }
+        var sql = "SELECT \(columns.joined(separator: ", ")) FROM \(source)"
+        if !keys.isEmpty {
+            let list = keys.joined(separator: ", ")
+            sql += " GROUP BY \(list) ORDER BY \(list)"
+        }
+        return CompiledQuery(sql: sql, bindings: compiler.bindings)
     }
 
     /// A DELETE honouring the query's order, offset and limit; with `returningKeys` it

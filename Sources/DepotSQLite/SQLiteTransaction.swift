@@ -109,6 +109,46 @@ final class SQLiteTransaction: WriteTransaction {
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
+    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+        let table = try table(query.rows.handle)
+        let compiled = try QueryCompiler.aggregate(query, table: table)
+        let statement = try connection.statement(sql: compiled.sql)
+        defer { connection.release(statement) }
+        try bind(compiled.bindings, to: statement)
+        let entity = query.entity
+        // Result columns: the group keys, then one per function, each read by its type.
+        var types = query.groupBy.map { entity.attributes[$0].type }
+        for function in query.functions {
+            switch function {
+            case .minimum(let i), .maximum(let i): types.append(entity.attributes[i].type)
+            default: types.append(.int64)
+            }
+        }
+        let columns = StatementColumns(statement, types: types, entity: entity.name)
+        let keyCount = query.groupBy.count
+        var result: [AggregateRow] = []
+        while try connection.step(statement, "Aggregating \(entity.name) records") {
+            var keys: [Value] = []
+            for index in 0..<keyCount { keys.append(try columns.value(index)) }
+            var values: [Value] = []
+            for (offset, function) in query.functions.enumerated() {
+                let column = keyCount + offset
+                switch function {
+                case .count, .countValues:
+                    values.append(.int(sqlite3_column_int64(statement.handle, Int32(column))))
+                case .minimum, .maximum:
+                    values.append(try columns.value(column))
+                case .sum, .average:
+                    var accumulator = AggregateAccumulator(function, in: entity)
+                    try AccumulatorState.merge(statement.handle, column: Int32(column), into: &accumulator, entity: entity.name)
+                    values.append(try accumulator.result())
+                }
+            }
+            result.append(AggregateRow(keys: keys, values: values))
+        }
+        return result
+    }
+
     // MARK: WriteTransaction
 
     private func writableTable(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {

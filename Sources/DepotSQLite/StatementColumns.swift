@@ -25,6 +25,15 @@ final class StatementColumns: ColumnReader {
         self.entity = table.entity.name
     }
 
+    /// Columns of the given types, any of which may be NULL: a statement whose columns
+    /// are not the entity's attributes (an aggregate's keys and results).
+    init(_ statement: Statement, types: [AttributeType], entity: String) {
+        self.statement = statement.handle
+        self.types = types
+        self.nullable = types.map { _ in true }
+        self.entity = entity
+    }
+
     var columnCount: Int { types.count }
 
     /// The column at `index`, after checking that it exists and is not NULL.

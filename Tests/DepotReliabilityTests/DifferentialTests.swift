@@ -117,6 +117,12 @@ struct DifferentialCase: Sendable, CustomStringConvertible {
         return "records: [\(rows.joined(separator: ", "))], predicate: \(predicate), sort: \(sortKeys.map { "\($0.attribute)\($0.ascending ? "↑" : "↓")" }), limit: \(limit.map(String.init) ?? "none"), offset: \(offset)"
     }
 
+    /// The attribute the case's aggregates are grouped by (int, string, bool and the
+    /// optional int, string and doubles), chosen from the case so that shrinking keeps it.
+    var groupAttribute: Int {
+        [1, 3, 4, 8, 10, 2, 9][((offset &+ (limit ?? 0) &+ records.count) % 7 + 7) % 7]
+    }
+
     func query(for entity: EntityHandle) throws -> Query {
         try Query(entity: entity, predicate: predicate, sortKeys: sortKeys, limit: limit, offset: offset)
     }
@@ -225,6 +231,32 @@ final class DifferentialStores: Sendable {
         var count: Int
         var deleted: Int
         var remaining: [Row]
+        /// The aggregates of the query's rows, ungrouped and grouped (or the error code).
+        var aggregates: [String]
+    }
+
+    /// Every kind of aggregate over Probe's attributes, nils and doubles included.
+    static let functions: [AggregateFunction] = [
+        .count, .countValues(9), .sum(1), .sum(2), .sum(8), .average(8), .average(9), .sum(9),
+        .minimum(3), .maximum(10), .minimum(11), .maximum(2), .minimum(7), .maximum(6), .minimum(4),
+    ]
+
+    static func aggregates(_ transaction: any ReadTransaction, _ query: Query, groupedBy: Int) -> [String] {
+        [[], [groupedBy]].map { groupBy in
+            do {
+                let rows = try transaction.aggregate(AggregateQuery(rows: query, groupBy: groupBy, functions: functions))
+                // -0.0 and 0.0 are equal in Depot, and SQLite stores both as 0.0.
+                func literal(_ value: Value) -> String {
+                    if case .double(let d) = value, d == 0 { return "0.0" }
+                    return value.debugLiteral
+                }
+                return rows.map { "\($0.keys.map(literal)) \($0.values.map(literal))" }.joined(separator: "; ")
+            } catch let error as DepotError {
+                return "error \(error.code)"
+            } catch {
+                return "error \(error)"
+            }
+        }
     }
 
     static func answer(_ store: any Store, _ testCase: DifferentialCase) async throws -> Answer {
@@ -236,10 +268,11 @@ final class DifferentialStores: Sendable {
             try transaction.delete(Query(all: entity))
             for record in records { try transaction.insert(record.row, into: entity) }
         }
-        let (rows, count) = try await store.read { transaction in
+        let groupedBy = testCase.groupAttribute
+        let (rows, count, aggregates) = try await store.read { transaction in
             var rows: [Row] = []
             try transaction.fetchRows(query) { rows.append($0) }
-            return (rows, try transaction.count(query))
+            return (rows, try transaction.count(query), Self.aggregates(transaction, query, groupedBy: groupedBy))
         }
         let (deleted, remaining) = try await store.write { transaction in
             let deleted = try transaction.delete(query)
@@ -247,7 +280,7 @@ final class DifferentialStores: Sendable {
             try transaction.fetchRows(Query(all: entity)) { rows.append($0) }
             return (deleted, rows)
         }
-        return Answer(rows: rows, count: count, deleted: deleted, remaining: remaining)
+        return Answer(rows: rows, count: count, deleted: deleted, remaining: remaining, aggregates: aggregates)
     }
 
     /// Checks every backend against the reference for one case; returns whether all agree.
@@ -264,6 +297,7 @@ final class DifferentialStores: Sendable {
                 Issue.record("""
                     \(name) differs from the memory reference for \(testCase)
                       fetched \(answer.rows.map { $0[value: 0].debugLiteral }) expected \(reference.rows.map { $0[value: 0].debugLiteral })
+                      aggregates \(answer.aggregates) expected \(reference.aggregates)
                       count \(answer.count) expected \(reference.count); deleted \(answer.deleted) expected \(reference.deleted); remaining \(answer.remaining.count) expected \(reference.remaining.count)
                     """, sourceLocation: sourceLocation)
             }
@@ -293,7 +327,7 @@ struct DifferentialTests {
             checked.increment()
         }
         await stores.close()
-        report("differential: \(checked.value) cases checked against memory on sqlite, sqlite::memory:, lmdb (fetch, count, delete), \(stores.selective.value) selecting some but not all records; mismatches fail the test")
+        report("differential: \(checked.value) cases checked against memory on sqlite, sqlite::memory:, lmdb (fetch, count, aggregates, delete), \(stores.selective.value) selecting some but not all records; mismatches fail the test")
     }
 }
 
