@@ -30,7 +30,7 @@ import Synchronization
 /// The directory is readable with LMDB's tools: `mdb_stat -a <directory>` lists the
 /// databases, `mdb_dump -s <Entity> <directory>` dumps one. See <doc:DepotLMDB> for the
 /// layout.
-public final class LMDBStore: Store, WriteGroupRunner {
+public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
     /// How durable a commit is once the write call returns.
     public enum Durability: Sendable, Hashable {
         /// LMDB's default: every commit is flushed to disk (data and metadata) before it
@@ -512,6 +512,12 @@ public final class LMDBStore: Store, WriteGroupRunner {
         readers.async {
             completion(Result { try self.readNow(body) })
         }
+    }
+
+    /// Runs a read right here: LMDB readers never wait for a connection.
+    public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try readNow(body)
+        return true
     }
 
     public func submitWrite<T: Sendable>(

@@ -21,7 +21,7 @@ import NIOConcurrencyHelpers
 /// operation sees one consistent snapshot. All SQLite calls run on the store's dispatch
 /// queues (at most one call per connection at a time), never on Swift's cooperative thread
 /// pool. Writes run one at a time, in the order they were submitted.
-public final class SQLiteStore: RowReadingStore, WriteGroupRunner {
+public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGroupRunner {
     /// How hard a commit tries to reach the disk.
     public enum Durability: Sendable, Hashable {
         /// WAL with `synchronous=NORMAL`, the default: a commit survives a crash of the
@@ -332,6 +332,26 @@ public final class SQLiteStore: RowReadingStore, WriteGroupRunner {
             self.end()
             completion(result)
         }
+    }
+
+    /// Runs a read right here with an idle reader connection; returns `false` when every
+    /// reader is busy (the read then queues for one as usual, without holding the thread).
+    public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try begin()
+        defer { end() }
+        guard let reader = pool.withLockedValue({ $0.idle.popLast() }) else { return false }
+        defer { checkIn(reader) }
+        if singleStatement {
+            // One statement in autocommit mode is its own snapshot (see submitRowRead).
+            try log.transaction("read") {
+                let transaction = SQLiteTransaction(connection: reader.connection, tables: tables, writable: false, explicit: false)
+                defer { transaction.isFinished = true }
+                try body(transaction)
+            }
+        } else {
+            try readNow(on: reader.connection, body)
+        }
+        return true
     }
 
     func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {

@@ -130,6 +130,24 @@ public protocol InlineReadingStore: Store {
     func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T
 }
 
+/// A capability: a store that can run a read transaction right on the calling thread when
+/// that thread may block, a ``StoreExecutor`` thread (``StoreExecutor/isCurrent``): the
+/// awaited reads of a task preferring `store.executor` then cost no hop, no continuation and
+/// no generic result wrapping.
+///
+/// ``Store/read(_:)`` and ``Store/readRow(_:key:decode:)`` use it when the store has it and
+/// the caller is on such a thread.
+public protocol ExecutorReadingStore: Store {
+    /// Runs `body` in a read transaction on the calling thread, which the caller has
+    /// checked is a ``StoreExecutor`` thread. Returns `false`, without running `body`, when
+    /// the read would have to wait (every connection busy); the caller then submits it as
+    /// usual.
+    ///
+    /// - Parameter singleStatement: `body` runs one statement, which may be its own
+    ///   snapshot (SQLite's autocommit lookup).
+    func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool
+}
+
 extension ReadTransaction {
     /// Visits the rows matching `query` in backend-neutral form: for the places that keep
     /// rows (observation diffs, tests). Decoding records goes through ``fetch(_:reserve:_:)``.
@@ -181,6 +199,13 @@ extension Store {
                 return result
             }
         }
+        if StoreExecutor.isCurrent, let here = self as? any ExecutorReadingStore {
+            var result: T?
+            let ran = try here.readOnCallingThread(singleStatement: true) { transaction in
+                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+            }
+            if ran { return result }
+        }
         return try await withCheckedThrowingContinuation { continuation in
             readRow(entity, key: key, decode: decode) { continuation.resume(with: $0) }
         }
@@ -196,6 +221,11 @@ extension Store {
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         if let inline = self as? any InlineReadingStore {
             return try inline.readInline(body)
+        }
+        if StoreExecutor.isCurrent, let here = self as? any ExecutorReadingStore {
+            var result: T?
+            let ran = try here.readOnCallingThread(singleStatement: false) { result = try body($0) }
+            if ran, let result { return result }
         }
         return try await withCheckedThrowingContinuation { continuation in
             submitRead(body) { continuation.resume(with: $0) }
