@@ -524,7 +524,11 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        guard writerLane.submit(write: PendingWrite(body, completion: completion, runner: self)) else {
+        let write = PendingWrite(body, completion: completion, runner: self)
+        // On a thread that may block (a task preferring the store executor), an idle writer
+        // runs the write right here: no hop to the lane's thread and back.
+        if StoreExecutor.isCurrent, writerLane.runHereIfIdle(write: write) { return }
+        guard writerLane.submit(write: write) else {
             return completion(.failure(DepotError.closed("LMDB store at \(directory)")))
         }
     }

@@ -377,7 +377,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        guard writerLane.submit(write: PendingWrite(body, completion: completion, runner: self)) else {
+        let write = PendingWrite(body, completion: completion, runner: self)
+        // On a thread that may block (a task preferring the store executor), an idle writer
+        // runs the write right here: no hop to the lane's thread and back.
+        if StoreExecutor.isCurrent, writerLane.runHereIfIdle(write: write) { return }
+        guard writerLane.submit(write: write) else {
             end()
             return completion(.failure(DepotError.closed("SQLite store at \(path)")))
         }

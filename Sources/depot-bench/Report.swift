@@ -38,8 +38,8 @@ enum Targets {
             results.first { $0.backend == backend && $0.workload == workload && !$0.samplesMs.isEmpty }
         }
         for backend in ["sqlite", "lmdb"] {
-            for workload in ["W1", "W2", "W3", "W4", "W5"] {
-                guard let limit = ratios[backend]?[workload] else { continue }
+            for workload in ["W1", "W2", "W3", "W3e", "W4", "W5"] {
+                guard let limit = ratios[backend]?[workload == "W3e" ? "W3" : workload] else { continue }
                 let m = find(backend, workload)
                 let ratio = m?.ratioToRaw
                 checks.append(

@@ -4,13 +4,14 @@ import Foundation
 
 /// The workloads of PERFORMANCE.md.
 enum Workload: String, CaseIterable, Codable {
-    case w1 = "W1", w2 = "W2", w3 = "W3", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w5 = "W5", w6 = "W6", w6t = "W6t"
+    case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w5 = "W5", w6 = "W6", w6t = "W6t"
 
     var summary: String {
         switch self {
         case .w1: "save N objects in one call (fresh store)"
         case .w2: "fetch all N objects"
         case .w3: "1,000 saves of one object, each its own durable commit (fresh store)"
+        case .w3e: "W3 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W3"
         case .w3c: "W3's 1,000 saves from 8 concurrent tasks, each save awaited (raw engines: W3, one commit per save)"
         case .w4: "random primary-key lookups inside one read operation"
         case .w4p: "10,000 random lookups, each its own async fetchOne(id:) call"
@@ -22,7 +23,7 @@ enum Workload: String, CaseIterable, Codable {
     }
 
     /// Whether the workload needs the populated store (the others start from a fresh one).
-    var readsPopulatedStore: Bool { ![.w1, .w3, .w3c].contains(self) }
+    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3c].contains(self) }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -264,6 +265,11 @@ struct Runner {
                 let (_, ms) = try await time { try await subject.saveEach(fixture.singles) }
                 return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
             }
+        case .w3e:
+            return try await withFreshSubject(kind, run: run) { subject in
+                let (_, ms) = try await time { try await subject.saveEachPreferringStoreExecutor(fixture.singles) }
+                return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
+            }
         case .w3c:
             return try await withFreshSubject(kind, run: run) { subject in
                 let (_, ms) = try await time { try await subject.saveEachConcurrently(fixture.singles, writers: 8) }
@@ -302,7 +308,7 @@ struct Runner {
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
-            case .w1, .w3, .w3c:
+            case .w1, .w3, .w3e, .w3c:
                 throw BenchError("unreachable")
             }
         }

@@ -20,6 +20,8 @@ protocol BenchSubject: AnyObject {
     func fetchAll() async throws -> [Cat]
     /// W3: one durable commit per cat.
     func saveEach(_ cats: [Cat]) async throws
+    /// W3e: W3 from a task preferring the store's executor.
+    func saveEachPreferringStoreExecutor(_ cats: [Cat]) async throws
     /// W3c: the same saves from `writers` concurrent tasks, each save awaited on its own.
     func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws
     /// W4: lookups inside one read operation; returns the checksum of what was found.
@@ -43,6 +45,11 @@ extension BenchSubject {
     /// The raw engines' W4' already reads on the calling task.
     func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64 {
         try await lookUpEach(ids)
+    }
+
+    /// The raw engines already commit on the calling task.
+    func saveEachPreferringStoreExecutor(_ cats: [Cat]) async throws {
+        try await saveEach(cats)
     }
 
     /// The raw engines commit one save at a time whoever calls: their W3c is W3, the
@@ -108,6 +115,11 @@ final class DepotSubject: BenchSubject {
     func saveEach(_ cats: [Cat]) async throws {
         let controller = try controller
         for cat in cats { try await controller.save(cat) }
+    }
+
+    func saveEachPreferringStoreExecutor(_ cats: [Cat]) async throws {
+        guard let store else { throw BenchError("\(name) is not open") }
+        try await withTaskExecutorPreference(store.executor) { try await saveEach(cats) }
     }
 
     func saveEachConcurrently(_ cats: [Cat], writers: Int) async throws {

@@ -92,4 +92,20 @@ struct LMDBGroupCommitTests {
         #expect(ids == expected.sorted())
         await store.close()
     }
+
+    @Test func anIdleWriterRunsAWriteFromTheStoreExecutorOnItsThread() async throws {
+        try await withStore { store, _ in
+            let entity = try await store.register(CatRecord.entity.description)
+            let here = try await withTaskExecutorPreference(store.executor) {
+                try await store.write { transaction in
+                    try Context<Cat, CatRecord>(transaction, entity: entity).save(Cat(id: 1, name: "here", weight: 1, age: 1))
+                    return StoreExecutor.isCurrent
+                }
+            }
+            #expect(here, "the write ran on the executor's thread, not the writer's lane")
+            let elsewhere = try await store.write { _ in StoreExecutor.isCurrent }
+            #expect(!elsewhere, "without the preference the write runs on the lane")
+            #expect(try await Controller<Cat, CatRecord>(store: store).count() == 1)
+        }
+    }
 }

@@ -152,6 +152,22 @@ package final class SerialLane: Sendable {
         submit { [state] in state.withLockedValue { $0.stopped = true } }
     }
 
+    /// Runs `write` on the calling thread, at once, when the lane is idle (nothing running,
+    /// nothing queued): for a caller on a thread that may block (``StoreExecutor``), which
+    /// then waits for no hop to the lane's thread and back. Returns `false`, without running
+    /// it, when the lane is busy or stopped; submit it then.
+    package func runHereIfIdle(write: any GroupedWrite) -> Bool {
+        let claimed = state.withLockedValue { s -> Bool in
+            if s.stopped || s.running { return false }
+            s.running = true
+            return true
+        }
+        guard claimed else { return false }
+        write.runner.runWrites([write])
+        continueWithQueued()
+        return true
+    }
+
     /// Runs `job`; for a write, `writes` is its group (the write itself first).
     private func run(_ job: Job, writes: [any GroupedWrite]) {
         queue.async { [self] in
@@ -159,28 +175,34 @@ package final class SerialLane: Sendable {
             case .block(let block): block()
             case .write(let write): write.runner.runWrites(writes)
             }
-            let next = state.withLockedValue { s -> (Job, [any GroupedWrite])? in
-                guard s.head < s.jobs.count else {
-                    s.running = false
-                    return nil
-                }
-                let job = s.jobs[s.head]
-                s.head += 1
-                var group: [any GroupedWrite] = []
-                if case .write(let first) = job {
-                    group.append(first)
-                    while s.head < s.jobs.count, group.count < Self.maximumGroup, case .write(let more) = s.jobs[s.head] {
-                        group.append(more)
-                        s.head += 1
-                    }
-                }
-                if s.head == s.jobs.count {
-                    s.jobs.removeAll(keepingCapacity: true)
-                    s.head = 0
-                }
-                return (job, group)
-            }
-            if let (next, group) = next { run(next, writes: group) }
+            continueWithQueued()
         }
+    }
+
+    /// After a job: starts the next one queued (with the writes right behind it), or marks
+    /// the lane idle.
+    private func continueWithQueued() {
+        let next = state.withLockedValue { s -> (Job, [any GroupedWrite])? in
+            guard s.head < s.jobs.count else {
+                s.running = false
+                return nil
+            }
+            let job = s.jobs[s.head]
+            s.head += 1
+            var group: [any GroupedWrite] = []
+            if case .write(let first) = job {
+                group.append(first)
+                while s.head < s.jobs.count, group.count < Self.maximumGroup, case .write(let more) = s.jobs[s.head] {
+                    group.append(more)
+                    s.head += 1
+                }
+            }
+            if s.head == s.jobs.count {
+                s.jobs.removeAll(keepingCapacity: true)
+                s.head = 0
+            }
+            return (job, group)
+        }
+        if let (next, group) = next { run(next, writes: group) }
     }
 }

@@ -10,7 +10,7 @@ import Darwin
 
 /// The threads Depot's stores do blocking work on, as a task executor: run a request's
 /// task with `withTaskExecutorPreference(store.executor)` and its calls into an SQLite or
-/// LMDB store do their reads right on the thread the task is running on, with no hop to
+/// LMDB store do their work right on the thread the task is running on, with no hop to
 /// another thread and back.
 ///
 /// Without a preference, a read awaited from a task hands its work to one of the store's
@@ -27,8 +27,9 @@ import Darwin
 /// }
 /// ```
 ///
-/// What still hops: writes (they queue for the store's single writer), and a read that
-/// finds every reader connection busy (it waits for one without holding the thread).
+/// Writes run right there too when the store's single writer is idle; a write that finds
+/// it busy queues behind it (and may share its successor's commit), and a read that finds
+/// every SQLite reader connection busy waits for one without holding the thread.
 /// Nonisolated async code of such a task runs on dispatch worker threads, which the
 /// system adds when some of them block: prefer the executor for request handling that
 /// mostly talks to the store, not for long computations.
