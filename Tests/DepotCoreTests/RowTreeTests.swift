@@ -72,4 +72,41 @@ struct RowTreeTests {
         for key in stride(from: Int64(3), to: 20_000, by: 10) { tree.removeValue(forKey: .int(key)) }
         #expect(tree.isEmpty && tree.root.isLeaf && tree.structuralProblem() == nil)
     }
+
+    @Test func ascendingAppendsMatchInsertsWithSnapshotsUnchanged() async {
+        // Each number: a batch size (up to 5,000, past two levels of splits) appended above
+        // the largest key, or an ordinary write or removal below it, interleaved.
+        await propertyCheck(count: 25, input: Gen.int(in: 0...99_999).array(of: 0...12)) { numbers in
+            var tree = RowTree()
+            var model: [Int64: Row] = [:]
+            var snapshots: [(RowTree, [Int64: Row])] = []
+            var next: Int64 = 0
+            for (step, number) in numbers.enumerated() {
+                snapshots.append((tree, model))
+                if number % 3 == 0, next > 0 {
+                    let key = Int64(number / 3) % next
+                    #expect(tree.removeValue(forKey: .int(key)) == model.removeValue(forKey: key))
+                    continue
+                }
+                let count = number % 5_001
+                var keys = ContiguousArray<Value>()
+                var rows = ContiguousArray<Row>()
+                for _ in 0..<count {
+                    next += 1 + Int64(number % 3)
+                    keys.append(.int(next))
+                    rows.append(Self.row(next, step))
+                    model[next] = Self.row(next, step)
+                }
+                tree.appendAscending(keys: keys, rows: rows)
+                #expect(tree.lastKey == model.keys.max().map { Value.int($0) })
+            }
+            #expect(tree.structuralProblem() == nil, "\(tree.structuralProblem() ?? "")")
+            #expect(tree.count == model.count)
+            #expect(tree.rows == model.keys.sorted().map { model[$0]! })
+            for (snapshot, expected) in snapshots {
+                #expect(snapshot.structuralProblem() == nil)
+                #expect(snapshot.rows == expected.keys.sorted().map { expected[$0]! })
+            }
+        }
+    }
 }

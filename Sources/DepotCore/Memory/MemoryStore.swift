@@ -161,7 +161,10 @@ public final class MemoryStore: InlineReadingStore {
     private func writeInWorkingCopies<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let snapshot = try begin()
         defer { end() }
-        let transaction = MemoryTransaction(base: snapshot, writable: true)
+        // Made as the write begins, like every backend's: it decides whether each key is
+        // recorded or only the entities touched.
+        var recorder = changes.makeRecorder()
+        let transaction = MemoryTransaction(base: snapshot, writable: true, recordsKeys: recorder.isDetailed)
         let result: T
         do {
             result = try body(transaction)
@@ -170,8 +173,7 @@ public final class MemoryStore: InlineReadingStore {
             transaction.isFinished = true
             throw error
         }
-        var recorder = changes.makeRecorder()
-        for working in transaction.working where !working.written.isEmpty {
+        for working in transaction.working where working.wasWritten {
             let name = working.table.entity.name
             guard recorder.isDetailed else {
                 recorder.recordTouched(entity: name)

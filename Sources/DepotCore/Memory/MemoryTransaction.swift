@@ -1,3 +1,5 @@
+import HashTreeCollections
+
 /// A transaction over a ``MemoryStore`` snapshot. Writes change working copies of the
 /// tables that the store swaps in on commit; reads see the working copy of a table once it
 /// has been written, so a transaction sees its own writes and nobody else's.
@@ -10,8 +12,65 @@ final class MemoryTransaction: WriteTransaction {
     /// The fields skip the runtime's exclusivity checks, which cost a tenth of a bulk save:
     /// only this transaction, on one thread, touches a working copy, and no access to a
     /// field overlaps another to the same field.
+    ///
+    /// Rows whose keys come in ascending order above every other key (a bulk save of new
+    /// records, identifiers handed out in order) wait in `pendingKeys`/`pendingRows` and go
+    /// into the tree together (``RowTree/appendAscending(keys:rows:)``), without a descent
+    /// per row. Anything that looks at the table's rows (``table``) appends them first.
     final class Working {
-        @exclusivity(unchecked) var table: MemoryStore.RegisteredEntity
+        @exclusivity(unchecked) private var stored: MemoryStore.RegisteredEntity
+        @exclusivity(unchecked) private var pendingKeys = ContiguousArray<Value>()
+        @exclusivity(unchecked) private var pendingRows = ContiguousArray<Row>()
+        /// The largest key of the table and the pending rows, when `largestKnown`.
+        @exclusivity(unchecked) private var largestKey: Value?
+        @exclusivity(unchecked) private var largestKnown = false
+
+        /// The table, pending rows included.
+        var table: MemoryStore.RegisteredEntity {
+            get {
+                flush()
+                return stored
+            }
+            _modify {
+                flush()
+                yield &stored
+            }
+        }
+
+        /// The unique maps, which pending rows have already updated.
+        var unique: [Int: TreeDictionary<Value, Value>] {
+            get { stored.unique }
+            _modify { yield &stored.unique }
+        }
+
+        var entityName: String { stored.entity.name }
+
+        /// Whether `key` is above every key of the table, pending rows included.
+        func isAboveEveryKey(_ key: Value) -> Bool {
+            if !largestKnown {
+                largestKey = pendingKeys.last ?? stored.rows.lastKey
+                largestKnown = true
+            }
+            guard let largestKey else { return true }
+            return RowTree.compare(key, largestKey) > 0
+        }
+
+        /// Queues a new row whose key ``isAboveEveryKey(_:)``.
+        func appendAboveEveryKey(_ row: Row, key: Value) {
+            pendingKeys.append(key)
+            pendingRows.append(row)
+            largestKey = key
+        }
+
+        /// The largest key may have gone (a removal).
+        func forgetLargestKey() { largestKnown = false }
+
+        private func flush() {
+            guard !pendingKeys.isEmpty else { return }
+            stored.rows.appendAscending(keys: pendingKeys, rows: pendingRows)
+            pendingKeys.removeAll(keepingCapacity: true)
+            pendingRows.removeAll(keepingCapacity: true)
+        }
         /// The entity's slot in the store's registry.
         let slot: Int
         /// The handle last checked against the registry for this table, so that a run of
@@ -19,11 +78,14 @@ final class MemoryTransaction: WriteTransaction {
         let handle: EntityHandle
         /// Whether the entity has unique attributes to keep maps for.
         let hasUnique: Bool
-        /// Every key written, in write order (with repeats), for the change feed.
+        /// Every key written, in write order (with repeats), for the change feed; kept only
+        /// when the feed was observed as the transaction began (``recordsKeys``).
         @exclusivity(unchecked) var written: [Value] = []
+        /// Whether anything was written to the table.
+        @exclusivity(unchecked) var wasWritten = false
 
         init(_ table: MemoryStore.RegisteredEntity, handle: EntityHandle) {
-            self.table = table
+            self.stored = table
             self.slot = handle.slot
             self.handle = handle
             self.hasUnique = !table.unique.isEmpty
@@ -32,14 +94,19 @@ final class MemoryTransaction: WriteTransaction {
 
     let base: MemoryStore.Snapshot
     let writable: Bool
+    /// Whether written keys are kept for the change feed: only when someone observed it as
+    /// the transaction began (otherwise the feed is told only which entities changed, and a
+    /// bulk save does not keep a list of every key it wrote).
+    let recordsKeys: Bool
     /// Written tables, in the order they were first written.
     private(set) var working: [Working] = []
     private var lastWorking: Working?
     var isFinished = false
 
-    init(base: MemoryStore.Snapshot, writable: Bool) {
+    init(base: MemoryStore.Snapshot, writable: Bool, recordsKeys: Bool = false) {
         self.base = base
         self.writable = writable
+        self.recordsKeys = recordsKeys
     }
 
     private func check() throws(DepotError) {
@@ -160,12 +227,12 @@ final class MemoryTransaction: WriteTransaction {
 
     /// Checks that no other row holds one of `row`'s unique values. The working table's
     /// unique maps are kept exact, so the owner a map names holds the value.
-    private func checkUnique(_ row: Row, key: Value, table: MemoryStore.RegisteredEntity) throws(DepotError) {
-        for (position, owners) in table.unique {
+    private func checkUnique(_ row: Row, key: Value, in w: Working, entity: EntityDescription) throws(DepotError) {
+        for (position, owners) in w.unique {
             let value = row[value: position]
             if value.isNull { continue }
             if let owner = owners[value], owner != key {
-                throw DepotError.duplicateUnique(entity: table.entity.name, attribute: table.entity.attributes[position].name, value: value)
+                throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[position].name, value: value)
             }
         }
     }
@@ -176,18 +243,25 @@ final class MemoryTransaction: WriteTransaction {
     private func put(_ row: Row?, key: Value, in w: Working) -> Row? {
         let old: Row?
         if let row {
-            old = w.table.rows.updateValue(row, forKey: key)
+            if w.isAboveEveryKey(key) {
+                w.appendAboveEveryKey(row, key: key)
+                old = nil
+            } else {
+                old = w.table.rows.updateValue(row, forKey: key)
+            }
         } else {
             old = w.table.rows.removeValue(forKey: key)
+            w.forgetLargestKey()
         }
-        w.written.append(key)
+        w.wasWritten = true
+        if recordsKeys { w.written.append(key) }
         if w.hasUnique {
-            for position in Array(w.table.unique.keys) {
-                if let value = old?[value: position], !value.isNull, w.table.unique[position]![value] == key {
-                    w.table.unique[position]![value] = nil
+            for position in Array(w.unique.keys) {
+                if let value = old?[value: position], !value.isNull, w.unique[position]?[value] == key {
+                    w.unique[position]?[value] = nil
                 }
                 if let value = row?[value: position], !value.isNull {
-                    w.table.unique[position]![value] = key
+                    w.unique[position]?[value] = key
                 }
             }
         }
@@ -198,8 +272,8 @@ final class MemoryTransaction: WriteTransaction {
         try checkWritable()
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
-        if w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, table: w.table)
+        if !w.isAboveEveryKey(key), w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+        try checkUnique(row, key: key, in: w, entity: entity.entity)
         put(row, key: key, in: w)
     }
 
@@ -207,7 +281,7 @@ final class MemoryTransaction: WriteTransaction {
         try checkWritable()
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
-        if w.hasUnique { try checkUnique(row, key: key, table: w.table) }
+        if w.hasUnique { try checkUnique(row, key: key, in: w, entity: entity.entity) }
         return put(row, key: key, in: w) == nil
     }
 
@@ -216,7 +290,7 @@ final class MemoryTransaction: WriteTransaction {
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
         guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, table: w.table)
+        try checkUnique(row, key: key, in: w, entity: entity.entity)
         put(row, key: key, in: w)
     }
 

@@ -59,6 +59,11 @@ struct RowTree: Sendable {
             self.isLeaf = false
         }
 
+        /// Sets ``count`` from the entries or the children's counts.
+        func recount() {
+            count = isLeaf ? keys.count : children.reduce(0) { $0 + $1.count }
+        }
+
         func copy() -> Node {
             isLeaf ? Node(leafKeys: keys, rows: rows) : Node(separators: keys, children: children)
         }
@@ -310,6 +315,73 @@ struct RowTree: Sendable {
         // A root left with one child hands the tree to it: the tree shrinks by a level.
         while !root.isLeaf, root.children.count == 1 { root = root.children[0] }
         return old
+    }
+
+    /// The largest key, if any.
+    var lastKey: Value? {
+        var node = root
+        while !node.isLeaf {
+            guard let last = node.children.last else { return nil }
+            node = last
+        }
+        return node.keys.last
+    }
+
+    /// Appends rows whose keys are ascending and all above ``lastKey`` (the caller
+    /// guarantees both), without a descent per row: the rightmost leaf is filled, then full
+    /// leaves are built and hung on the right edge, whose inner nodes split off a new
+    /// sibling when full. A bulk save of ascending keys costs an array append per row.
+    mutating func appendAscending(keys: ContiguousArray<Value>, rows: ContiguousArray<Row>) {
+        guard !keys.isEmpty, keys.count == rows.count else { return }
+        // The right edge, leaf first, each node made this tree's own.
+        if !isKnownUniquelyReferenced(&root) { root = root.copy() }
+        var edge: [Node] = [root]
+        var node = root
+        while !node.isLeaf {
+            let last = node.children.count - 1
+            node.uniqueChild(last)
+            node = node.children[last]
+            edge.append(node)
+        }
+        edge.reverse()
+        let capacity = RowTree.capacity
+        let filled = min(capacity - node.keys.count, keys.count)
+        if filled > 0 {
+            node.keys.append(contentsOf: keys[0..<filled])
+            node.rows.append(contentsOf: rows[0..<filled])
+            node.count += filled
+        }
+        var start = filled
+        while start < keys.count {
+            let end = min(start + capacity, keys.count)
+            let leaf = Node(leafKeys: ContiguousArray(keys[start..<end]), rows: ContiguousArray(rows[start..<end]))
+            hang(leaf, separator: keys[start], level: 1, edge: &edge)
+            start = end
+        }
+        // Counts of the nodes still on the edge (those that left it were counted then).
+        for node in edge { node.recount() }
+    }
+
+    /// Hangs `child` right of the edge node at `level - 1`, under the edge node at `level`;
+    /// a full parent passes the child up in a new node of its own.
+    private mutating func hang(_ child: Node, separator: Value, level: Int, edge: inout [Node]) {
+        // The node the child follows leaves the edge: its count is final now.
+        edge[level - 1].recount()
+        if level == edge.count {
+            let newRoot = Node(separators: [separator], children: [edge[level - 1], child])
+            root = newRoot
+            edge[level - 1] = child
+            edge.append(newRoot)
+            return
+        }
+        let parent = edge[level]
+        edge[level - 1] = child
+        if parent.children.count < RowTree.capacity {
+            parent.keys.append(separator)
+            parent.children.append(child)
+            return
+        }
+        hang(Node(separators: [], children: [child]), separator: separator, level: level + 1, edge: &edge)
     }
 
     /// Calls `body` with the rows in key order, from the `offset`-th on (skipping whole

@@ -100,13 +100,13 @@ public struct Request<Record: ManagedRecord>: Sendable, Hashable {
         return copy
     }
 
-    /// Skips the first `count` matching records.
     /// The request limited to its first record, keeping a smaller limit the caller set
     /// (`limit(0)` still means no record).
     @usableFromInline var atMostOne: Request {
         limit.map { $0 < 1 ? self : self.limit(1) } ?? self.limit(1)
     }
 
+    /// Skips the first `count` matching records.
     public func offset(_ count: Int) -> Request {
         var copy = self
         copy.offset = count

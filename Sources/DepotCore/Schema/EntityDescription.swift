@@ -109,14 +109,17 @@ public struct EntityDescription: Sendable, Hashable, Codable {
         guard row.count == attributes.count else {
             throw DepotError(.conversionFailed, "A \(name) row has \(row.count) values, but the entity declares \(attributes.count) attributes.")
         }
-        for (i, attribute) in attributes.enumerated() {
-            let value = row[value: i]
-            if value.isNull {
-                if !attribute.isOptional {
-                    throw DepotError(.conversionFailed, "\(name).\(attribute.name) is not optional but the row has nil for it.")
+        // Field by field, not `enumerated()`: binding each attribute copied the whole
+        // description (its name and default retained and released) for every value of every
+        // row written.
+        for i in attributes.indices {
+            let type = row[value: i].type
+            if type == nil {
+                if !attributes[i].isOptional {
+                    throw DepotError(.conversionFailed, "\(name).\(attributes[i].name) is not optional but the row has nil for it.")
                 }
-            } else if value.type != attribute.type {
-                throw DepotError(.conversionFailed, "\(name).\(attribute.name) has type \(attribute.type.rawValue), but the row holds \(value.debugLiteral).")
+            } else if type != attributes[i].type {
+                throw DepotError(.conversionFailed, "\(name).\(attributes[i].name) has type \(attributes[i].type.rawValue), but the row holds \(row[value: i].debugLiteral).")
             }
         }
         return row[value: primaryKeyIndex]
