@@ -55,7 +55,9 @@ struct SQLiteGroupCommitTests {
             }
             submit { context in
                 running.signal()
-                _ = release.wait(timeout: .now() + 10)
+                // Bounded only so that a broken store cannot hang the run: the groups this
+                // test counts form only if this write waits until every other one is queued.
+                _ = release.wait(timeout: .now() + 300)
                 try context.save(Cat(id: 0, name: "first", weight: 1, age: 1))
             }
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
