@@ -14,13 +14,12 @@ final class MemoryTransaction: WriteTransaction {
     /// field overlaps another to the same field.
     ///
     /// Rows whose keys come in ascending order above every other key (a bulk save of new
-    /// records, identifiers handed out in order) wait in `pendingKeys`/`pendingRows` and go
-    /// into the tree together (``RowTree/appendAscending(keys:rows:)``), without a descent
-    /// per row. Anything that looks at the table's rows (``table``) appends them first.
+    /// records, identifiers handed out in order) are put in new leaves as they come and hung
+    /// on the tree together (``RowTree/appendLeaves(_:)``), without a descent per row. Anything that looks at the table's rows (``table``) appends them first.
     final class Working {
         @exclusivity(unchecked) private var stored: MemoryStore.RegisteredEntity
-        @exclusivity(unchecked) private var pendingKeys = ContiguousArray<Value>()
-        @exclusivity(unchecked) private var pendingRows = ContiguousArray<Row>()
+        /// Leaves of rows above every key, built as they come, not yet in the tree.
+        @exclusivity(unchecked) private var pendingLeaves: [RowTree.Node] = []
         /// The largest key of the table and the pending rows, when `largestKnown`.
         @exclusivity(unchecked) private var largestKey: Value?
         @exclusivity(unchecked) private var largestKnown = false
@@ -48,7 +47,7 @@ final class MemoryTransaction: WriteTransaction {
         /// Whether `key` is above every key of the table, pending rows included.
         func isAboveEveryKey(_ key: Value) -> Bool {
             if !largestKnown {
-                largestKey = pendingKeys.last ?? stored.rows.lastKey
+                largestKey = pendingLeaves.last?.keys.last ?? stored.rows.lastKey
                 largestKnown = true
             }
             guard let largestKey else { return true }
@@ -57,8 +56,12 @@ final class MemoryTransaction: WriteTransaction {
 
         /// Queues a new row whose key ``isAboveEveryKey(_:)``.
         func appendAboveEveryKey(_ row: Row, key: Value) {
-            pendingKeys.append(key)
-            pendingRows.append(row)
+            if let leaf = pendingLeaves.last, leaf.keys.count < RowTree.capacity {
+                leaf.keys.append(key)
+                leaf.rows.append(row)
+            } else {
+                pendingLeaves.append(RowTree.Node(leafKeys: [key], rows: [row]))
+            }
             largestKey = key
         }
 
@@ -66,10 +69,9 @@ final class MemoryTransaction: WriteTransaction {
         func forgetLargestKey() { largestKnown = false }
 
         private func flush() {
-            guard !pendingKeys.isEmpty else { return }
-            stored.rows.appendAscending(keys: pendingKeys, rows: pendingRows)
-            pendingKeys.removeAll(keepingCapacity: true)
-            pendingRows.removeAll(keepingCapacity: true)
+            guard !pendingLeaves.isEmpty else { return }
+            stored.rows.appendLeaves(pendingLeaves)
+            pendingLeaves.removeAll()
         }
         /// The entity's slot in the store's registry.
         let slot: Int

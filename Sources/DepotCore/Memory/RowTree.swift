@@ -328,11 +328,26 @@ struct RowTree: Sendable {
     }
 
     /// Appends rows whose keys are ascending and all above ``lastKey`` (the caller
-    /// guarantees both), without a descent per row: the rightmost leaf is filled, then full
-    /// leaves are built and hung on the right edge, whose inner nodes split off a new
-    /// sibling when full. A bulk save of ascending keys costs an array append per row.
+    /// guarantees both), in full leaves hung on the right edge (see ``appendLeaves(_:)``).
     mutating func appendAscending(keys: ContiguousArray<Value>, rows: ContiguousArray<Row>) {
-        guard !keys.isEmpty, keys.count == rows.count else { return }
+        guard keys.count == rows.count else { return }
+        var leaves: [Node] = []
+        var start = 0
+        while start < keys.count {
+            let end = min(start + RowTree.capacity, keys.count)
+            leaves.append(Node(leafKeys: ContiguousArray(keys[start..<end]), rows: ContiguousArray(rows[start..<end])))
+            start = end
+        }
+        appendLeaves(leaves)
+    }
+
+    /// Hangs new, non-empty leaves, each holding ascending keys above those of the one
+    /// before and of the whole tree (the caller guarantees it), on the tree's right edge,
+    /// without a descent per row: edge nodes that fill up split off a new right sibling.
+    /// A bulk save of ascending keys builds its leaves as it goes and costs an array append
+    /// per row.
+    mutating func appendLeaves(_ leaves: [Node]) {
+        guard !leaves.isEmpty else { return }
         // The right edge, leaf first, each node made this tree's own.
         if !isKnownUniquelyReferenced(&root) { root = root.copy() }
         var edge: [Node] = [root]
@@ -344,19 +359,15 @@ struct RowTree: Sendable {
             edge.append(node)
         }
         edge.reverse()
-        let capacity = RowTree.capacity
-        let filled = min(capacity - node.keys.count, keys.count)
-        if filled > 0 {
-            node.keys.append(contentsOf: keys[0..<filled])
-            node.rows.append(contentsOf: rows[0..<filled])
-            node.count += filled
-        }
-        var start = filled
-        while start < keys.count {
-            let end = min(start + capacity, keys.count)
-            let leaf = Node(leafKeys: ContiguousArray(keys[start..<end]), rows: ContiguousArray(rows[start..<end]))
-            hang(leaf, separator: keys[start], level: 1, edge: &edge)
-            start = end
+        for leaf in leaves where !leaf.keys.isEmpty {
+            leaf.recount()
+            if edge.count == 1 && edge[0].keys.isEmpty {
+                // An empty tree: the first leaf is the root.
+                root = leaf
+                edge[0] = leaf
+                continue
+            }
+            hang(leaf, separator: leaf.keys[0], level: 1, edge: &edge)
         }
         // Counts of the nodes still on the edge (those that left it were counted then).
         for node in edge { node.recount() }
