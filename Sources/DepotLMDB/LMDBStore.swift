@@ -411,7 +411,9 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
                         txn: child, catalog: parent.catalog, writable: true, maxKeySize: parent.maxKeySize, metaDBI: parent.metaDBI,
                         storeName: directory, recording: recording)
                     do {
-                        try log.transaction("write") { try write.perform(transaction) }
+                        try log.transaction("write") {
+                            try ReferenceEnforcement.run(transaction, transaction.catalog.relationships) { try write.perform($0) }
+                        }
                     } catch {
                         transaction.isFinished = true
                         mdb_txn_abort(child)
@@ -460,7 +462,9 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
         try begin()
         defer { end() }
         let snapshot = catalog.withLockedValue { $0 }
-        let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { try body($0) }
+        let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { transaction in
+            try ReferenceEnforcement.run(transaction, transaction.catalog.relationships, body)
+        }
         if let recorder { changes.publish(recorder) }
         return result
     }
@@ -470,6 +474,7 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
         defer { end() }
         for entity in entities { try entity.validate() }
         let snapshot = catalog.withLockedValue { $0 }
+        try Relationships.validate(entities, registered: { snapshot[$0]?.entity })
         if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) {
             return entities.compactMap { snapshot.handle(named: $0.name) }
         }

@@ -63,12 +63,22 @@ public struct RecordMacro: ExtensionMacro {
         lines.append("    \(access)static let entity = DepotCore.Entity<\(typeName)>(\(literal(model.entityName)), primaryKey: \\.\(key.identifier)) {")
         for property in model.properties {
             var arguments = ["\(literal(property.storedName))", "\\.\(property.identifier)"]
-            if property.isIndexed && !property.isUnique { arguments.append("indexed: true") }
+            if let reference = property.reference {
+                // The extension is at file scope, where a record nested in another type is
+                // not found by its own name: a record referring to itself says `Self`.
+                var target = reference.target.trimmedDescription
+                if target == "\(record.name.text).self" { target = "Self.self" }
+                arguments.append("references: \(target)")
+                if let rule = reference.onDelete { arguments.append("onDelete: \(rule.trimmedDescription)") }
+            }
+            if property.isIndexed && !property.isUnique && property.reference == nil { arguments.append("indexed: true") }
             if property.isUnique { arguments.append("unique: true") }
             if let value = property.defaultValue { arguments.append("default: \(value.trimmedDescription)") }
             lines.append("        DepotCore.Attribute(\(arguments.joined(separator: ", ")))")
         }
         lines.append("    }")
+        lines.append("")
+        lines.append("    \(access)static var entityName: String { \(literal(model.entityName)) }")
         if let idType = model.idAccessorType {
             lines.append("")
             lines.append("    /// The primary key, which makes the record `Identifiable`.")

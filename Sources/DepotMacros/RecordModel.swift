@@ -14,6 +14,9 @@ struct StoredProperty {
     let isUnique: Bool
     let isPrimaryKey: Bool
     let node: Syntax
+    /// `@Stored(.references(Dog.self, onDelete: .cascade))`: the referenced type's
+    /// expression (`Dog.self`) and the rule's expression, as written.
+    var reference: (target: ExprSyntax, onDelete: ExprSyntax?)? = nil
 }
 
 /// The markers the macros recognise on a property.
@@ -140,8 +143,9 @@ struct RecordModel {
                 var storedName = name
                 var isIndexed = false
                 var isUnique = false
+                var reference: (target: ExprSyntax, onDelete: ExprSyntax?)?
                 if let stored = markers.stored {
-                    parseStoredArguments(stored, storedName: &storedName, isIndexed: &isIndexed, isUnique: &isUnique)
+                    parseStoredArguments(stored, storedName: &storedName, isIndexed: &isIndexed, isUnique: &isUnique, reference: &reference)
                 }
                 if let problem = Self.nameProblem(storedName) {
                     let node = markers.stored.map(Syntax.init) ?? Syntax(pattern)
@@ -167,7 +171,8 @@ struct RecordModel {
                 if firstStored == nil { firstStored = variable }
                 properties.append(StoredProperty(
                     identifier: identifier, storedName: storedName, type: type, defaultValue: defaultValue,
-                    isIndexed: isIndexed, isUnique: isUnique, isPrimaryKey: isPrimaryKey, node: Syntax(binding)))
+                    isIndexed: isIndexed, isUnique: isUnique, isPrimaryKey: isPrimaryKey, node: Syntax(binding),
+                    reference: reference))
             }
         }
 
@@ -226,7 +231,8 @@ struct RecordModel {
     }
 
     private mutating func parseStoredArguments(
-        _ attribute: AttributeSyntax, storedName: inout String, isIndexed: inout Bool, isUnique: inout Bool
+        _ attribute: AttributeSyntax, storedName: inout String, isIndexed: inout Bool, isUnique: inout Bool,
+        reference: inout (target: ExprSyntax, onDelete: ExprSyntax?)?
     ) {
         guard case .argumentList(let arguments) = attribute.arguments else { return }
         for argument in arguments {
@@ -238,12 +244,26 @@ struct RecordModel {
                 }
                 continue
             }
+            if let call = argument.expression.as(FunctionCallExprSyntax.self),
+                call.calledExpression.as(MemberAccessExprSyntax.self)?.declName.baseName.text == "references"
+            {
+                // The arguments are passed on as written; the compiler checks them (and the
+                // property's type against the referenced key) in the generated Attribute.
+                let target = call.arguments.first(where: { $0.label == nil })?.expression
+                let rule = call.arguments.first(where: { $0.label?.text == "onDelete" })?.expression
+                if let target, call.arguments.count == (rule == nil ? 1 : 2) {
+                    reference = (target, rule)
+                } else {
+                    diagnostics.append(.error(argument.expression, "invalidReference", "Write a reference as .references(Target.self) or .references(Target.self, onDelete: .cascade)."))
+                }
+                continue
+            }
             let option = argument.expression.as(MemberAccessExprSyntax.self)?.declName.baseName.text
             switch option {
             case "indexed": isIndexed = true
             case "unique": isUnique = true
             default:
-                diagnostics.append(.error(argument.expression, "unknownOption", "'\(argument.expression.trimmedDescription)' is not an option of @Stored; use .indexed, .unique or name: \"...\"."))
+                diagnostics.append(.error(argument.expression, "unknownOption", "'\(argument.expression.trimmedDescription)' is not an option of @Stored; use .indexed, .unique, .references(Target.self, onDelete: ...) or name: \"...\"."))
             }
         }
     }
@@ -253,7 +273,7 @@ extension StoredProperty {
     var asPrimaryKey: StoredProperty {
         StoredProperty(
             identifier: identifier, storedName: storedName, type: type, defaultValue: nil, isIndexed: isIndexed,
-            isUnique: isUnique, isPrimaryKey: true, node: node)
+            isUnique: isUnique, isPrimaryKey: true, node: node, reference: reference)
     }
 }
 

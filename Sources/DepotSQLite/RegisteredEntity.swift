@@ -128,7 +128,7 @@ enum DDL {
 
     /// The table, with the primary key, NOT NULL and UNIQUE constraints. An integer key is
     /// the rowid itself; other keys make a WITHOUT ROWID table clustered on the key.
-    static func createTable(_ entity: EntityDescription) -> String {
+    static func createTable(_ entity: EntityDescription, registered: (String) -> EntityDescription? = { _ in nil }) -> String {
         var columns: [String] = []
         for (i, attribute) in entity.attributes.enumerated() {
             var column = "\(quoted(attribute.name)) \(columnType(attribute.type))"
@@ -138,10 +138,32 @@ enum DDL {
                 if !attribute.isOptional { column += " NOT NULL" }
                 if attribute.isUnique { column += " UNIQUE" }
             }
+            column += foreignKey(attribute, registered: registered)
             columns.append(column)
         }
         let rowid = entity.primaryKey.type == .int64 ? "" : " WITHOUT ROWID"
         return "CREATE TABLE \(quoted(entity.name)) (\n  \(columns.joined(separator: ",\n  "))\n)\(rowid)"
+    }
+
+    /// The `REFERENCES` clause of a reference attribute, so that SQLite itself knows the
+    /// relationship (`PRAGMA foreign_key_list`, `PRAGMA foreign_key_check`, and its own rule
+    /// when a row is deleted outside Depot).
+    ///
+    /// Deferred: checked at commit, so rows may be inserted in any order within one write.
+    /// Depot applies the rules itself before SQLite would (``ReferenceEnforcement``), so
+    /// that observers hear of every record a cascade removes; SQLite's action then finds
+    /// nothing left to do.
+    static func foreignKey(_ attribute: AttributeDescription, registered: (String) -> EntityDescription?) -> String {
+        guard let reference = attribute.reference else { return "" }
+        let action: String
+        switch reference.onDelete {
+        case .cascade: action = "CASCADE"
+        case .nullify: action = "SET NULL"
+        case .deny: action = "RESTRICT"
+        case .noAction: action = "NO ACTION"
+        }
+        let key = registered(reference.entity).map { " (\(quoted($0.primaryKey.name)))" } ?? ""
+        return " REFERENCES \(quoted(reference.entity))\(key) ON DELETE \(action) DEFERRABLE INITIALLY DEFERRED"
     }
 
     /// Whether an attribute needs an index of its own (the key and unique attributes
@@ -164,10 +186,14 @@ enum DDL {
     /// written as a literal only when the literal is exact (integers, integral doubles,
     /// strings without NUL, bytes in hex). Any other default gets a placeholder literal of
     /// the right type, then the real value is bound into every existing row.
-    static func addColumn(_ attribute: AttributeDescription, to entity: EntityDescription) -> (sql: String, needsFill: Bool) {
+    static func addColumn(
+        _ attribute: AttributeDescription, to entity: EntityDescription, registered: (String) -> EntityDescription? = { _ in nil }
+    ) -> (sql: String, needsFill: Bool) {
         let fill = SchemaMigration.fillValue(for: attribute)
         var sql = "ALTER TABLE \(quoted(entity.name)) ADD COLUMN \(quoted(attribute.name)) \(columnType(attribute.type))"
-        if fill.isNull { return (sql, false) }
+        // A reference is never defaulted (Reference.validate), so it is added as NULL
+        // everywhere, which SQLite allows for a REFERENCES column with foreign keys on.
+        if fill.isNull { return (sql + foreignKey(attribute, registered: registered), false) }
         if !attribute.isOptional { sql += " NOT NULL" }
         if let literal = exactLiteral(fill) {
             return (sql + " DEFAULT " + literal, false)

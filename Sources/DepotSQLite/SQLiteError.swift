@@ -11,6 +11,11 @@ extension DepotError {
     ///   - context: What Depot was doing, for the reader of the log.
     static func sqlite(_ code: Int32, message: String?, context: String) -> DepotError {
         let detail = message.map { "\(context): \($0)" } ?? context
+        if code == SQLiteCode.constraintForeignKey {
+            // Depot checks references before SQLite does; this is a row written outside
+            // Depot, or a reference Depot's own check let through.
+            return DepotError(.missingReference, "\(detail). A record refers to a record that does not exist; nothing of the transaction was kept.", nativeCode: code)
+        }
         switch SQLiteCode.primary(code) {
         case SQLITE_CONSTRAINT:
             return DepotError(.duplicateKey, "\(detail). A record with the same primary key or unique value exists.", nativeCode: code)
@@ -44,6 +49,7 @@ enum SQLiteCode {
     static let ioErrFsync: Int32 = SQLITE_IOERR | (4 << 8)
     static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
     static let constraintUnique: Int32 = SQLITE_CONSTRAINT | (8 << 8)
+    static let constraintForeignKey: Int32 = SQLITE_CONSTRAINT | (3 << 8)
 
     /// The primary result code of a (possibly extended) one.
     static func primary(_ code: Int32) -> Int32 { code & 0xFF }

@@ -21,6 +21,7 @@ extension SQLiteStore {
     func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
         for entity in entities { try entity.validate() }
         var current = tables
+        try Relationships.validate(entities, registered: { current[$0]?.entity })
         if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
@@ -40,10 +41,10 @@ extension SQLiteStore {
                 if let existing = current[entity.name]?.entry {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
-                    try migrate(migration)
+                    try migrate(migration, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
                     log.schemaMigrated(migration)
                 } else {
-                    try create(entity)
+                    try create(entity, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
                     log.schemaCreated(entity)
                 }
                 try storeDescription(entity)
@@ -58,7 +59,7 @@ extension SQLiteStore {
         return entities.compactMap { current.handle(named: $0.name) }
     }
 
-    func create(_ entity: EntityDescription) throws(DepotError) {
+    func create(_ entity: EntityDescription, registered: (String) -> EntityDescription?) throws(DepotError) {
         // SQLite names are case-insensitive: refuse to adopt a table Depot did not create.
         let statement = try writer.prepare("SELECT name FROM sqlite_master WHERE name = ?1 COLLATE NOCASE", cached: false)
         try writer.bind(.string(entity.name), at: 1, in: statement)
@@ -66,7 +67,7 @@ extension SQLiteStore {
             let existing = try writer.column(0, of: statement, as: .string)
             throw DepotError(.invalidSchema, "The database already has a table or index named \(existing.debugLiteral) that Depot did not create for entity \(entity.name) (SQLite compares names without case). Rename the entity.")
         }
-        try writer.execute(DDL.createTable(entity))
+        try writer.execute(DDL.createTable(entity, registered: registered))
         for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
             try Self.ensureIndex(attribute, in: entity, on: writer)
         }
@@ -102,10 +103,10 @@ extension SQLiteStore {
         }
     }
 
-    func migrate(_ migration: SchemaMigration) throws(DepotError) {
+    func migrate(_ migration: SchemaMigration, registered: (String) -> EntityDescription?) throws(DepotError) {
         let entity = migration.declared
         for attribute in migration.addedAttributes {
-            let (sql, needsFill) = DDL.addColumn(attribute, to: entity)
+            let (sql, needsFill) = DDL.addColumn(attribute, to: entity, registered: registered)
             try writer.execute(sql)
             if needsFill {
                 let fill = try writer.prepare("UPDATE \(quoted(entity.name)) SET \(quoted(attribute.name)) = ?1", cached: false)

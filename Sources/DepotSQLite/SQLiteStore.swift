@@ -216,6 +216,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
                 throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
             }
             try writer.execute("PRAGMA synchronous = \(Self.synchronous(options, inMemory: temporaryDirectory != nil))")
+            // SQLite enforces the references' FOREIGN KEY clauses too (deferred to commit),
+            // behind Depot's own checks; tables without references pay nothing for it.
+            try writer.execute("PRAGMA foreign_keys = ON")
             let stored = try Self.prepareBookkeeping(writer, file: file)
             var connections: [Connection] = []
             for _ in 0..<options.readers {
@@ -430,7 +433,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
             do {
                 try writer.run(key: Keys.savepoint, "SAVEPOINT depot_write")
-                try log.transaction("write") { try write.perform(transaction) }
+                try log.transaction("write") {
+                    try ReferenceEnforcement.run(transaction, tables.relationships) { try write.perform($0) }
+                }
                 transaction.isFinished = true
                 if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
                 try writer.run(key: Keys.releaseSavepoint, "RELEASE depot_write")
@@ -478,7 +483,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
         let result: T
         do {
-            result = try body(transaction)
+            result = try ReferenceEnforcement.run(transaction, tables.relationships, body)
             transaction.isFinished = true
             if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
             try writer.run(key: Keys.commit, "COMMIT")

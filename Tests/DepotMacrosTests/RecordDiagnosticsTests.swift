@@ -260,8 +260,30 @@ struct RecordDiagnosticsTests {
                     message: "The stored name 'sqlite_age' uses a reserved prefix (depot_, sqlite_); give the attribute another name with @Stored(name: \"...\").",
                     line: 6, column: 5),
                 DiagnosticSpec(
-                    message: "'.fast' is not an option of @Stored; use .indexed, .unique or name: \"...\".",
+                    message: "'.fast' is not an option of @Stored; use .indexed, .unique, .references(Target.self, onDelete: ...) or name: \"...\".",
                     line: 7, column: 13),
+            ])
+    }
+
+    @Test func malformedReference() {
+        assertExpansion(
+            """
+            @Record
+            struct Walk {
+                var id: Int64
+                @Stored(.references(onDelete: .cascade)) var dogID: Int64
+            }
+            """,
+            expandedSource: """
+            struct Walk {
+                var id: Int64
+                var dogID: Int64
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(
+                    message: "Write a reference as .references(Target.self) or .references(Target.self, onDelete: .cascade).",
+                    line: 4, column: 13)
             ])
     }
 

@@ -49,6 +49,10 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("age", \\.age)
                 }
 
+                static var entityName: String {
+                    "Cat"
+                }
+
                 init(row: DepotCore.RecordReader<Cat>) throws {
                     self.id = try row.decode(0)
                     self.name = try row.decode(1)
@@ -108,6 +112,10 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("observed", \\.observed)
                 }
 
+                public static var entityName: String {
+                    "Cat"
+                }
+
                 public init(row: DepotCore.RecordReader<CatRecord>) throws {
                     self.id = try row.decode(0)
                     self.name = try row.decode(1)
@@ -151,6 +159,10 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("name", \\.name)
                 }
 
+                package static var entityName: String {
+                    "Country"
+                }
+
                 /// The primary key, which makes the record `Identifiable`.
                 package var id: String {
                     self.code
@@ -191,6 +203,10 @@ struct RecordExpansionTests {
                     DepotCore.Attribute("default", \\.`default`)
                 }
 
+                static var entityName: String {
+                    "Tag"
+                }
+
                 init(row: DepotCore.RecordReader<Tag>) throws {
                     self.id = try row.decode(0)
                     self.`default` = try row.decode(1)
@@ -200,6 +216,50 @@ struct RecordExpansionTests {
                     row.removeAll()
                     row.append(try self.id.storedValue())
                     row.append(try self.`default`.storedValue())
+                }
+            }
+            """)
+    }
+
+    @Test func referencesBecomeIndexedReferenceAttributes() {
+        assertExpansion(
+            """
+            @Record
+            struct Walk {
+                var id: Int64
+                @Stored(.references(Dog.self, onDelete: .cascade)) var dogID: Int64
+                @Stored(.references(Walk.self), name: "previous") var previousID: Int64?
+            }
+            """,
+            expandedSource: """
+            struct Walk {
+                var id: Int64
+                var dogID: Int64
+                var previousID: Int64?
+            }
+
+            extension Walk: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                static let entity = DepotCore.Entity<Walk>("Walk", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("dogID", \\.dogID, references: Dog.self, onDelete: .cascade)
+                    DepotCore.Attribute("previous", \\.previousID, references: Self.self)
+                }
+
+                static var entityName: String {
+                    "Walk"
+                }
+
+                init(row: DepotCore.RecordReader<Walk>) throws {
+                    self.id = try row.decode(0)
+                    self.dogID = try row.decode(1)
+                    self.previousID = try row.decode(2)
+                }
+
+                func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
+                    row.removeAll()
+                    row.append(try self.id.storedValue())
+                    row.append(try self.dogID.storedValue())
+                    row.append(try self.previousID.storedValue())
                 }
             }
             """)

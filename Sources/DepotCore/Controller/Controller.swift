@@ -62,11 +62,14 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         if let handle = registration.handle { return next(.success(handle)) }
         do { try Managed.entity.validate() } catch { return next(.failure(error)) }
         let store = self.store
+        // With the entities its references name: a store never holds a reference to an
+        // entity it does not know, whichever controller is used first.
+        let entities = Managed.entity.descriptionsForRegistration
         let entity = Self.entity
         registration.whenRegistered(register: { done in
-            store.submitRegistration([entity]) { result in
+            store.submitRegistration(entities) { result in
                 done(result.flatMap { handles in
-                    guard handles.count == 1, let handle = handles.first, handle.name == entity.name else {
+                    guard handles.count == entities.count, let handle = handles.first, handle.name == entity.name else {
                         return .failure(DepotError(.invalidSchema, "The \(store.backendName) store answered the registration of \(entity.name) with \(handles.count) handles; the backend breaks the Store contract."))
                     }
                     return .success(handle)

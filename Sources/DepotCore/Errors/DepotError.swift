@@ -57,6 +57,13 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The caller is not allowed to use the store's files (permissions, read-only
         /// media).
         public static let permissionDenied = Code("permissionDenied")
+        /// A record refers (through a reference attribute) to a record that does not exist:
+        /// written with a reference to nothing, or left behind by a delete whose rule is
+        /// ``DeleteRule/noAction``.
+        public static let missingReference = Code("missingReference")
+        /// A delete was refused because other records refer to the record and their
+        /// reference's rule is ``DeleteRule/deny``.
+        public static let deleteDenied = Code("deleteDenied")
         /// A backend failure that fits no other code; ``DepotError/nativeCode`` says more.
         public static let backend = Code("backend")
     }

@@ -87,6 +87,8 @@ public final class MemoryStore: InlineReadingStore {
         defer { end() }
         for entity in entities { try entity.validate() }
         return try state.withLockedValue { s in
+            let registered = s.snapshot.tables
+            try Relationships.validate(entities, registered: { registered[$0]?.entity })
             var handles: [EntityHandle] = []
             for entity in entities {
                 guard let existing = s.snapshot.tables[entity.name]?.entry else {
@@ -167,7 +169,7 @@ public final class MemoryStore: InlineReadingStore {
         let transaction = MemoryTransaction(base: snapshot, writable: true, recordsKeys: recorder.isDetailed)
         let result: T
         do {
-            result = try body(transaction)
+            result = try ReferenceEnforcement.run(transaction, snapshot.tables.relationships, body)
             transaction.isFinished = true
         } catch {
             transaction.isFinished = true

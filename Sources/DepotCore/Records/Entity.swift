@@ -4,7 +4,9 @@
 /// Attribute("name", \.name, indexed: true)
 /// ```
 public struct Attribute<Record>: Sendable {
-    public let description: AttributeDescription
+    /// The attribute's description; a reference's entity name is filled in by the
+    /// ``Entity`` the attribute is declared in.
+    public internal(set) var description: AttributeDescription
     let keyPath: PartialKeyPath<Record> & Sendable
     let read: @Sendable (Record) -> Value
     let store: @Sendable (Record) throws(DepotError) -> Value
@@ -13,6 +15,10 @@ public struct Attribute<Record>: Sendable {
     let problem: DepotError?
     /// Whether the value is stored as JSON text (a `Codable` value).
     let isJSON: Bool
+    /// The record type a reference attribute refers to, resolved to its entity name by
+    /// ``Entity``: a record referring to its own type must not read its own entity while
+    /// that is being built.
+    let referenceTarget: (type: any ManagedRecord.Type, name: @Sendable () -> String, onDelete: DeleteRule)?
 
     /// Declares an attribute.
     ///
@@ -45,6 +51,51 @@ public struct Attribute<Record>: Sendable {
         self.keyPath = keyPath
         self.read = { $0[keyPath: keyPath].value }
         self.store = { (record: Record) throws(DepotError) -> Value in try record[keyPath: keyPath].storedValue() }
+        self.referenceTarget = nil
+    }
+
+    /// Declares a reference: the attribute holds the primary key of a `Target` record (a
+    /// to-one relationship), always indexed.
+    ///
+    /// ```swift
+    /// Attribute("dogID", \.dogID, references: Dog.self, onDelete: .cascade)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - target: The referenced record type.
+    ///   - onDelete: What happens to this record when the referenced one is deleted.
+    ///   - unique: Whether at most one record may refer to each target (a one-to-one).
+    public init<Target: ManagedRecord>(
+        _ name: String, _ keyPath: KeyPath<Record, Target.ID> & Sendable, references target: Target.Type,
+        onDelete: DeleteRule = .noAction, unique: Bool = false
+    ) {
+        self.init(name, keyPath, unique: unique)
+        self = self.referring(to: target, onDelete: onDelete)
+    }
+
+    /// Declares an optional reference: `nil` refers to no record.
+    public init<Target: ManagedRecord>(
+        _ name: String, _ keyPath: KeyPath<Record, Target.ID?> & Sendable, references target: Target.Type,
+        onDelete: DeleteRule = .noAction, unique: Bool = false
+    ) {
+        self.init(name, keyPath, unique: unique)
+        self = self.referring(to: target, onDelete: onDelete)
+    }
+
+    private init(copying other: Attribute, referenceTarget: (type: any ManagedRecord.Type, name: @Sendable () -> String, onDelete: DeleteRule)?) {
+        self.description = other.description
+        self.keyPath = other.keyPath
+        self.read = other.read
+        self.store = other.store
+        self.problem = other.problem
+        self.isJSON = other.isJSON
+        self.referenceTarget = referenceTarget
+    }
+
+    private func referring<Target: ManagedRecord>(to target: Target.Type, onDelete: DeleteRule) -> Attribute {
+        var copy = Attribute(copying: self, referenceTarget: (Target.self, { Target.entityName }, onDelete))
+        copy.description.isIndexed = true
+        return copy
     }
 }
 
@@ -78,16 +129,24 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     let declarationProblem: DepotError?
     /// The names of the attributes stored as JSON text.
     let jsonAttributes: Set<String>
+    /// The record types this entity's references name.
+    let referencedTypes: [any ManagedRecord.Type]
 
     public init(
         _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable,
         @AttributeListBuilder<Record> attributes: () -> [Attribute<Record>]
     ) {
-        let list = attributes()
+        var list = attributes()
+        for i in list.indices {
+            guard let target = list[i].referenceTarget else { continue }
+            let entityName = ObjectIdentifier(target.type) == ObjectIdentifier(Record.self) ? name : target.name()
+            list[i].description.reference = Reference(entity: entityName, onDelete: target.onDelete)
+        }
         var byKeyPath: [AnyKeyPath: Int] = [:]
         for (i, a) in list.enumerated() where byKeyPath[a.keyPath] == nil { byKeyPath[a.keyPath] = i }
         let keyIndex = byKeyPath[primaryKey]
         self.attributes = list
+        self.referencedTypes = list.compactMap { $0.referenceTarget?.type }
         self.jsonAttributes = Set(list.filter(\.isJSON).map(\.description.name))
         self.indexByKeyPath = KeyPathIndex(byKeyPath)
         self.description = EntityDescription(
@@ -100,6 +159,25 @@ public struct Entity<Record: ManagedRecord>: Sendable {
 
     /// The entity name.
     public var name: String { description.name }
+
+    /// This entity's description, then those of the entities its references name, directly
+    /// or through others: what registering the record type registers, so that a store
+    /// never holds a reference to an entity it does not know.
+    public var descriptionsForRegistration: [EntityDescription] {
+        var result = [description]
+        var seen: Set<String> = [description.name]
+        var pending = referencedTypes
+        func open<T: ManagedRecord>(_ type: T.Type) -> (EntityDescription, [any ManagedRecord.Type]) {
+            (T.entity.description, T.entity.referencedTypes)
+        }
+        while let type = pending.popLast() {
+            let (entity, next) = open(type)
+            guard seen.insert(entity.name).inserted else { continue }
+            result.append(entity)
+            pending.append(contentsOf: next)
+        }
+        return result
+    }
 
     /// Checks the declaration.
     ///

@@ -30,6 +30,13 @@
 public protocol ManagedRecord: Identifiable, Sendable where ID: PrimaryKeyValue {
     /// The record's schema.
     static var entity: Entity<Self> { get }
+    /// The entity's name, without building ``entity``: what references to this record
+    /// type name. `@Record` declares it; the default reads ``entity``.
+    ///
+    /// Declare it by hand (`static var entityName: String { "Dog" }`) in a hand-written
+    /// record that another hand-written record refers to while this one refers back to
+    /// it: building either entity would otherwise need the other one first.
+    static var entityName: String { get }
     /// Reads a record from the backend's stored form.
     ///
     /// Read each attribute by key path (`try row[\.name]`); a key path the entity does not
@@ -56,6 +63,8 @@ extension ManagedRecord {
 }
 
 extension ManagedRecord {
+    public static var entityName: String { entity.name }
+
     public func encode(into row: inout Row) throws(DepotError) {
         try Self.entity.encode(self, into: &row)
     }

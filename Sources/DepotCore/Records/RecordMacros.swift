@@ -25,7 +25,7 @@
 /// - Parameter name: The stored entity name; the struct's name when omitted.
 @attached(
     extension, conformances: ManagedRecord, ObjectConvertible, ManagedConvertible, StoredObject,
-    names: named(entity), named(id), named(init(row:)), named(encode(into:)))
+    names: named(entity), named(entityName), named(id), named(init(row:)), named(encode(into:)))
 public macro Record(name: String? = nil) = #externalMacro(module: "DepotMacros", type: "RecordMacro")
 
 /// Options for a stored property of a ``Record(name:)`` struct: how it is stored.
@@ -35,8 +35,16 @@ public macro Record(name: String? = nil) = #externalMacro(module: "DepotMacros",
 /// @Stored(.unique, name: "email_address") var email: String
 /// ```
 ///
+/// A property holding another record's primary key becomes a reference (a to-one
+/// relationship) with ``AttributeOption/references(_:onDelete:)``:
+///
+/// ```swift
+/// @Stored(.references(Dog.self, onDelete: .cascade)) var dogID: Int64
+/// ```
+///
 /// - Parameters:
-///   - options: ``AttributeOption/indexed``, ``AttributeOption/unique`` (which implies an index).
+///   - options: ``AttributeOption/indexed``, ``AttributeOption/unique`` (which implies an
+///     index), ``AttributeOption/references(_:onDelete:)`` (which implies an index).
 ///   - name: The stored attribute name; the property's name when omitted. Renaming the
 ///     property while keeping this name keeps the stored data.
 @attached(peer)
@@ -62,4 +70,14 @@ public enum AttributeOption: Sendable, Hashable {
     case indexed
     /// No two records share a non-nil value; implies an index.
     case unique
+    /// The property holds the primary key of a record of the entity named `entity`; see
+    /// ``references(_:onDelete:)``.
+    case reference(entity: String, onDelete: DeleteRule)
+
+    /// The property holds the primary key of a `Target` record (its type must be
+    /// `Target.ID`, or optional), and `onDelete` says what happens to this record when that
+    /// one is deleted. Implies an index.
+    public static func references<Target: ManagedRecord>(_ target: Target.Type, onDelete: DeleteRule = .noAction) -> AttributeOption {
+        .reference(entity: Target.entityName, onDelete: onDelete)
+    }
 }

@@ -12,17 +12,22 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     public var defaultValue: Value?
     public var isIndexed: Bool
     public var isUnique: Bool
+    /// The entity whose primary key this attribute holds, and what happens to this record
+    /// when that one is deleted; `nil` for an attribute that refers to nothing. A
+    /// reference attribute is always indexed (the delete rules look records up by it).
+    public var reference: Reference?
 
     public init(
         name: String, type: AttributeType, isOptional: Bool = false, defaultValue: Value? = nil,
-        isIndexed: Bool = false, isUnique: Bool = false
+        isIndexed: Bool = false, isUnique: Bool = false, reference: Reference? = nil
     ) {
         self.name = name
         self.type = type
         self.isOptional = isOptional
         self.defaultValue = defaultValue
-        self.isIndexed = isIndexed
+        self.isIndexed = isIndexed || reference != nil
         self.isUnique = isUnique
+        self.reference = reference
     }
 }
 
@@ -89,6 +94,9 @@ public struct EntityDescription: Sendable, Hashable, Codable {
                 } else if value.type != attribute.type {
                     throw DepotError(.invalidSchema, "Attribute \(name).\(attribute.name) has type \(attribute.type.rawValue), but its default value \(value.debugLiteral) is of another type.")
                 }
+            }
+            if let reference = attribute.reference {
+                try reference.validate(attribute, in: name)
             }
         }
         let key = primaryKey

@@ -74,6 +74,14 @@ public struct SchemaMigration: Sendable, Hashable {
             if old.isUnique != new.isUnique {
                 throw refuse("attribute '\(new.name)' \(new.isUnique ? "became" : "is no longer") unique")
             }
+            if old.reference != new.reference {
+                // A reference added to existing values could point to nothing; a changed
+                // rule or target changes what deletes do to stored records.
+                func describe(_ reference: Reference?) -> String {
+                    reference.map { "a reference to \($0.entity) (\($0.onDelete.rawValue))" } ?? "no reference"
+                }
+                throw refuse("attribute '\(new.name)' changed from \(describe(old.reference)) to \(describe(new.reference)); add a new optional reference attribute instead")
+            }
             if !old.isIndexed && new.isIndexed { addedIndexes.append(new) }
             if old.isIndexed && !new.isIndexed { droppedIndexes.append(new) }
             sourceIndex.append(oldIndex)

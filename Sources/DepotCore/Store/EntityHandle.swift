@@ -73,6 +73,9 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
     @usableFromInline var entries: [Entry?] = []
     @usableFromInline var entities: [EntityDescription?] = []
     private var slotByName: [String: Int] = [:]
+    /// The references among the registered entities; rebuilt whenever one is registered or
+    /// removed (rarely), read with every write.
+    public private(set) var relationships = Relationships()
     /// What the handles name as their store: an object only this registry (and its copies)
     /// holds, so that a backend can create the registry before the store itself exists.
     @usableFromInline let identity = Identity()
@@ -138,6 +141,7 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
         entries[slot] = entry
         entities[slot] = entity
         generations[slot] = generation
+        relationships = Relationships(handles: all.map(\.handle))
         return EntityHandle(entity: entity, slot: slot, generation: generation, store: store)
     }
 
@@ -148,6 +152,7 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
             entries[slot] = nil
             entities[slot] = nil
             generations[slot] = 0
+            relationships = Relationships(handles: all.map(\.handle))
         }
     }
 

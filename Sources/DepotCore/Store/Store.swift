@@ -261,20 +261,32 @@ extension Store {
         return handle
     }
 
-    /// Creates or migrates the storage for these record types and returns their handles,
-    /// in the same order.
+    /// Creates or migrates the storage for these record types, and for the record types
+    /// their references name, and returns the handles of these record types, in the same
+    /// order.
     @discardableResult
     public func register(_ records: any ManagedRecord.Type...) async throws -> [EntityHandle] {
         var descriptions: [EntityDescription] = []
+        var names: Set<String> = []
         for record in records {
             try record.validatedEntity()
-            descriptions.append(record.entityDescription)
+            for entity in record.descriptionsForRegistration where names.insert(entity.name).inserted {
+                descriptions.append(entity)
+            }
         }
-        return try await register(descriptions)
+        let handles = try await register(descriptions)
+        return try records.map { record throws(DepotError) in
+            let name = record.entityDescription.name
+            guard let handle = handles.first(where: { $0.name == name }) else {
+                throw DepotError(.invalidSchema, "The \(backendName) store returned no handle for \(name); the backend breaks the Store contract.")
+            }
+            return handle
+        }
     }
 }
 
 extension ManagedRecord {
     static var entityDescription: EntityDescription { entity.description }
+    static var descriptionsForRegistration: [EntityDescription] { entity.descriptionsForRegistration }
     static func validatedEntity() throws(DepotError) { try entity.validate() }
 }

@@ -1,0 +1,196 @@
+/// Enforces references in one write, the same way on every backend: a write whose store
+/// has references runs through a ``ReferenceEnforcement`` wrapped around the backend's
+/// transaction.
+///
+/// - Every written reference must name an existing record when the write ends. A target
+///   found at once is remembered for the rest of the write; one not found is checked again
+///   at the end, so parents and children can be written in any order in one write.
+/// - Deleting a record applies each referencing attribute's ``DeleteRule`` first, in the
+///   same transaction: cascades delete through this wrapper (so their own rules apply and
+///   observers see every deleted record), nullify updates the referencing rows, deny
+///   refuses, and no action is checked at the end.
+///
+/// Backends call ``run(_:_:_:)`` around every write closure (each write of a group commit
+/// separately, so a violation fails only its own write). A store whose entities have no
+/// references pays one `isEmpty` check per write.
+public final class ReferenceEnforcement: WriteTransaction {
+    let base: any WriteTransaction
+    let relationships: Relationships
+
+    struct Target: Hashable {
+        let slot: Int
+        let key: Value
+    }
+
+    /// Records found to exist in this write (cleared for a record when it is deleted).
+    private var known: Set<Target> = []
+    /// References that pointed to no record when written: checked again at the end.
+    private var unresolved: [(link: Link, sourceKey: Value, value: Value)] = []
+    /// Deleted records with `noAction` references to them: checked at the end.
+    private var orphaned: [(link: Link, key: Value)] = []
+    /// Records whose delete is applying its rules: a cascade that comes back to one of them
+    /// (a cycle, a record referring to itself) leaves it to that delete.
+    private var deleting: Set<Target> = []
+
+    init(_ base: any WriteTransaction, _ relationships: Relationships) {
+        self.base = base
+        self.relationships = relationships
+    }
+
+    /// Runs a write closure with the store's references enforced.
+    ///
+    /// - Throws: What `body` throws; ``DepotError/Code/missingReference`` when the write
+    ///   leaves a reference to nothing; ``DepotError/Code/deleteDenied`` from a refused delete.
+    @inlinable
+    public static func run<T>(
+        _ transaction: any WriteTransaction, _ relationships: Relationships, _ body: (any WriteTransaction) throws -> T
+    ) throws -> T {
+        if relationships.isEmpty { return try body(transaction) }
+        return try runChecked(transaction, relationships, body)
+    }
+
+    @usableFromInline
+    static func runChecked<T>(
+        _ transaction: any WriteTransaction, _ relationships: Relationships, _ body: (any WriteTransaction) throws -> T
+    ) throws -> T {
+        let enforcement = ReferenceEnforcement(transaction, relationships)
+        let result = try body(enforcement)
+        try enforcement.finish()
+        return result
+    }
+
+    // MARK: Reads go straight through
+
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+        try base.fetch(query, reserve: reserve, body)
+    }
+
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+        try base.fetchRow(entity, key: key, body)
+    }
+
+    public func count(_ query: Query) throws -> Int { try base.count(query) }
+
+    public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] { try base.aggregate(query) }
+
+    // MARK: Writes
+
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
+        try base.insert(row, into: entity)
+        try checkReferences(of: row, in: entity)
+    }
+
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+        let inserted = try base.upsert(row, into: entity)
+        try checkReferences(of: row, in: entity)
+        return inserted
+    }
+
+    public func update(_ row: Row, in entity: EntityHandle) throws {
+        try base.update(row, in: entity)
+        try checkReferences(of: row, in: entity)
+    }
+
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+        let target = Target(slot: entity.slot, key: key)
+        if let links = relationships.incoming[entity.slot] {
+            if deleting.contains(target) { return false }
+            guard try base.fetchRow(entity, key: key, { _ in }) else { return false }
+            deleting.insert(target)
+            defer { deleting.remove(target) }
+            // Referencing records first: SQLite applies its own ON DELETE action the moment
+            // the parent goes, and then observers would not hear of the records it removed.
+            for link in links { try apply(link, deleting: key) }
+        }
+        known.remove(target)
+        return try base.delete(key: key, from: entity)
+    }
+
+    public func delete(_ query: Query) throws -> Int {
+        guard relationships.incoming[query.handle.slot] != nil else { return try base.delete(query) }
+        // One by one, so each delete applies its rules; the keys are read first, in the
+        // query's order, offset and limit.
+        let keyIndex = query.entity.primaryKeyIndex
+        var keys: [Value] = []
+        try base.fetch(query, reserve: { keys.reserveCapacity($0) }) { keys.append(try $0.value(keyIndex)) }
+        var deleted = 0
+        for key in keys {
+            if try delete(key: key, from: query.handle) { deleted += 1 }
+        }
+        return deleted
+    }
+
+    // MARK: Rules
+
+    private func checkReferences(of row: Row, in entity: EntityHandle) throws {
+        guard let links = relationships.outgoing[entity.slot] else { return }
+        for link in links {
+            let value = row[value: link.attribute]
+            if value.isNull { continue }
+            let target = Target(slot: link.target.slot, key: value)
+            if known.contains(target) { continue }
+            let sourceKey = row[value: entity.entity.primaryKeyIndex]
+            if link.target.slot == entity.slot && value == sourceKey { continue }
+            if try base.fetchRow(link.target, key: value, { _ in }) {
+                known.insert(target)
+            } else {
+                unresolved.append((link, sourceKey, value))
+            }
+        }
+    }
+
+    private func referencing(_ link: Link, key: Value, limit: Int? = nil) throws -> Query {
+        try Query(entity: link.source, predicate: .compare(attribute: link.attributeName, .equal, key), limit: limit)
+    }
+
+    private func apply(_ link: Link, deleting key: Value) throws {
+        switch link.onDelete {
+        case .cascade:
+            _ = try delete(referencing(link, key: key))
+        case .nullify:
+            var rows: [Row] = []
+            try base.fetch(referencing(link, key: key), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
+            for var row in rows {
+                row[value: link.attribute] = .null
+                try base.update(row, in: link.source)
+            }
+        case .deny:
+            let keyIndex = link.source.entity.primaryKeyIndex
+            var blocking: [Value] = []
+            try base.fetch(referencing(link, key: key), reserve: { _ in }) { columns in
+                let sourceKey = try columns.value(keyIndex)
+                if !deleting.contains(Target(slot: link.source.slot, key: sourceKey)) { blocking.append(sourceKey) }
+            }
+            if !blocking.isEmpty {
+                let named = blocking.prefix(5).map(\.debugLiteral).joined(separator: ", ")
+                let more = blocking.count > 5 ? " and \(blocking.count - 5) more" : ""
+                throw DepotError(.deleteDenied, "Cannot delete \(link.target.name) \(key.debugLiteral): \(link.source.name) \(named)\(more) refer to it through \(link.attributeName), whose delete rule is deny. Delete or change those records first.")
+            }
+        case .noAction:
+            orphaned.append((link, key))
+        }
+    }
+
+    /// The checks left for the end of the write.
+    func finish() throws {
+        for (link, sourceKey, value) in unresolved {
+            // Only if the record still refers there: a later write in the same closure may
+            // have deleted it or pointed it elsewhere (and was checked itself).
+            var current: Value?
+            _ = try base.fetchRow(link.source, key: sourceKey) { current = try $0.value(link.attribute) }
+            guard current == value else { continue }
+            if try !base.fetchRow(link.target, key: value, { _ in }) {
+                throw DepotError(.missingReference, "\(link.source.name) \(sourceKey.debugLiteral) refers to \(link.target.name) \(value.debugLiteral) through \(link.attributeName), but no \(link.target.name) has that primary key. Insert it in the same write or before, or change the reference\(link.source.entity.attributes[link.attribute].isOptional ? " (or set it to nil)" : "").")
+            }
+        }
+        for (link, key) in orphaned {
+            if try base.fetchRow(link.target, key: key, { _ in }) { continue }
+            var left: Value?
+            let keyIndex = link.source.entity.primaryKeyIndex
+            try base.fetch(referencing(link, key: key, limit: 1), reserve: { _ in }) { left = try $0.value(keyIndex) }
+            if let left {
+                throw DepotError(.missingReference, "Deleting \(link.target.name) \(key.debugLiteral) left \(link.source.name) \(left.debugLiteral) referring to it through \(link.attributeName), whose delete rule is noAction. Delete or change the referencing records in the same write, or declare another rule.")
+            }
+        }
+    }
+}

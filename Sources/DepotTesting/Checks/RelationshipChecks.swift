@@ -1,0 +1,325 @@
+import DepotCore
+import Foundation
+
+/// References between records: integrity when writing, the four delete rules, registration
+/// and schema changes — the same on every backend.
+enum RelationshipChecks {
+    @Record(name: "Owner")
+    struct Owner: Hashable {
+        var id: String
+        var name: String
+    }
+
+    @Record(name: "Dog")
+    struct Dog: Hashable {
+        var id: Int64
+        var name: String
+        @Stored(.references(RelationshipChecks.Owner.self, onDelete: .nullify)) var ownerID: String?
+    }
+
+    @Record(name: "Walk")
+    struct Walk: Hashable {
+        var id: Int64
+        @Stored(.references(RelationshipChecks.Dog.self, onDelete: .cascade)) var dogID: Int64
+        var minutes: Int
+    }
+
+    /// Declared by hand, with the deny rule.
+    struct Licence: StoredObject, Hashable {
+        var id: UUID
+        var dogID: Int64
+        var number: String
+
+        static let entity = Entity<Licence>("Licence", primaryKey: \.id) {
+            Attribute("id", \.id)
+            Attribute("dogID", \.dogID, references: Dog.self, onDelete: .deny)
+            Attribute("number", \.number)
+        }
+
+        init(id: UUID, dogID: Int64, number: String) {
+            self.id = id
+            self.dogID = dogID
+            self.number = number
+        }
+
+        init(row: RecordReader<Licence>) throws {
+            id = try row[\.id]
+            dogID = try row[\.dogID]
+            number = try row[\.number]
+        }
+    }
+
+    @Record(name: "Photo")
+    struct Photo: Hashable {
+        var id: Int64
+        @Stored(.references(RelationshipChecks.Dog.self)) var dogID: Int64?
+    }
+
+    /// A tree: each node refers to its parent, and a node's subtree goes with it.
+    @Record(name: "Node")
+    struct Node: Hashable {
+        var id: Int64
+        @Stored(.references(Node.self, onDelete: .cascade)) var parentID: Int64?
+    }
+
+    typealias Owners = Controller<Owner, Owner>
+    typealias Dogs = Controller<Dog, Dog>
+    typealias Walks = Controller<Walk, Walk>
+    typealias Licences = Controller<Licence, Licence>
+    typealias Photos = Controller<Photo, Photo>
+    typealias Nodes = Controller<Node, Node>
+
+    static let licenceA = UUID(uuidString: "00000000-0000-0000-0000-0000000000A1")!
+
+    /// Two owners, three dogs (one without owner), five walks.
+    static func seeded(_ store: any Store) async throws -> (Owners, Dogs, Walks) {
+        let owners = Owners(store: store)
+        let dogs = Dogs(store: store)
+        let walks = Walks(store: store)
+        try await owners.save([Owner(id: "ann", name: "Ann"), Owner(id: "bob", name: "Bob")])
+        try await dogs.save([
+            Dog(id: 1, name: "Rex", ownerID: "ann"), Dog(id: 2, name: "Fido", ownerID: "ann"),
+            Dog(id: 3, name: "Stray", ownerID: nil),
+        ])
+        try await walks.save([
+            Walk(id: 10, dogID: 1, minutes: 30), Walk(id: 11, dogID: 1, minutes: 45), Walk(id: 12, dogID: 2, minutes: 20),
+            Walk(id: 13, dogID: 3, minutes: 5), Walk(id: 14, dogID: 1, minutes: 60),
+        ])
+        return (owners, dogs, walks)
+    }
+
+    static let all: [ConformanceCheck] = [
+        ConformanceCheck("a reference to a record that does not exist is refused; nil refers to nothing") { store in
+            let (_, dogs, walks) = try await seeded(store)
+            try await expectError(.missingReference, "insert a walk of a dog that does not exist") {
+                try await walks.insert(Walk(id: 20, dogID: 99, minutes: 1))
+            }
+            try await expectError(.missingReference, "update a walk to a dog that does not exist") {
+                try await walks.update(Walk(id: 10, dogID: 99, minutes: 30))
+            }
+            try await expectError(.missingReference, "save a dog whose owner does not exist") {
+                try await dogs.save(Dog(id: 4, name: "Lost", ownerID: "nobody"))
+            }
+            try await expectError(.missingReference, "a batch with one bad reference") {
+                try await walks.save([Walk(id: 21, dogID: 1, minutes: 1), Walk(id: 22, dogID: 42, minutes: 1)])
+            }
+            try await expectEqual(walks.count(), 5, "nothing of a refused write is kept")
+            try await expectEqual(walks.fetchOne(id: 10)?.dogID, 1, "the refused update changed nothing")
+            try await dogs.save(Dog(id: 4, name: "Loner", ownerID: nil))
+            try await expectEqual(dogs.fetchOne(id: 4)?.ownerID, nil, "a nil reference is stored")
+            do {
+                try await walks.insert(Walk(id: 20, dogID: 77, minutes: 1))
+            } catch let error as DepotError {
+                try expect(error.message.contains("Walk 20") && error.message.contains("Dog 77") && error.message.contains("dogID"), "the error names the record, the reference and the key: \(error.message)")
+            }
+        },
+        ConformanceCheck("parents and children written in any order within one write") { store in
+            let handles = try await store.register(Walk.self, Dog.self, Owner.self)
+            let (walkHandle, dogHandle, ownerHandle) = (handles[0], handles[1], handles[2])
+            try await store.write { transaction in
+                try Context<Walk, Walk>(transaction, entity: walkHandle).insert([
+                    Walk(id: 1, dogID: 7, minutes: 10), Walk(id: 2, dogID: 8, minutes: 20),
+                ])
+                try Context<Dog, Dog>(transaction, entity: dogHandle).insert([
+                    Dog(id: 7, name: "Late", ownerID: "zoe"), Dog(id: 8, name: "Later", ownerID: nil),
+                ])
+                try Context<Owner, Owner>(transaction, entity: ownerHandle).insert(Owner(id: "zoe", name: "Zoe"))
+            }
+            try await expectEqual(Walks(store: store).count(), 2, "children written before their parents")
+            // A reference to a record deleted later in the same write is refused at the end.
+            try await expectError(.missingReference, "a walk whose dog is deleted afterwards in the same write") {
+                try await store.write { transaction in
+                    try Context<Dog, Dog>(transaction, entity: dogHandle).insert(Dog(id: 9, name: "Gone", ownerID: nil))
+                    try transaction.delete(key: .int(9), from: dogHandle)
+                    try Context<Walk, Walk>(transaction, entity: walkHandle).insert(Walk(id: 4, dogID: 9, minutes: 1))
+                }
+            }
+            try await expectEqual(Walks(store: store).count(), 2, "the refused write kept nothing")
+            // A reference to a record the write removes and then writes again is valid.
+            try await store.write { transaction in
+                try Context<Owner, Owner>(transaction, entity: ownerHandle).insert(Owner(id: "tmp", name: "Temporary"))
+                try Context<Dog, Dog>(transaction, entity: dogHandle).insert(Dog(id: 10, name: "Brief", ownerID: "tmp"))
+                try Context<Dog, Dog>(transaction, entity: dogHandle).update(Dog(id: 10, name: "Brief", ownerID: nil))
+                _ = try Context<Owner, Owner>(transaction, entity: ownerHandle).delete(id: "tmp")
+            }
+            try await expectEqual(Dogs(store: store).fetchOne(id: 10)?.ownerID, nil, "a reference changed before its target went")
+        },
+        ConformanceCheck("cascade deletes the referencing records, at every level, and observers hear of each") { store in
+            let (_, dogs, walks) = try await seeded(store)
+            let nodes = Nodes(store: store)
+            try await nodes.save([
+                Node(id: 1, parentID: nil), Node(id: 2, parentID: 1), Node(id: 3, parentID: 2), Node(id: 4, parentID: 3),
+                Node(id: 5, parentID: 1), Node(id: 6, parentID: nil), Node(id: 7, parentID: 7),
+            ])
+            let collector = ChangeFeedChecks.Collector()
+            let subscription = store.changes.observe(entities: ["Dog", "Walk", "Node"]) { collector.add($0) }
+            defer { subscription.cancel() }
+            try await expect(dogs.delete(id: 1), "Rex existed")
+            try await expectEqual(walks.fetchAll().map(\.id), [12, 13], "Rex's walks went with him")
+            try await expect(nodes.delete(id: 2), "node 2 existed")
+            try await expectEqual(nodes.fetchAll().map(\.id), [1, 5, 6, 7], "a subtree goes with its root")
+            try await expect(nodes.delete(id: 7), "a node referring to itself can be deleted")
+            try await expectEqual(nodes.fetchAll().map(\.id), [1, 5, 6], "and nothing else went")
+            let batches = collector.all.map { Set($0.changes.map { "\($0.kind.rawValue) \($0.entity) \($0.key)" }) }
+            try expectEqual(batches.count, 3, "one change set per delete")
+            try expectEqual(
+                batches.first, ["delete Dog 1", "delete Walk 10", "delete Walk 11", "delete Walk 14"],
+                "observers hear of every record a cascade removed")
+            try expectEqual(batches.dropFirst().first, ["delete Node 2", "delete Node 3", "delete Node 4"], "three levels")
+        },
+        ConformanceCheck("nullify sets the referencing attribute to nil and keeps the records") { store in
+            let (owners, dogs, _) = try await seeded(store)
+            try await expect(owners.delete(id: "ann"), "Ann existed")
+            try await expectEqual(dogs.fetchAll().map(\.ownerID), [nil, nil, nil], "Ann's dogs have no owner")
+            try await expectEqual(dogs.fetchAll().map(\.name), ["Rex", "Fido", "Stray"], "and are otherwise unchanged")
+        },
+        ConformanceCheck("deny refuses a delete while referencing records exist, naming them, and keeps everything") { store in
+            let (_, dogs, walks) = try await seeded(store)
+            let licences = Licences(store: store)
+            try await licences.save(Licence(id: licenceA, dogID: 1, number: "L-1"))
+            do {
+                _ = try await dogs.delete(id: 1)
+                throw ConformanceFailure(message: "deleting a licensed dog succeeded", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expectEqual(error.code, .deleteDenied, "code")
+                try expect(error.message.contains(licenceA.uuidString) || error.message.contains(licenceA.uuidString.lowercased()), "the error names the licence: \(error.message)")
+            }
+            try await expectEqual(dogs.count(), 3, "the dog is kept")
+            try await expectEqual(walks.count(), 5, "and so are its walks, though their rule is cascade")
+            // Removing the licence first, in the same write, lets the delete through.
+            let handles = try await store.register(Licence.self, Dog.self)
+            try await store.write { transaction in
+                _ = try Context<Licence, Licence>(transaction, entity: handles[0]).delete(id: licenceA)
+                _ = try Context<Dog, Dog>(transaction, entity: handles[1]).delete(id: 1)
+            }
+            try await expectEqual(dogs.fetchAll().map(\.id), [2, 3], "the unlicensed dog went")
+        },
+        ConformanceCheck("no action: a delete leaving references fails at the end of the write; removing them too succeeds") { store in
+            let (_, dogs, _) = try await seeded(store)
+            let photos = Photos(store: store)
+            try await photos.save([Photo(id: 1, dogID: 2), Photo(id: 2, dogID: nil)])
+            try await expectError(.missingReference, "deleting a photographed dog") { try await dogs.delete(id: 2) }
+            try await expectEqual(dogs.count(), 3, "the dog is kept")
+            let handles = try await store.register(Dog.self, Photo.self)
+            try await store.write { transaction in
+                _ = try transaction.delete(key: .int(2), from: handles[0])
+                _ = try transaction.delete(key: .int(1), from: handles[1])
+            }
+            try await expectEqual(dogs.fetchAll().map(\.id), [1, 3], "the dog went with its photo, deleted after it")
+            try await store.write { transaction in
+                _ = try transaction.delete(key: .int(3), from: handles[0])
+                try Context<Dog, Dog>(transaction, entity: handles[0]).insert(Dog(id: 3, name: "Back", ownerID: nil))
+            }
+            try await expectEqual(dogs.fetchOne(id: 3)?.name, "Back", "a record deleted and written again keeps its references valid")
+        },
+        ConformanceCheck("deleteAll(where:) applies the rules to every record it deletes") { store in
+            let (owners, dogs, walks) = try await seeded(store)
+            try await expectEqual(dogs.deleteAll(where: \.id >= 2), 2, "two dogs")
+            try await expectEqual(walks.fetchAll().map(\.id), [10, 11, 14], "their walks went with them")
+            try await expectEqual(owners.deleteAll(where: Request<Owner>.all), 2, "both owners")
+            try await expectEqual(dogs.fetchAll().map(\.ownerID), [nil], "Rex has no owner")
+        },
+        ConformanceCheck("registering a record type registers what it refers to; an unknown or mistyped target is refused") { store in
+            let walks = Walks(store: store)
+            try await expectEqual(walks.count(), 0, "a walk controller used first")
+            try await expectEqual(Owners(store: store).count(), 0, "registered the dog and the owner too")
+            let stray = try EntityDescription(
+                name: "Stray",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "homeID", type: .int64, reference: Reference(entity: "Home")),
+                ], primaryKey: "id")
+            try await expectError(.invalidSchema, "a reference to an entity the store does not know") { try await store.register(stray) }
+            let mistyped = try EntityDescription(
+                name: "Mistyped",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "ownerID", type: .int64, reference: Reference(entity: "Owner")),
+                ], primaryKey: "id")
+            try await expectError(.invalidSchema, "a reference of another type than the key") { try await store.register(mistyped) }
+            let notNullable = try EntityDescription(
+                name: "Unnullable",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "ownerID", type: .string, reference: Reference(entity: "Owner", onDelete: .nullify)),
+                ], primaryKey: "id")
+            try await expectError(.invalidSchema, "nullify on a non-optional attribute") { try await store.register(notNullable) }
+            let both = [
+                try EntityDescription(
+                    name: "Child",
+                    attributes: [
+                        AttributeDescription(name: "id", type: .string),
+                        AttributeDescription(name: "parentID", type: .uuid, reference: Reference(entity: "Parent", onDelete: .cascade)),
+                    ], primaryKey: "id"),
+                try EntityDescription(name: "Parent", attributes: [AttributeDescription(name: "id", type: .uuid)], primaryKey: "id"),
+            ]
+            let handles = try await store.register(both)
+            try expect(handles[0].entity.attributes[1].isIndexed, "a reference is indexed")
+            try await expectError(.missingReference, "the raw transaction API is checked as well") {
+                try await store.write { transaction in
+                    var row = Row()
+                    row.append(.string("c"))
+                    row.append(.uuid(licenceA))
+                    try transaction.insert(row, into: handles[0])
+                }
+            }
+        },
+        ConformanceCheck("adding an optional reference is an additive change; changing or removing one is refused") { store in
+            let plain = try EntityDescription(
+                name: "Leash", attributes: [AttributeDescription(name: "id", type: .int64)], primaryKey: "id")
+            let (_, dogs, _) = try await seeded(store)
+            let leash = try await store.register(plain)
+            try await store.write { transaction in
+                var row = Row()
+                row.append(.int(1))
+                try transaction.insert(row, into: leash)
+            }
+            var withReference = plain
+            withReference.attributes.append(AttributeDescription(name: "dogID", type: .int64, isOptional: true, reference: Reference(entity: "Dog", onDelete: .cascade)))
+            let migrated = try await store.register(withReference)
+            let dogIDs = try await store.read { transaction in
+                var values: [Value] = []
+                try transaction.fetch(Query(all: migrated), reserve: { _ in }) { values.append(try $0.value(1)) }
+                return values
+            }
+            try expectEqual(dogIDs, [.null], "existing records refer to nothing")
+            try await store.write { transaction in
+                var row = Row()
+                row.append(.int(2))
+                row.append(.int(1))
+                try transaction.insert(row, into: migrated)
+            }
+            _ = try await dogs.delete(id: 1)
+            try await expectEqual(store.read { try $0.count(Query(all: migrated)) }, 1, "the new reference cascades")
+            var changedRule = withReference
+            changedRule.attributes[1].reference = Reference(entity: "Dog", onDelete: .nullify)
+            try await expectError(.schemaMismatch, "a changed delete rule") { try await store.register(changedRule) }
+            var dropped = withReference
+            dropped.attributes[1].reference = nil
+            try await expectError(.schemaMismatch, "a removed reference") { try await store.register(dropped) }
+            var required = withReference
+            required.attributes.append(AttributeDescription(name: "ownerID", type: .string, reference: Reference(entity: "Owner")))
+            try await expectError(.schemaMismatch, "a new reference that is not optional") { try await store.register(required) }
+        },
+        ConformanceCheck("a write that breaks a reference fails alone among writes committed together") { store in
+            let (_, _, walks) = try await seeded(store)
+            let results = await withTaskGroup(of: (Int64, Bool).self) { group in
+                for id in Int64(100)..<Int64(116) {
+                    group.addTask {
+                        do {
+                            try await walks.insert(Walk(id: id, dogID: id == 107 ? 404 : 1 + id % 3, minutes: 1))
+                            return (id, true)
+                        } catch {
+                            return (id, false)
+                        }
+                    }
+                }
+                var all: [Int64: Bool] = [:]
+                for await (id, ok) in group { all[id] = ok }
+                return all
+            }
+            try expectEqual(results.filter { !$0.value }.map(\.key), [107], "only the bad write failed")
+            try await expectEqual(walks.count(), 5 + 15, "every other write was kept")
+        },
+    ]
+}
