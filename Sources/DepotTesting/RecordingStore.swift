@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 /// within their batch size, whatever the backend.
 public final class RecordingStore: RowReadingStore {
     public let base: any Store
-    private let stats = NIOLockedValueBox((fetches: 0, largestFetch: 0))
+    private let stats = NIOLockedValueBox((fetches: 0, largestFetch: 0, aggregates: 0))
 
     public init(_ base: any Store) { self.base = base }
 
@@ -14,6 +14,14 @@ public final class RecordingStore: RowReadingStore {
     public var fetchCount: Int { stats.withLockedValue { $0.fetches } }
     /// The most rows one fetch delivered.
     public var largestFetch: Int { stats.withLockedValue { $0.largestFetch } }
+    /// The number of aggregate queries run through this store.
+    public var aggregateCount: Int { stats.withLockedValue { $0.aggregates } }
+    /// Every query that reads many rows: fetches and aggregates.
+    public var queryCount: Int { stats.withLockedValue { $0.fetches + $0.aggregates } }
+
+    func recordAggregate() {
+        stats.withLockedValue { $0.aggregates += 1 }
+    }
 
     func record(rows: Int) {
         stats.withLockedValue {
@@ -68,6 +76,11 @@ public final class RecordingStore: RowReadingStore {
         }
 
         func count(_ query: Query) throws -> Int { try base.count(query) }
+
+        func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+            store.recordAggregate()
+            return try base.aggregate(query)
+        }
     }
 
     struct RecordingWrite: WriteTransaction {
@@ -83,6 +96,12 @@ public final class RecordingStore: RowReadingStore {
         }
 
         func count(_ query: Query) throws -> Int { try base.count(query) }
+
+        func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+            store.recordAggregate()
+            return try base.aggregate(query)
+        }
+
         func insert(_ row: Row, into entity: EntityHandle) throws { try base.insert(row, into: entity) }
         func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool { try base.upsert(row, into: entity) }
         func update(_ row: Row, in entity: EntityHandle) throws { try base.update(row, in: entity) }

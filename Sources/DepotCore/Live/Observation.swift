@@ -41,78 +41,104 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public let request: Request<Managed>
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(controller: controller, request: request)
+        let controller = self.controller
+        let request = self.request
+        return Iterator(
+            core: LiveQuery(store: controller.store, entities: [Managed.entity.name], register: { _ = try await controller.registeredEntity() }) {
+                let query = try request.resolved(for: try await controller.registeredEntity())
+                let keyIndex = Managed.entity.description.primaryKeyIndex
+                return try await controller.read { context in
+                    var result: [LiveQuery<Object, Row>.Item] = []
+                    try context.readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { columns in
+                        let row = try columns.row()
+                        result.append(.init(key: row[value: keyIndex], fingerprint: row, element: try Conversion<Object, Managed>.object(from: columns)))
+                    }
+                    return result
+                }
+            })
     }
 
     public struct Iterator: AsyncIteratorProtocol {
-        let controller: Controller<Object, Managed>
-        let request: Request<Managed>
-        var signals: AsyncStream<Signal>.Iterator?
-        var subscription: ChangeSubscription?
-        var previous: [(key: Value, row: Row)] = []
-        var started = false
-
-        init(controller: Controller<Object, Managed>, request: Request<Managed>) {
-            self.controller = controller
-            self.request = request
-        }
-
-        enum Signal: Sendable { case changed, closed }
+        var core: LiveQuery<Object, Row>
 
         public mutating func next() async throws -> ObservedResult<Object>? {
-            if !started {
-                started = true
-                _ = try await controller.registeredEntity()
-                // Subscribe before the first read, so no commit falls between them. Keeping
-                // only the newest signal coalesces bursts; a signal after the last commit is
-                // always kept, so the final state is always delivered.
-                let (stream, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .bufferingNewest(1))
-                subscription = controller.store.changes.observe(
-                    entities: [Managed.entity.name],
-                    onFinish: {
-                        continuation.yield(.closed)
-                        continuation.finish()
-                    }
-                ) { _ in
-                    continuation.yield(.changed)
-                }
-                signals = stream.makeAsyncIterator()
-                let current = try await fetch()
-                previous = current.map { ($0.key, $0.row) }
-                let changes = ChangeSet(inserted: Array(current.indices))
-                return ObservedResult(objects: current.map(\.object), changes: changes, isInitial: true)
-            }
-            while true {
-                let signal = await signals?.next()
-                guard let signal, !Task.isCancelled else {
-                    subscription?.cancel()
-                    return nil
-                }
-                if signal == .closed {
-                    subscription?.cancel()
-                    signals = nil
-                    throw DepotError(.closed, "The store was closed, which ends its observations; open a new store and observe again to continue.")
-                }
-                let current = try await fetch()
-                let changes = ChangeSet.diff(
-                    from: previous, to: current.map { ($0.key, $0.row) }, key: { $0.key }, same: { $0.row == $1.row })
-                previous = current.map { ($0.key, $0.row) }
-                if changes.isEmpty { continue }
-                return ObservedResult(objects: current.map(\.object), changes: changes, isInitial: false)
-            }
+            try await core.next()
         }
+    }
+}
 
-        private func fetch() async throws -> [(key: Value, row: Row, object: Object)] {
-            let query = try request.resolved(for: try await controller.registeredEntity())
-            let keyIndex = Managed.entity.description.primaryKeyIndex
-            return try await controller.read { context in
-                var result: [(key: Value, row: Row, object: Object)] = []
-                try context.readTransaction.fetch(query, reserve: { result.reserveCapacity($0) }) { columns in
-                    let row = try columns.row()
-                    result.append((row[value: keyIndex], row, try Conversion<Object, Managed>.object(from: columns)))
+/// What every live query shares: subscribe to the feed before the first read, coalesce
+/// bursts, re-read after each signal, and deliver the result with its change set when it
+/// changed. `Fingerprint` is what decides whether a record changed (its row, or its row and
+/// its related records' rows).
+struct LiveQuery<Element: Sendable, Fingerprint: Equatable & Sendable> {
+    struct Item: Sendable {
+        let key: Value
+        let fingerprint: Fingerprint
+        let element: Element
+    }
+
+    let store: any Store
+    let entities: Set<String>
+    let register: @Sendable () async throws -> Void
+    let fetch: @Sendable () async throws -> [Item]
+    var signals: AsyncStream<Signal>.Iterator?
+    var subscription: ChangeSubscription?
+    var previous: [(key: Value, fingerprint: Fingerprint)] = []
+    var started = false
+
+    init(
+        store: any Store, entities: Set<String>, register: @escaping @Sendable () async throws -> Void,
+        fetch: @escaping @Sendable () async throws -> [Item]
+    ) {
+        self.store = store
+        self.entities = entities
+        self.register = register
+        self.fetch = fetch
+    }
+
+    enum Signal: Sendable { case changed, closed }
+
+    mutating func next() async throws -> ObservedResult<Element>? {
+        if !started {
+            started = true
+            try await register()
+            // Subscribe before the first read, so no commit falls between them. Keeping
+            // only the newest signal coalesces bursts; a signal after the last commit is
+            // always kept, so the final state is always delivered.
+            let (stream, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .bufferingNewest(1))
+            subscription = store.changes.observe(
+                entities: entities,
+                onFinish: {
+                    continuation.yield(.closed)
+                    continuation.finish()
                 }
-                return result
+            ) { _ in
+                continuation.yield(.changed)
             }
+            signals = stream.makeAsyncIterator()
+            let current = try await fetch()
+            previous = current.map { ($0.key, $0.fingerprint) }
+            let changes = ChangeSet(inserted: Array(current.indices))
+            return ObservedResult(objects: current.map(\.element), changes: changes, isInitial: true)
+        }
+        while true {
+            let signal = await signals?.next()
+            guard let signal, !Task.isCancelled else {
+                subscription?.cancel()
+                return nil
+            }
+            if signal == .closed {
+                subscription?.cancel()
+                signals = nil
+                throw DepotError(.closed, "The store was closed, which ends its observations; open a new store and observe again to continue.")
+            }
+            let current = try await fetch()
+            let changes = ChangeSet.diff(
+                from: previous, to: current.map { ($0.key, $0.fingerprint) }, key: { $0.key }, same: { $0.fingerprint == $1.fingerprint })
+            previous = current.map { ($0.key, $0.fingerprint) }
+            if changes.isEmpty { continue }
+            return ObservedResult(objects: current.map(\.element), changes: changes, isInitial: false)
         }
     }
 }

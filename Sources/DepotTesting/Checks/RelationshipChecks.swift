@@ -69,6 +69,10 @@ enum RelationshipChecks {
     typealias Photos = Controller<Photo, Photo>
     typealias Nodes = Controller<Node, Node>
 
+    /// A dog's walks, longest first (then by primary key).
+    static let walksOfDog = ToMany<Dog, Walk>(\.dogID).sorted(by: \.minutes, ascending: false)
+    static let dogsOfOwner = ToMany<Owner, Dog>(\.ownerID)
+
     static let licenceA = UUID(uuidString: "00000000-0000-0000-0000-0000000000A1")!
 
     /// Two owners, three dogs (one without owner), five walks.
@@ -88,7 +92,73 @@ enum RelationshipChecks {
         return (owners, dogs, walks)
     }
 
-    static let all: [ConformanceCheck] = [
+    static let all: [ConformanceCheck] = rules + loading
+
+    static let loading: [ConformanceCheck] = [
+        ConformanceCheck("including: loads each record's related records, in order, in two queries however many records") { store in
+            let recording = RecordingStore(store)
+            let (owners, _, _) = try await seeded(store)
+            let dogs = Dogs(store: recording)
+            let first = try await dogs.fetchAll(including: walksOfDog)
+            try expectEqual(first.map(\.object.id), [1, 2, 3], "every dog, in the request's order")
+            try expectEqual(first.map { $0.related.map(\.id) }, [[14, 11, 10], [12], [13]], "each dog's walks, longest first")
+            var before = recording.queryCount
+            let some = try await dogs.fetchAll(Request(\.name != "Fido").sorted(by: \.name, ascending: false).limit(1), including: walksOfDog)
+            try expectEqual(some.map(\.object.name), ["Stray"], "the request's filter, order and limit")
+            try expectEqual(some.first?.related.map(\.minutes), [5], "with its walks")
+            try expectEqual(recording.queryCount - before, 2, "one query for the dogs, one for their walks")
+            try await Dogs(store: store).save((100..<160).map { Dog(id: $0, name: "Dog \($0)", ownerID: $0 % 2 == 0 ? "bob" : nil) })
+            try await Walks(store: store).save((100..<160).flatMap { [Walk(id: $0 * 10, dogID: $0, minutes: 1), Walk(id: $0 * 10 + 1, dogID: $0, minutes: 2)] })
+            before = recording.queryCount
+            let many = try await dogs.fetchAll(Request(\.id >= 100), including: walksOfDog)
+            try expectEqual(recording.queryCount - before, 2, "still two queries for sixty dogs")
+            try expect(many.count == 60 && many.allSatisfy { $0.related.map(\.minutes) == [2, 1] }, "each of the sixty with its two walks")
+            try await Dogs(store: store).save(Dog(id: 200, name: "Idle", ownerID: nil))
+            try await expectEqual(dogs.fetchAll(Request(\.id == 200), including: walksOfDog).first?.related, [], "a dog without walks")
+            let people = try await owners.fetchAll(including: dogsOfOwner)
+            try expectEqual(people.map { $0.related.count }, [2, 30], "an optional reference relates too")
+        },
+        ConformanceCheck("countRelated counts each record's related records, zero included") { store in
+            let (_, dogs, _) = try await seeded(store)
+            try await dogs.save(Dog(id: 4, name: "Idle", ownerID: nil))
+            try await expectEqual(dogs.countRelated(walksOfDog), [1: 3, 2: 1, 3: 1, 4: 0], "walks per dog")
+            try await expectEqual(dogs.countRelated(walksOfDog, Request(\.ownerID == "ann")), [1: 3, 2: 1], "for the request's dogs only")
+            try await expectEqual(Owners(store: store).countRelated(dogsOfOwner), ["ann": 2, "bob": 0], "dogs per owner")
+        },
+        ConformanceCheck("having and lacking select records by their related records") { store in
+            let (_, dogs, _) = try await seeded(store)
+            try await dogs.save(Dog(id: 4, name: "Idle", ownerID: nil))
+            try await expectEqual(dogs.fetchAll(having: walksOfDog).map(\.id), [1, 2, 3], "dogs with a walk")
+            try await expectEqual(dogs.fetchAll(having: walksOfDog, where: \.minutes > 40).map(\.id), [1], "dogs with a long walk")
+            try await expectEqual(dogs.fetchAll(lacking: walksOfDog).map(\.id), [4], "dogs without walks")
+            try await expectEqual(dogs.fetchAll(lacking: walksOfDog, where: \.minutes > 40).map(\.id), [2, 3, 4], "dogs without a long walk")
+            try await expectEqual(
+                dogs.fetchAll(Request<Dog>.all.sorted(by: \.name).offset(1).limit(1), having: walksOfDog, where: \.minutes < 40).map(\.name),
+                ["Rex"], "the request's order, offset and limit apply to the selected dogs")
+            try await expectEqual(dogs.fetchAll(having: walksOfDog, where: \.minutes > 1000), [], "no dog has such a walk")
+        },
+        ConformanceCheck("an observation including related records updates when a related record changes") { store in
+            let (_, dogs, walks) = try await seeded(store)
+            var updates = dogs.observe(Request(\.id <= 2), including: walksOfDog).makeAsyncIterator()
+            let initial = try await updates.next()
+            try expectEqual(initial?.objects.map { $0.related.map(\.id) }, [[14, 11, 10], [12]], "the first result")
+            try await walks.update(Walk(id: 12, dogID: 2, minutes: 90))
+            let changed = try await updates.next()
+            try expectEqual(changed?.changes.updated, [1], "Fido's entry changed with his walk")
+            try expectEqual(changed?.objects[1].related.map(\.minutes), [90], "to the new minutes")
+            try await walks.save(Walk(id: 15, dogID: 1, minutes: 50))
+            let added = try await updates.next()
+            try expectEqual(added?.changes.updated, [0], "a new walk changes Rex's entry")
+            try expectEqual(added?.objects[0].related.map(\.id), [14, 15, 11, 10], "in order")
+            try await walks.save(Walk(id: 16, dogID: 3, minutes: 1))
+            _ = try await walks.delete(id: 15)
+            let removed = try await updates.next()
+            try expectEqual(removed?.objects[0].related.map(\.id), [14, 11, 10], "a walk of an unobserved dog changes nothing; a deleted walk leaves")
+            try expectEqual(removed?.changes.updated, [0], "only Rex changed")
+        },
+    ]
+
+    static let rules: [ConformanceCheck] = [
         ConformanceCheck("a reference to a record that does not exist is refused; nil refers to nothing") { store in
             let (_, dogs, walks) = try await seeded(store)
             try await expectError(.missingReference, "insert a walk of a dog that does not exist") {
