@@ -153,6 +153,17 @@ extension LMDBTransaction {
         }
 
         let migration = try SchemaMigration.plan(from: stored.entity, to: entity)
+        if !migration.defaultedReferences.isEmpty, try entries(main) > 0 {
+            for attribute in migration.defaultedReferences {
+                guard let value = attribute.defaultValue, let targetName = attribute.reference?.entity else { continue }
+                var key: [UInt8] = []
+                KeyEncoding.appendPrimaryKey(value, to: &key)
+                let exists = try openDatabase(targetName, flags: 0).map { dbi throws(DepotError) in
+                    try get(dbi, key, context: "Looking up the default of \(entity.name).\(attribute.name)") != nil
+                } ?? false
+                if !exists { throw SchemaMigration.missingDefaultTarget(attribute, in: entity.name) }
+            }
+        }
         let storedIndexed = Set(
             stored.entity.attributes.indices.filter { Catalog.needsIndex($0, in: stored.entity) }
                 .map { stored.entity.attributes[$0].name })

@@ -191,14 +191,16 @@ enum DDL {
     ) -> (sql: String, needsFill: Bool) {
         let fill = SchemaMigration.fillValue(for: attribute)
         var sql = "ALTER TABLE \(quoted(entity.name)) ADD COLUMN \(quoted(attribute.name)) \(columnType(attribute.type))"
-        // A reference is never defaulted (Reference.validate), so it is added as NULL
-        // everywhere, which SQLite allows for a REFERENCES column with foreign keys on.
-        if fill.isNull { return (sql + foreignKey(attribute, registered: registered), false) }
+        // SQLite refuses a REFERENCES column with a default other than NULL while foreign
+        // keys are on: registration turns them off (SQLiteStore.registerNow) and checks a
+        // defaulted reference itself.
+        let references = foreignKey(attribute, registered: registered)
+        if fill.isNull { return (sql + references, false) }
         if !attribute.isOptional { sql += " NOT NULL" }
         if let literal = exactLiteral(fill) {
-            return (sql + " DEFAULT " + literal, false)
+            return (sql + " DEFAULT " + literal + references, false)
         }
-        return (sql + " DEFAULT " + placeholderLiteral(attribute.type), true)
+        return (sql + " DEFAULT " + placeholderLiteral(attribute.type) + references, true)
     }
 
     static func placeholderLiteral(_ type: AttributeType) -> String {

@@ -29,6 +29,11 @@ extension SQLiteStore {
             defer { s.nextSerial += entities.count }
             return s.nextSerial
         }
+        // Off while the schema changes (it cannot change inside a transaction): SQLite
+        // refuses to add a REFERENCES column with a default other than NULL while it is on.
+        // A defaulted reference is checked below instead.
+        try writer.execute("PRAGMA foreign_keys = OFF")
+        defer { try? writer.execute("PRAGMA foreign_keys = ON") }
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do throws(DepotError) {
             for (offset, entity) in entities.enumerated() {
@@ -42,6 +47,7 @@ extension SQLiteStore {
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                     try migrate(migration, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
+                    try checkDefaultedReferences(migration, registered: { current[$0]?.entity })
                     log.schemaMigrated(migration)
                 } else {
                     try create(entity, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
@@ -119,6 +125,26 @@ extension SQLiteStore {
         }
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
             try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+    }
+
+    /// Refuses a new reference whose default names no record while the entity has records.
+    func checkDefaultedReferences(_ migration: SchemaMigration, registered: (String) -> EntityDescription?) throws(DepotError) {
+        let entity = migration.declared
+        func exists(_ sql: String, _ value: Value?) throws(DepotError) -> Bool {
+            let statement = try writer.prepare("SELECT EXISTS (\(sql))", cached: false)
+            if let value { try writer.bind(value, at: 1, in: statement) }
+            guard try writer.step(statement, "Checking the defaults of new references in \(entity.name)") else { return false }
+            return try writer.column(0, of: statement, as: .int64) == .int(1)
+        }
+        for attribute in migration.defaultedReferences {
+            guard let reference = attribute.reference, let value = attribute.defaultValue else { continue }
+            guard try exists("SELECT 1 FROM \(quoted(entity.name))", nil) else { return }
+            guard let target = registered(reference.entity),
+                try exists("SELECT 1 FROM \(quoted(target.name)) WHERE \(quoted(target.primaryKey.name)) = ?1", value)
+            else {
+                throw SchemaMigration.missingDefaultTarget(attribute, in: entity.name)
+            }
         }
     }
 

@@ -101,6 +101,14 @@ public final class MemoryStore: InlineReadingStore {
                     continue
                 }
                 let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
+                if !existing.rows.isEmpty {
+                    for attribute in migration.defaultedReferences {
+                        let target = s.snapshot.tables[attribute.reference?.entity ?? ""]?.entry.rows
+                        if let value = attribute.defaultValue, target?[value] == nil {
+                            throw SchemaMigration.missingDefaultTarget(attribute, in: entity.name)
+                        }
+                    }
+                }
                 log.schemaMigrated(migration)
                 var table = RegisteredEntity(entity: entity)
                 let keyIndex = entity.primaryKeyIndex

@@ -51,9 +51,6 @@ public struct Reference: Sendable, Hashable, Codable {
         guard attribute.isIndexed else {
             throw DepotError(.invalidSchema, "\(what) but is not indexed; a reference attribute is always indexed (the delete rules look records up by it).")
         }
-        if let value = attribute.defaultValue, !value.isNull {
-            throw DepotError(.invalidSchema, "\(what) and has the default value \(value.debugLiteral); a reference cannot have a default (the default would have to name a record that exists in every store). Make it optional, or set it in a migration.")
-        }
     }
 }
 

@@ -91,6 +91,20 @@ public struct SchemaMigration: Sendable, Hashable {
             addedIndexes: addedIndexes, droppedIndexes: droppedIndexes)
     }
 
+    /// New reference attributes with a default other than nil: existing records take the
+    /// default, so the store must hold the record it names (checked by every backend when
+    /// the entity has records: ``missingDefaultTarget(_:in:)``).
+    public var defaultedReferences: [AttributeDescription] {
+        addedAttributes.filter { $0.reference != nil && !($0.defaultValue?.isNull ?? true) }
+    }
+
+    /// The refusal of a new reference whose default names no record while records exist.
+    public static func missingDefaultTarget(_ attribute: AttributeDescription, in entity: String) -> DepotError {
+        let target = attribute.reference?.entity ?? "?"
+        let value = attribute.defaultValue?.debugLiteral ?? "nil"
+        return DepotError(.schemaMismatch, "The new attribute \(entity).\(attribute.name) refers to \(target) with the default \(value), but no \(target) has that primary key, so the existing \(entity) records would refer to nothing. Insert that \(target) first, choose another default, or make the attribute optional.")
+    }
+
     /// Rewrites a row stored under ``stored`` into the declared attribute order.
     public func migrate(_ row: Row) -> Row {
         var out = Row(capacity: declared.attributes.count)

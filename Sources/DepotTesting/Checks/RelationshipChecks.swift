@@ -369,7 +369,19 @@ enum RelationshipChecks {
             try await expectError(.schemaMismatch, "a removed reference") { try await store.register(dropped) }
             var required = withReference
             required.attributes.append(AttributeDescription(name: "ownerID", type: .string, reference: Reference(entity: "Owner")))
-            try await expectError(.schemaMismatch, "a new reference that is not optional") { try await store.register(required) }
+            try await expectError(.schemaMismatch, "a new reference that is neither optional nor defaulted") { try await store.register(required) }
+            var defaulted = withReference
+            defaulted.attributes.append(AttributeDescription(name: "favouriteID", type: .int64, defaultValue: .int(99), reference: Reference(entity: "Dog")))
+            try await expectError(.schemaMismatch, "a new reference whose default names no record") { try await store.register(defaulted) }
+            defaulted.attributes[2].defaultValue = .int(2)
+            let withDefault = try await store.register(defaulted)
+            let favourites = try await store.read { transaction in
+                var values: [Value] = []
+                try transaction.fetch(Query(all: withDefault), reserve: { _ in }) { values.append(try $0.value(2)) }
+                return values
+            }
+            try expectEqual(favourites, [.int(2)], "existing records refer to the default")
+            try await expectError(.missingReference, "the defaulted reference is enforced") { try await dogs.delete(id: 2) }
         },
         ConformanceCheck("a write that breaks a reference fails alone among writes committed together") { store in
             let (_, _, walks) = try await seeded(store)
