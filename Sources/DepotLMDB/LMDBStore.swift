@@ -558,3 +558,11 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
         if first { log.closed("lmdb", at: directory) }
     }
 }
+
+extension LMDBStore: CatalogStore {
+    /// Every entity registered in this process or found in the environment's catalog when
+    /// the store opened.
+    public func registeredEntities() -> [EntityHandle] {
+        catalog.withLockedValue { $0 }.all.map(\.handle)
+    }
+}

@@ -146,24 +146,19 @@ enum DDL {
     }
 
     /// The `REFERENCES` clause of a reference attribute, so that SQLite itself knows the
-    /// relationship (`PRAGMA foreign_key_list`, `PRAGMA foreign_key_check`, and its own rule
-    /// when a row is deleted outside Depot).
+    /// relationship (`PRAGMA foreign_key_list`, `PRAGMA foreign_key_check`) and refuses, at
+    /// commit, a row any program leaves pointing to nothing.
     ///
-    /// Deferred: checked at commit, so rows may be inserted in any order within one write.
-    /// Depot applies the rules itself before SQLite would (``ReferenceEnforcement``), so
-    /// that observers hear of every record a cascade removes; SQLite's action then finds
-    /// nothing left to do.
+    /// Always `ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED`, whatever Depot's rule
+    /// (which the trailing comment names, kept by SQLite in the table's SQL): Depot applies
+    /// the rules itself (``ReferenceEnforcement``) so that observers hear of every record
+    /// they touch and every backend behaves alike. SQLite's own CASCADE would delete records
+    /// of a cascade cycle behind Depot's back, and its RESTRICT is checked at once, where
+    /// Depot's deny lets a record go with the records that refer to it.
     static func foreignKey(_ attribute: AttributeDescription, registered: (String) -> EntityDescription?) -> String {
         guard let reference = attribute.reference else { return "" }
-        let action: String
-        switch reference.onDelete {
-        case .cascade: action = "CASCADE"
-        case .nullify: action = "SET NULL"
-        case .deny: action = "RESTRICT"
-        case .noAction: action = "NO ACTION"
-        }
         let key = registered(reference.entity).map { " (\(quoted($0.primaryKey.name)))" } ?? ""
-        return " REFERENCES \(quoted(reference.entity))\(key) ON DELETE \(action) DEFERRABLE INITIALLY DEFERRED"
+        return " REFERENCES \(quoted(reference.entity))\(key) ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED /* depot: on delete \(reference.onDelete.rawValue) */"
     }
 
     /// Whether an attribute needs an index of its own (the key and unique attributes

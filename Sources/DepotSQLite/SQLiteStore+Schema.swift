@@ -33,7 +33,21 @@ extension SQLiteStore {
         // refuses to add a REFERENCES column with a default other than NULL while it is on.
         // A defaulted reference is checked below instead.
         try writer.execute("PRAGMA foreign_keys = OFF")
-        defer { try? writer.execute("PRAGMA foreign_keys = ON") }
+        do throws(DepotError) {
+            try registerInTransaction(entities, current: &current, serial: serial)
+        } catch {
+            try? writer.execute("PRAGMA foreign_keys = ON")
+            throw error
+        }
+        // Not `try?`: a writer left without foreign keys would stop SQLite's own check.
+        try writer.execute("PRAGMA foreign_keys = ON")
+        state.withLockedValue { $0.tables = current }
+        return entities.compactMap { current.handle(named: $0.name) }
+    }
+
+    private func registerInTransaction(
+        _ entities: [EntityDescription], current: inout EntityRegistry<RegisteredEntity>, serial: Int
+    ) throws(DepotError) {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do throws(DepotError) {
             for (offset, entity) in entities.enumerated() {
@@ -61,8 +75,6 @@ extension SQLiteStore {
             rollback(writer)
             throw error
         }
-        state.withLockedValue { $0.tables = current }
-        return entities.compactMap { current.handle(named: $0.name) }
     }
 
     func create(_ entity: EntityDescription, registered: (String) -> EntityDescription?) throws(DepotError) {

@@ -563,3 +563,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 }
 
+
+extension SQLiteStore: CatalogStore {
+    /// Every entity registered in this process or found in the file's `depot_entities`
+    /// when the store opened.
+    public func registeredEntities() -> [EntityHandle] {
+        tables.all.map(\.handle)
+    }
+}

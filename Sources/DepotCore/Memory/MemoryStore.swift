@@ -213,3 +213,9 @@ public final class MemoryStore: InlineReadingStore {
         if first { log.closed("memory", at: "memory:") }
     }
 }
+
+extension MemoryStore: CatalogStore {
+    public func registeredEntities() -> [EntityHandle] {
+        state.withLockedValue { $0.snapshot.tables.all.map(\.handle) }
+    }
+}

@@ -243,15 +243,16 @@ extension Controller {
             let keys = groups.compactMap { $0.keys.first }.filter { !$0.isNull }
             let narrowed: PredicateExpression = present ? .oneOf(attribute: keyName, keys) : .notOneOf(attribute: keyName, keys)
             if keys.count <= RelatedLoading.keysPerQuery {
+                // One level more than the caller's predicate, which was allowed its full depth.
                 let query = try Query(
                     entity: entity, predicate: request.predicate.and(narrowed), sortKeys: request.sortKeys,
-                    limit: request.limit, offset: request.offset)
+                    limit: request.limit, offset: request.offset, extraDepth: 1)
                 return try ReadContext<Object, Managed>(transaction, entity: entity).fetchAll(query)
             }
             // Too many keys for one statement: filter the request's records here, then apply
             // its offset and limit, which is the same result.
             let wanted = Set(keys)
-            let all = try Query(entity: entity, predicate: request.predicate, sortKeys: request.sortKeys)
+            let all = try Query(entity: entity, predicate: request.predicate, sortKeys: request.sortKeys, limit: nil, offset: 0, extraDepth: 0)
             var result: [Object] = []
             var skipped = 0
             let keyIndex = entity.entity.primaryKeyIndex

@@ -65,20 +65,22 @@ public struct Attribute<Record>: Sendable {
     ///   - target: The referenced record type.
     ///   - onDelete: What happens to this record when the referenced one is deleted.
     ///   - unique: Whether at most one record may refer to each target (a one-to-one).
+    ///   - defaultValue: The key existing records get when the attribute is added to an
+    ///     entity that has records; a store refuses the change unless that record exists.
     public init<Target: ManagedRecord>(
         _ name: String, _ keyPath: KeyPath<Record, Target.ID> & Sendable, references target: Target.Type,
-        onDelete: DeleteRule = .noAction, unique: Bool = false
+        onDelete: DeleteRule = .noAction, unique: Bool = false, default defaultValue: Target.ID? = nil
     ) {
-        self.init(name, keyPath, unique: unique)
+        self.init(name, keyPath, unique: unique, default: defaultValue)
         self = self.referring(to: target, onDelete: onDelete)
     }
 
     /// Declares an optional reference: `nil` refers to no record.
     public init<Target: ManagedRecord>(
         _ name: String, _ keyPath: KeyPath<Record, Target.ID?> & Sendable, references target: Target.Type,
-        onDelete: DeleteRule = .noAction, unique: Bool = false
+        onDelete: DeleteRule = .noAction, unique: Bool = false, default defaultValue: Target.ID? = nil
     ) {
-        self.init(name, keyPath, unique: unique)
+        self.init(name, keyPath, unique: unique, default: defaultValue.map { Optional($0) })
         self = self.referring(to: target, onDelete: onDelete)
     }
 

@@ -5,10 +5,10 @@
 /// - Every written reference must name an existing record when the write ends. A target
 ///   found at once is remembered for the rest of the write; one not found is checked again
 ///   at the end, so parents and children can be written in any order in one write.
-/// - Deleting a record applies each referencing attribute's ``DeleteRule`` first, in the
-///   same transaction: cascades delete through this wrapper (so their own rules apply and
-///   observers see every deleted record), nullify updates the referencing rows, deny
-///   refuses, and no action is checked at the end.
+/// - Deleting a record first finds every record its cascades reach and checks every deny
+///   rule against them, then sets nullified references to nil and deletes the records,
+///   farthest first, all in the same transaction: a refused delete changes nothing, and
+///   observers see every deleted record. No action is checked at the end.
 ///
 /// Backends call ``run(_:_:_:)`` around every write closure (each write of a group commit
 /// separately, so a violation fails only its own write). A store whose entities have no
@@ -28,9 +28,6 @@ public final class ReferenceEnforcement: WriteTransaction {
     private var unresolved: [(link: Link, sourceKey: Value, value: Value)] = []
     /// Deleted records with `noAction` references to them: checked at the end.
     private var orphaned: [(link: Link, key: Value)] = []
-    /// Records whose delete is applying its rules: a cascade that comes back to one of them
-    /// (a cycle, a record referring to itself) leaves it to that delete.
-    private var deleting: Set<Target> = []
 
     init(_ base: any WriteTransaction, _ relationships: Relationships) {
         self.base = base
@@ -93,14 +90,64 @@ public final class ReferenceEnforcement: WriteTransaction {
 
     public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         let target = Target(slot: entity.slot, key: key)
-        if let links = relationships.incoming[entity.slot] {
-            if deleting.contains(target) { return false }
-            guard try base.fetchRow(entity, key: key, { _ in }) else { return false }
-            deleting.insert(target)
-            defer { deleting.remove(target) }
-            // Referencing records first: SQLite applies its own ON DELETE action the moment
-            // the parent goes, and then observers would not hear of the records it removed.
-            for link in links { try apply(link, deleting: key) }
+        guard relationships.incoming[entity.slot] != nil else {
+            known.remove(target)
+            return try base.delete(key: key, from: entity)
+        }
+        guard try base.fetchRow(entity, key: key, { _ in }) else { return false }
+        // Plan, then act: find every record the cascades reach (without recursion, so a long
+        // chain cannot exhaust the writer's stack) and check every deny rule against that
+        // set before anything is written, so a refused delete changes nothing, whatever
+        // order the references were registered in.
+        var doomed: [(handle: EntityHandle, key: Value)] = [(entity, key)]
+        var seen: Set<Target> = [target]
+        var next = 0
+        while next < doomed.count {
+            let (handle, doomedKey) = doomed[next]
+            next += 1
+            for link in relationships.incoming[handle.slot] ?? [] where link.onDelete == .cascade {
+                for referencing in try keys(referencing: link, key: doomedKey) where seen.insert(Target(slot: link.source.slot, key: referencing)).inserted {
+                    doomed.append((link.source, referencing))
+                }
+            }
+        }
+        var nullified: [(link: Link, row: Row)] = []
+        for (handle, doomedKey) in doomed {
+            for link in relationships.incoming[handle.slot] ?? [] {
+                switch link.onDelete {
+                case .cascade:
+                    break
+                case .deny:
+                    let blocking = try keys(referencing: link, key: doomedKey).filter { !seen.contains(Target(slot: link.source.slot, key: $0)) }
+                    if !blocking.isEmpty {
+                        let named = blocking.prefix(5).map(\.debugLiteral).joined(separator: ", ")
+                        let more = blocking.count > 5 ? " and \(blocking.count - 5) more" : ""
+                        let reason = handle == entity && doomedKey == key ? "" : " (reached by a cascade from \(entity.name) \(key.debugLiteral))"
+                        throw DepotError(.deleteDenied, "Cannot delete \(link.target.name) \(doomedKey.debugLiteral)\(reason): \(link.source.name) \(named)\(more) refer to it through \(link.attributeName), whose delete rule is deny. Delete or change those records first.")
+                    }
+                case .nullify:
+                    let keyIndex = link.source.entity.primaryKeyIndex
+                    try base.fetch(referencing(link, key: doomedKey), reserve: { _ in }) { columns in
+                        let row = try columns.row()
+                        if !seen.contains(Target(slot: link.source.slot, key: row[value: keyIndex])) { nullified.append((link, row)) }
+                    }
+                case .noAction:
+                    orphaned.append((link, doomedKey))
+                }
+            }
+        }
+        for (link, original) in nullified {
+            // Read again: another nullify in this delete may have changed the same row.
+            var row = original
+            let keyIndex = link.source.entity.primaryKeyIndex
+            _ = try base.fetchRow(link.source, key: original[value: keyIndex]) { row = try $0.row() }
+            row[value: link.attribute] = .null
+            try base.update(row, in: link.source)
+        }
+        // The farthest records first, the one asked for last.
+        for (handle, doomedKey) in doomed.dropFirst().reversed() {
+            known.remove(Target(slot: handle.slot, key: doomedKey))
+            _ = try base.delete(key: doomedKey, from: handle)
         }
         known.remove(target)
         return try base.delete(key: key, from: entity)
@@ -113,11 +160,19 @@ public final class ReferenceEnforcement: WriteTransaction {
         let keyIndex = query.entity.primaryKeyIndex
         var keys: [Value] = []
         try base.fetch(query, reserve: { keys.reserveCapacity($0) }) { keys.append(try $0.value(keyIndex)) }
+        for key in keys { _ = try delete(key: key, from: query.handle) }
+        // Counted afterwards: a record the query selected may have gone already with an
+        // earlier one's cascade, and it was deleted all the same.
         var deleted = 0
-        for key in keys {
-            if try delete(key: key, from: query.handle) { deleted += 1 }
-        }
+        for key in keys where try !base.fetchRow(query.handle, key: key, { _ in }) { deleted += 1 }
         return deleted
+    }
+
+    private func keys(referencing link: Link, key: Value) throws -> [Value] {
+        let keyIndex = link.source.entity.primaryKeyIndex
+        var keys: [Value] = []
+        try base.fetch(referencing(link, key: key), reserve: { _ in }) { keys.append(try $0.value(keyIndex)) }
+        return keys
     }
 
     // MARK: Rules
@@ -131,44 +186,18 @@ public final class ReferenceEnforcement: WriteTransaction {
             if known.contains(target) { continue }
             let sourceKey = row[value: entity.entity.primaryKeyIndex]
             if link.target.slot == entity.slot && value == sourceKey { continue }
+            // Listed before the lookup: if the lookup throws and the closure carries on, the
+            // reference is still checked at the end.
+            unresolved.append((link, sourceKey, value))
             if try base.fetchRow(link.target, key: value, { _ in }) {
+                unresolved.removeLast()
                 known.insert(target)
-            } else {
-                unresolved.append((link, sourceKey, value))
             }
         }
     }
 
     private func referencing(_ link: Link, key: Value, limit: Int? = nil) throws -> Query {
         try Query(entity: link.source, predicate: .compare(attribute: link.attributeName, .equal, key), limit: limit)
-    }
-
-    private func apply(_ link: Link, deleting key: Value) throws {
-        switch link.onDelete {
-        case .cascade:
-            _ = try delete(referencing(link, key: key))
-        case .nullify:
-            var rows: [Row] = []
-            try base.fetch(referencing(link, key: key), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
-            for var row in rows {
-                row[value: link.attribute] = .null
-                try base.update(row, in: link.source)
-            }
-        case .deny:
-            let keyIndex = link.source.entity.primaryKeyIndex
-            var blocking: [Value] = []
-            try base.fetch(referencing(link, key: key), reserve: { _ in }) { columns in
-                let sourceKey = try columns.value(keyIndex)
-                if !deleting.contains(Target(slot: link.source.slot, key: sourceKey)) { blocking.append(sourceKey) }
-            }
-            if !blocking.isEmpty {
-                let named = blocking.prefix(5).map(\.debugLiteral).joined(separator: ", ")
-                let more = blocking.count > 5 ? " and \(blocking.count - 5) more" : ""
-                throw DepotError(.deleteDenied, "Cannot delete \(link.target.name) \(key.debugLiteral): \(link.source.name) \(named)\(more) refer to it through \(link.attributeName), whose delete rule is deny. Delete or change those records first.")
-            }
-        case .noAction:
-            orphaned.append((link, key))
-        }
     }
 
     /// The checks left for the end of the write.

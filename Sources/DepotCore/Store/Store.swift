@@ -120,6 +120,15 @@ public protocol RowReadingStore: Store {
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
 }
 
+/// A store that lists the entities it knows: those registered in this process and, for a
+/// store on files, those its files held when it opened. Tools that work without the
+/// application's record types (JSON import and export, the `depot` command) read the
+/// schema from here.
+public protocol CatalogStore: Store {
+    /// The handles of every entity the store knows, in slot order.
+    func registeredEntities() -> [EntityHandle]
+}
+
 /// A capability: a store whose reads never block (no I/O, no lock held by a writer), so
 /// they may run on the calling task, even one of Swift's cooperative pool, without a hop
 /// to the store's threads. The memory store is one.

@@ -237,6 +237,85 @@ enum RelationshipChecks {
                 "observers hear of every record a cascade removed")
             try expectEqual(batches.dropFirst().first, ["delete Node 2", "delete Node 3", "delete Node 4"], "three levels")
         },
+        ConformanceCheck("delete rules plan before they write: cycles, long chains, deny inside a cascade, refusals change nothing") { store in
+            let nodes = Nodes(store: store)
+            // A cycle of two nodes, each going with the other.
+            let handles = try await store.register(Node.self)
+            try await store.write { transaction in
+                let context = Context<Node, Node>(transaction, entity: handles[0])
+                try context.insert([Node(id: 8, parentID: 9), Node(id: 9, parentID: 8)])
+            }
+            let collector = ChangeFeedChecks.Collector()
+            let subscription = store.changes.observe(entities: ["Node"]) { collector.add($0) }
+            try await expect(nodes.delete(id: 8), "a node in a cascade cycle is deleted")
+            try await expectEqual(nodes.count(), 0, "with the other one")
+            try expectEqual(collector.all.map { Set($0.changes.map { "\($0.kind.rawValue) \($0.key)" }) }, [["delete 8", "delete 9"]], "observers hear of both")
+            subscription.cancel()
+            // A chain far longer than a recursion could follow on a writer thread's stack.
+            let length: Int64 = 5_000
+            try await nodes.save((1...length).map { Node(id: $0, parentID: $0 == 1 ? nil : $0 - 1) })
+            try await expect(nodes.delete(id: 1), "the head of a long chain")
+            try await expectEqual(nodes.count(), 0, "takes the whole chain")
+            try await nodes.save([Node(id: 1, parentID: nil), Node(id: 2, parentID: 1), Node(id: 3, parentID: 2), Node(id: 4, parentID: nil)])
+            try await expectEqual(nodes.deleteAll(where: Request<Node>.all), 4, "deleteAll counts records an earlier cascade took")
+
+            // A deny is not refused by a record that goes in the same delete; a deny outside
+            // it refuses the whole delete, and nothing changes even when the closure goes on.
+            let parent = try EntityDescription(
+                name: "Team",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "captainID", type: .int64, isOptional: true, reference: Reference(entity: "Player", onDelete: .deny)),
+                ], primaryKey: "id")
+            let child = try EntityDescription(
+                name: "Player",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "teamID", type: .int64, reference: Reference(entity: "Team", onDelete: .cascade)),
+                ], primaryKey: "id")
+            let badge = try EntityDescription(
+                name: "Badge",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "playerID", type: .int64, reference: Reference(entity: "Player", onDelete: .deny)),
+                    AttributeDescription(name: "teamID", type: .int64, isOptional: true, reference: Reference(entity: "Team", onDelete: .nullify)),
+                ], primaryKey: "id")
+            let registered = try await store.register([badge, child, parent])
+            let (badges, players, teams) = (registered[0], registered[1], registered[2])
+            @Sendable func row(_ values: Value...) -> Row {
+                var row = Row()
+                for value in values { row.append(value) }
+                return row
+            }
+            try await store.write { transaction in
+                try transaction.insert(row(.int(1), .int(10)), into: teams)
+                try transaction.insert(row(.int(10), .int(1)), into: players)
+                try transaction.insert(row(.int(2), .int(20)), into: teams)
+                try transaction.insert(row(.int(20), .int(2)), into: players)
+                try transaction.insert(row(.int(200), .int(20), .int(2)), into: badges)
+            }
+            try await store.write { transaction in
+                _ = try transaction.delete(key: .int(1), from: teams)
+            }
+            try await expectEqual(store.read { try $0.count(Query(all: players)) }, 1, "team 1 went with its captain, who denied only as long as the team stayed")
+            let denied = try await store.write { transaction in
+                do {
+                    _ = try transaction.delete(key: .int(2), from: teams)
+                    return false
+                } catch let error as DepotError where error.code == .deleteDenied {
+                    return error.message.contains("Badge 200")
+                }
+            }
+            try expect(denied, "player 20's badge denies the cascade from team 2, and is named")
+            try await expectEqual(store.read { try $0.count(Query(all: players)) }, 1, "the player is kept")
+            try await expectEqual(store.read { try $0.count(Query(all: teams)) }, 1, "and the team")
+            let badgeTeam = try await store.read { transaction in
+                var team: Value?
+                _ = try transaction.fetchRow(badges, key: .int(200)) { team = try $0.value(2) }
+                return team
+            }
+            try expectEqual(badgeTeam, .int(2), "and the badge's nullify did not happen")
+        },
         ConformanceCheck("nullify sets the referencing attribute to nil and keeps the records") { store in
             let (owners, dogs, _) = try await seeded(store)
             try await expect(owners.delete(id: "ann"), "Ann existed")
