@@ -20,8 +20,8 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb.")
     var backends = "memory,sqlite,raw-sqlite,lmdb,raw-lmdb"
 
-    @Option(help: "Comma-separated workloads: W1, W2, W3, W3e, W3c, W4, W4p, W4pe, W5, W6, W6t.")
-    var workloads = "W1,W2,W3,W3e,W3c,W4,W4p,W4pe,W5,W6,W6t"
+    @Option(help: "Comma-separated workloads: W1, W2, W3, W3e, W3c, W4, W4p, W4pe, W5, W6, W6t, W7.")
+    var workloads = "W1,W2,W3,W3e,W3c,W4,W4p,W4pe,W5,W6,W6t,W7"
 
     @Option(help: "Measured runs per workload and subject, after one warm-up run.")
     var repetitions = 5

@@ -5,6 +5,7 @@ import Foundation
 /// The workloads of PERFORMANCE.md.
 enum Workload: String, CaseIterable, Codable {
     case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w5 = "W5", w6 = "W6", w6t = "W6t"
+    case w7 = "W7"
 
     var summary: String {
         switch self {
@@ -19,11 +20,12 @@ enum Workload: String, CaseIterable, Codable {
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
         case .w6: "4 concurrent readers doing W4' while one writer does W3 (raw engines behind the same async hand-off as Depot)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
+        case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
         }
     }
 
     /// Whether the workload needs the populated store (the others start from a fresh one).
-    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3c].contains(self) }
+    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3c, .w7].contains(self) }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -138,6 +140,8 @@ struct Runner {
         let callChecksum: Int64
         let singles: [Cat]
         let oldestByName: [Int64]
+        /// W7: the cats as a JSON array of objects, as an API would send them.
+        let json: Data
 
         init(records: Int) {
             cats = Cat.workload(count: records)
@@ -153,6 +157,7 @@ struct Runner {
                 if a.name.utf8.lexicographicallyPrecedes(b.name.utf8) { return true }
                 return a.name.utf8.elementsEqual(b.name.utf8) && a.id < b.id
             }.prefix(100).map(\.id)
+            json = (try? JSONEncoder().encode(cats.map(CatJSON.init))) ?? Data()
         }
     }
 
@@ -209,7 +214,7 @@ struct Runner {
             for i in measurements.indices {
                 let median = measurements[i].medianMs
                 switch workload {
-                case .w1: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
+                case .w1, .w7: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w2: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w4p, .w4pe: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
                 default: break
@@ -275,6 +280,13 @@ struct Runner {
                 let (_, ms) = try await time { try await subject.saveEachConcurrently(fixture.singles, writers: 8) }
                 return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
             }
+        case .w7:
+            return try await withFreshSubject(kind, run: run) { subject in
+                let (_, ms) = try await time { try await subject.importJSON(fixture.json) }
+                let cats = try await subject.fetchAll()
+                let sum = cats.reduce(0) { $0 &+ checksum($1) }
+                return Sample(ms: ms, checksumOK: cats.count == fixture.cats.count && sum == fixture.fullChecksum)
+            }
         default:
             guard let subject = populated else { throw BenchError("\(kind.name) has no populated store") }
             switch workload {
@@ -308,7 +320,7 @@ struct Runner {
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
-            case .w1, .w3, .w3e, .w3c:
+            case .w1, .w3, .w3e, .w3c, .w7:
                 throw BenchError("unreachable")
             }
         }

@@ -34,6 +34,8 @@ protocol BenchSubject: AnyObject {
     func oldestByName() async throws -> [Int64]
     /// The number of cats stored.
     func count() async throws -> Int
+    /// W7: every cat of a JSON array, in a fresh store.
+    func importJSON(_ data: Data) async throws
     /// W6: `readers` concurrent readers doing lookups while one writer saves `writes` one
     /// commit each. Returns per-read latencies in nanoseconds and the lookup checksum.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
@@ -41,7 +43,30 @@ protocol BenchSubject: AnyObject {
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
 }
 
+/// A cat as an API sends it: what W7 imports.
+struct CatJSON: Codable {
+    let id: Int64
+    let name: String
+    let weight: Double
+    let age: Int
+
+    init(_ cat: Cat) {
+        id = cat.id
+        name = cat.name
+        weight = cat.weight
+        age = cat.age
+    }
+
+    var cat: Cat { Cat(id: id, name: name, weight: weight, age: age) }
+}
+
 extension BenchSubject {
+    /// W7 for the raw engines: Foundation's JSONDecoder into structs, then every cat in one
+    /// transaction.
+    func importJSON(_ data: Data) async throws {
+        try await saveAll(try JSONDecoder().decode([CatJSON].self, from: data).map(\.cat))
+    }
+
     /// The raw engines' W4' already reads on the calling task.
     func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64 {
         try await lookUpEach(ids)
@@ -111,6 +136,8 @@ final class DepotSubject: BenchSubject {
     func saveAll(_ cats: [Cat]) async throws { try await controller.save(cats) }
 
     func fetchAll() async throws -> [Cat] { try await controller.fetchAll() }
+
+    func importJSON(_ data: Data) async throws { _ = try await controller.importJSON(data) }
 
     func saveEach(_ cats: [Cat]) async throws {
         let controller = try controller

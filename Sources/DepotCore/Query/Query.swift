@@ -120,6 +120,16 @@ public struct Query: Sendable, Hashable {
         self.offset = offset
     }
 
+    /// The same query with another filter or limit: Depot's own paging of a query already
+    /// checked (`filter` must be resolved against the same entity).
+    init(copying other: Query, filter: Filter? = nil, limit: Int? = nil) {
+        self.handle = other.handle
+        self.filter = filter ?? other.filter
+        self.sort = other.sort
+        self.limit = limit ?? other.limit
+        self.offset = other.offset
+    }
+
     /// How deeply `&&`, `||` and `!` may nest in one predicate. Backends evaluate and
     /// compile predicates recursively on their own threads, whose stacks are small, and
     /// SQLite's parser refuses SQL nested past about 50 parentheses; a deeper tree (which

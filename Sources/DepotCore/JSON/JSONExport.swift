@@ -1,0 +1,168 @@
+public import Foundation
+
+/// Writes records as a JSON array of objects that ``JSONImport`` reads back as exactly the
+/// same records, on every backend: integers as integers, doubles in their shortest exact form
+/// (`"NaN"`, `"Infinity"` and `"-Infinity"` as strings), dates as ISO 8601 with as many
+/// fractional digits as exactness needs, UUIDs as text, bytes as base64, nil as `null`.
+///
+/// A query in primary-key order without offset or limit (every export of a whole entity or
+/// a filter) is read in pages of ``pageSize`` records, each in its own snapshot, so memory
+/// stays bounded whatever the size; any other query is read in one snapshot.
+public enum JSONExport {
+    /// Records per page of a streamed export.
+    public static let pageSize = 1_000
+
+    /// Exports the records `query` selects, handing the JSON text to `sink` in pieces;
+    /// returns the number of records.
+    ///
+    /// - Parameter keys: The JSON key of each attribute whose key differs from its name.
+    @discardableResult
+    public static func run(
+        _ query: Query, of store: any Store, keys: [String: String] = [:], to sink: (Data) async throws -> Void
+    ) async throws -> Int {
+        let entity = query.entity
+        let names = entity.attributes.map { JSONWriter.quoted(keys[$0.name] ?? $0.name) + ":" }
+        let keyIndex = entity.primaryKeyIndex
+        @Sendable func object(_ row: Row) -> String {
+            var text = "{"
+            for i in 0..<names.count {
+                if i > 0 { text += "," }
+                text += names[i]
+                text += JSONValueConverter.text(row[value: i])
+            }
+            return text + "}"
+        }
+        var count = 0
+        func emit(_ rows: [Row]) async throws {
+            guard !rows.isEmpty else { return }
+            var text = ""
+            for row in rows {
+                text += count == 0 ? "\n" : ",\n"
+                text += object(row)
+                count += 1
+            }
+            try await sink(Data(text.utf8))
+        }
+        try await sink(Data("[".utf8))
+        let pages = query.limit == nil && query.offset == 0 && query.sort.count == 1
+            && query.sort[0].attributeIndex == keyIndex && query.sort[0].ascending
+        if pages {
+            let filter = query
+            var last: Value?
+            while true {
+                let after = last
+                let rows = try await store.read { transaction in
+                    var rows: [Row] = []
+                    let page = filter.page(after: after, size: pageSize)
+                    try transaction.fetch(page, reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
+                    return rows
+                }
+                try await emit(rows)
+                guard rows.count == pageSize, let final = rows.last else { break }
+                last = final[value: keyIndex]
+            }
+        } else {
+            let rows = try await store.read { transaction in
+                var rows: [Row] = []
+                try transaction.fetch(query, reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
+                return rows
+            }
+            try await emit(rows)
+        }
+        try await sink(Data((count == 0 ? "]\n" : "\n]\n").utf8))
+        return count
+    }
+
+    /// Exports the records `query` selects as one `Data`.
+    public static func data(_ query: Query, of store: any Store, keys: [String: String] = [:]) async throws -> Data {
+        var data = Data()
+        try await run(query, of: store, keys: keys) { data.append($0) }
+        return data
+    }
+
+    /// Exports the records `query` selects into a file (created or replaced), written off
+    /// the cooperative thread pool; returns the number of records.
+    @discardableResult
+    public static func write(_ query: Query, of store: any Store, keys: [String: String] = [:], to file: URL) async throws -> Int {
+        let writer = try ChunkedFileWriter(file)
+        do {
+            let count = try await run(query, of: store, keys: keys) { try await writer.write($0) }
+            try await writer.close()
+            return count
+        } catch {
+            try? await writer.close()
+            throw error
+        }
+    }
+}
+
+extension Query {
+    /// The next page of a primary-key-ordered query: the records after `key`.
+    func page(after key: Value?, size: Int) -> Query {
+        let base = Query(copying: self, limit: size)
+        guard let key else { return base }
+        return Query(copying: base, filter: .and([filter, .compare(entity.primaryKeyIndex, .greater, key)]))
+    }
+}
+
+/// Writes a file on a dispatch queue: file writes block, and blocking work never runs on
+/// Swift's cooperative pool.
+final class ChunkedFileWriter: Sendable {
+    let handle: FileHandle
+    let path: String
+    private static let queue = DispatchQueue(label: "depot.json.file-writer")
+
+    init(_ file: URL) throws(DepotError) {
+        path = file.path
+        guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
+            throw DepotError(.io, "Cannot create \(file.path) to export into; check that its directory exists and is writable.")
+        }
+        do {
+            handle = try FileHandle(forWritingTo: file)
+        } catch {
+            throw DepotError(.io, "Cannot open \(file.path) to export into: \(error.localizedDescription)")
+        }
+    }
+
+    func write(_ data: Data) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            Self.queue.async {
+                do {
+                    try self.handle.write(contentsOf: data)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: DepotError(.io, "Writing the export to \(self.path) failed: \(error.localizedDescription)"))
+                }
+            }
+        }
+    }
+
+    func close() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            Self.queue.async {
+                do {
+                    try self.handle.synchronize()
+                    try self.handle.close()
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: DepotError(.io, "Closing the export \(self.path) failed: \(error.localizedDescription)"))
+                }
+            }
+        }
+    }
+}
+
+extension Controller {
+    /// The records `request` selects as a JSON array (see ``JSONExport``) that
+    /// ``importJSON(_:options:)`` reads back as the same records.
+    public func exportJSON(_ request: Request<Managed> = .all, keys: [String: String] = [:]) async throws -> Data {
+        try await JSONExport.data(try request.resolved(for: try await registeredEntity()), of: store, keys: keys)
+    }
+
+    /// Writes the records `request` selects into a JSON file, streamed in pages; returns the
+    /// number of records.
+    @discardableResult
+    public func exportJSON(_ request: Request<Managed> = .all, keys: [String: String] = [:], to file: URL) async throws -> Int {
+        try await JSONExport.write(try request.resolved(for: try await registeredEntity()), of: store, keys: keys, to: file)
+    }
+}

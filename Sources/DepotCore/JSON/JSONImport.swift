@@ -1,0 +1,497 @@
+public import Foundation
+
+/// How ``JSONImport`` reads JSON into records.
+public struct JSONImportOptions: Sendable {
+    /// What to do with a member whose key names no attribute.
+    public enum UnknownKeys: Sendable, Hashable {
+        /// Skip it (an API's extra fields).
+        case ignore
+        /// Treat the element as invalid.
+        case refuse
+    }
+
+    /// What to do with an element that cannot be converted.
+    public enum InvalidElements: Sendable, Hashable {
+        /// Fail the whole import with a ``DepotError`` naming the element; nothing is written
+        /// (with ``Commit/everyBatch(_:)``, nothing of the failing batch and after).
+        case failImport
+        /// Leave the element out and list it in ``JSONImportReport/skipped``.
+        case skip
+    }
+
+    /// When the import commits.
+    public enum Commit: Sendable, Hashable {
+        /// Once, at the end: all or nothing. The converted rows are held in memory until then.
+        case atEnd
+        /// One transaction per `n` elements, in bounded memory: a failure keeps the batches
+        /// committed before it (``JSONImportReport`` and the error say how many elements).
+        /// Elements whose references name records not imported yet wait for a last
+        /// transaction, so parents and children may come in any order.
+        case everyBatch(Int)
+    }
+
+    /// The JSON key of each attribute whose key differs from its name (attribute → key).
+    public var keys: [String: String]
+    public var unknownKeys: UnknownKeys
+    public var invalidElements: InvalidElements
+    public var commit: Commit
+    /// How dates are read, tried in order.
+    public var dateFormats: [JSONDateFormat]
+
+    public init(
+        keys: [String: String] = [:], unknownKeys: UnknownKeys = .ignore, invalidElements: InvalidElements = .failImport,
+        commit: Commit = .atEnd, dateFormats: [JSONDateFormat] = [.iso8601, .secondsSince1970]
+    ) {
+        self.keys = keys
+        self.unknownKeys = unknownKeys
+        self.invalidElements = invalidElements
+        self.commit = commit
+        self.dateFormats = dateFormats
+    }
+}
+
+/// One element the importer could not use: which, where, and why.
+public struct JSONImportProblem: Sendable, Hashable, CustomStringConvertible {
+    /// The element's position in the top-level array, from 0.
+    public let index: Int
+    /// The member's key, when one member is at fault.
+    public let key: String?
+    /// The offending value as JSON text (shortened).
+    public let value: String?
+    /// What the attribute takes.
+    public let expected: String?
+    /// The whole explanation.
+    public let message: String
+
+    public var description: String { message }
+}
+
+/// What an import did.
+public struct JSONImportReport: Sendable, Hashable {
+    /// Elements inserted as new records (of the entity imported into).
+    public var inserted = 0
+    /// Elements that updated an existing record.
+    public var updated = 0
+    /// Records imported from nested objects given for references.
+    public var related = 0
+    /// Elements left out (with ``JSONImportOptions/InvalidElements/skip``).
+    public var skipped: [JSONImportProblem] = []
+
+    public init() {}
+}
+
+/// Imports JSON arrays of objects into records, and exports records as JSON that imports
+/// back exactly.
+///
+/// Works on the stored schema (``EntityDescription``), so it needs no record type:
+///
+/// ```swift
+/// let report = try await JSONImport.run(data, into: handle, of: store)
+/// let report = try await cats.importJSON(data, options: JSONImportOptions(keys: ["name": "full_name"]))
+/// ```
+///
+/// Each element is upserted by primary key. A member converts to its attribute's type by
+/// the rules of the JSON a real API sends: numbers from numeric strings and strings from
+/// numbers, integers to doubles, booleans from `0`/`1`/`"true"`, dates from ISO 8601, from
+/// seconds since 1970 or from given patterns, UUIDs from strings, bytes from base64, a
+/// nested object or array into a text attribute (a `Codable` attribute) as its JSON text,
+/// `null` into an optional. A key missing from an element leaves the stored value as it is
+/// when the record exists, and takes the attribute's default (or nil) when it is new. A
+/// reference may be given as the referenced record's key or as a nested object, which is
+/// imported too.
+public enum JSONImport {
+    /// Imports a JSON array held in memory.
+    public static func run(
+        _ data: Data, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
+    ) async throws -> JSONImportReport {
+        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        try await session.feed(Array(data), final: true)
+        return try await session.finish()
+    }
+
+    /// Imports a JSON array from a file, read in chunks off the cooperative thread pool.
+    public static func run(
+        contentsOf file: URL, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
+    ) async throws -> JSONImportReport {
+        let reader = try ChunkedFileReader(file)
+        defer { reader.close() }
+        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        while let chunk = try await reader.next() {
+            try await session.feed(chunk, final: false)
+        }
+        try await session.feed([], final: true)
+        return try await session.finish()
+    }
+
+    /// Imports a JSON array from a stream of bytes (a request body, a download).
+    public static func run<Bytes: AsyncSequence>(
+        bytes: Bytes, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
+    ) async throws -> JSONImportReport where Bytes.Element == UInt8 {
+        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(ChunkedFileReader.chunkSize)
+        for try await byte in bytes {
+            buffer.append(byte)
+            if buffer.count >= ChunkedFileReader.chunkSize {
+                try await session.feed(buffer, final: false)
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        try await session.feed(buffer, final: true)
+        return try await session.finish()
+    }
+}
+
+/// Reads a file in chunks on a dispatch queue: file reads block, and blocking work never
+/// runs on Swift's cooperative pool.
+final class ChunkedFileReader: Sendable {
+    static let chunkSize = 1 << 18
+    let handle: FileHandle
+    private static let queue = DispatchQueue(label: "depot.json.file", attributes: .concurrent)
+
+    init(_ file: URL) throws(DepotError) {
+        do {
+            handle = try FileHandle(forReadingFrom: file)
+        } catch {
+            throw DepotError(.io, "Cannot open \(file.path) to import: \(error.localizedDescription)")
+        }
+    }
+
+    func next() async throws -> [UInt8]? {
+        try await withCheckedThrowingContinuation { continuation in
+            Self.queue.async {
+                do {
+                    let data = try self.handle.read(upToCount: Self.chunkSize) ?? Data()
+                    continuation.resume(returning: data.isEmpty ? nil : Array(data))
+                } catch {
+                    continuation.resume(throwing: DepotError(.io, "Reading the file to import failed: \(error.localizedDescription)"))
+                }
+            }
+        }
+    }
+
+    func close() { try? handle.close() }
+}
+
+/// One element converted: the values present (nil where the key was missing), and the
+/// records given as nested objects for references, to write first.
+struct ConvertedElement: Sendable {
+    let index: Int
+    let entity: EntityHandle
+    var values: [Value?]
+    var nested: [ConvertedElement]
+
+    var key: Value { values[entity.entity.primaryKeyIndex] ?? .null }
+}
+
+/// The import's state between chunks.
+struct JSONImportSession {
+    let entity: EntityHandle
+    let store: any Store
+    let options: JSONImportOptions
+    var scanner = JSONScanner([])
+    var converter: JSONValueConverter
+    var started = false
+    var ended = false
+    var index = 0
+    var pending: [ConvertedElement] = []
+    var deferred: [ConvertedElement] = []
+    var report = JSONImportReport()
+    /// Entities by name, for references given as nested objects.
+    let catalog: [String: EntityHandle]
+
+    init(entity: EntityHandle, store: any Store, options: JSONImportOptions) throws(DepotError) {
+        if case .everyBatch(let size) = options.commit, size < 1 {
+            throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
+        }
+        self.entity = entity
+        self.store = store
+        self.options = options
+        self.converter = JSONValueConverter(dateFormats: options.dateFormats)
+        var catalog: [String: EntityHandle] = [:]
+        for handle in (store as? any CatalogStore)?.registeredEntities() ?? [] { catalog[handle.name] = handle }
+        catalog[entity.name] = entity
+        self.catalog = catalog
+    }
+
+    mutating func feed(_ chunk: [UInt8], final: Bool) async throws {
+        scanner.bytes.append(contentsOf: chunk)
+        while true {
+            let mark = scanner.position
+            let element: JSONNode
+            do throws(JSONScanError) {
+                guard let next = try nextElement() else { break }
+                element = next
+            } catch .needsMoreInput {
+                scanner.position = mark
+                if final { throw malformed("the JSON ends in the middle of a value", offset: scanner.bytes.count) }
+                break
+            } catch .malformed(let what, let offset) {
+                throw malformed(what, offset: offset)
+            }
+            try convertAndQueue(element)
+            if case .everyBatch(let size) = options.commit, pending.count >= size {
+                try await writeBatch()
+            }
+        }
+        if final {
+            guard ended else {
+                throw malformed(started ? "the array is not closed with ']'" : "the JSON holds no array of objects", offset: scanner.bytes.count)
+            }
+            scanner.skipWhitespace()
+            if scanner.position < scanner.bytes.count { throw malformed("text after the array", offset: scanner.position) }
+        }
+        scanner.discardConsumed()
+    }
+
+    private func malformed(_ what: String, offset: Int) -> DepotError {
+        DepotError(.conversionFailed, "The JSON to import into \(entity.name) is malformed near element \(index) (byte \(offset) of the current chunk): \(what). \(committedNote)")
+    }
+
+    /// What a failed import kept: nothing, or the batches committed before the failure.
+    var committedNote: String {
+        let committed = report.inserted + report.updated
+        return committed == 0 ? "Nothing was written." : "The \(committed) elements of the batches before it are committed; nothing after them was written."
+    }
+
+    /// The next element of the top-level array, or nil at its end.
+    private mutating func nextElement() throws(JSONScanError) -> JSONNode? {
+        if ended {
+            scanner.skipWhitespace()
+            if scanner.position < scanner.bytes.count { throw .malformed("text after the array", offset: scanner.position) }
+            return nil
+        }
+        if !started {
+            try scanner.expect(UInt8(ascii: "["), "an array of objects ('[')")
+            started = true
+            if try scanner.peek() == UInt8(ascii: "]") {
+                scanner.position += 1
+                ended = true
+                return nil
+            }
+        } else {
+            let separator = try scanner.peek()
+            scanner.position += 1
+            if separator == UInt8(ascii: "]") {
+                ended = true
+                return nil
+            }
+            guard separator == UInt8(ascii: ",") else { throw .malformed("expected ',' or ']' between elements", offset: scanner.position - 1) }
+        }
+        let element = try scanner.value()
+        // The separator or the end must follow; wait for it, so a number cut by the chunk's
+        // end is read whole.
+        _ = try scanner.peek()
+        return element
+    }
+
+    private mutating func convertAndQueue(_ node: JSONNode) throws {
+        defer { index += 1 }
+        do {
+            pending.append(try convert(node, into: entity, index: index))
+        } catch let problem as JSONImportProblem {
+            switch options.invalidElements {
+            case .failImport:
+                throw DepotError(.conversionFailed, problem.message + " " + committedNote)
+            case .skip:
+                report.skipped.append(problem)
+            }
+        }
+    }
+
+    private mutating func convert(_ node: JSONNode, into handle: EntityHandle, index: Int) throws -> ConvertedElement {
+        let entity = handle.entity
+        guard case .object(let members) = node else {
+            throw JSONImportProblem(
+                index: index, key: nil, value: node.excerpt, expected: "an object",
+                message: "Element \(index) is \(node.kind), not an object with the attributes of \(entity.name).")
+        }
+        var values = [Value?](repeating: nil, count: entity.attributes.count)
+        var nested: [ConvertedElement] = []
+        var positions: [String: Int] = [:]
+        for (i, attribute) in entity.attributes.enumerated() {
+            positions[handle == self.entity ? (options.keys[attribute.name] ?? attribute.name) : attribute.name] = i
+        }
+        for (key, value) in members {
+            guard let position = positions[key] else {
+                if options.unknownKeys == .refuse {
+                    throw JSONImportProblem(
+                        index: index, key: key, value: value.excerpt, expected: nil,
+                        message: "Element \(index) has the member \"\(key)\", which names no attribute of \(entity.name) (its attributes: \(entity.attributes.map(\.name).joined(separator: ", "))).")
+                }
+                continue
+            }
+            let attribute = entity.attributes[position]
+            if let reference = attribute.reference, case .object = value {
+                guard let target = catalog[reference.entity] else {
+                    throw JSONImportProblem(
+                        index: index, key: key, value: value.excerpt, expected: "the key of a \(reference.entity)",
+                        message: "Element \(index) gives \(entity.name).\(attribute.name) a nested object, but the store does not list the entity \(reference.entity) to import it into; give its key instead.")
+                }
+                let child = try convert(value, into: target, index: index)
+                guard let childKey = child.values[target.entity.primaryKeyIndex] else {
+                    throw JSONImportProblem(
+                        index: index, key: key, value: value.excerpt, expected: "an object with \(target.entity.primaryKey.name)",
+                        message: "Element \(index) gives \(entity.name).\(attribute.name) a nested \(reference.entity) without its primary key \(target.entity.primaryKey.name).")
+                }
+                nested.append(child)
+                values[position] = childKey
+                continue
+            }
+            do {
+                let converted = try converter.value(value, as: attribute.type)
+                if converted.isNull && !attribute.isOptional {
+                    throw JSONImportProblem(
+                        index: index, key: key, value: "null", expected: attribute.type.rawValue,
+                        message: "Element \(index) has null for \(entity.name).\(attribute.name), which is not optional.")
+                }
+                values[position] = converted
+            } catch let mismatch as JSONValueConverter.Mismatch {
+                throw JSONImportProblem(
+                    index: index, key: key, value: value.excerpt, expected: mismatch.expected,
+                    message: "Element \(index) has \(value.excerpt) for \"\(key)\" (\(entity.name).\(attribute.name)), but the attribute takes \(mismatch.expected).")
+            }
+        }
+        guard values[entity.primaryKeyIndex] != nil else {
+            let key = handle == self.entity ? (options.keys[entity.primaryKey.name] ?? entity.primaryKey.name) : entity.primaryKey.name
+            throw JSONImportProblem(
+                index: index, key: key, value: nil, expected: entity.primaryKey.type.rawValue,
+                message: "Element \(index) has no \"\(key)\", the primary key of \(entity.name); every element needs one to be upserted.")
+        }
+        return ConvertedElement(index: index, entity: handle, values: values, nested: nested)
+    }
+
+    /// Writes the pending elements in one transaction (elements whose references name
+    /// records that do not exist yet wait for the last one, in batch mode).
+    private mutating func writeBatch(last: Bool = false) async throws {
+        let batch = pending
+        pending.removeAll(keepingCapacity: true)
+        let deferring = !last && options.commit != .atEnd
+        let skipping = options.invalidElements == .skip
+        let relationships = Relationships(handles: Array(catalog.values))
+        let outcome: BatchOutcome
+        do {
+            outcome = try await store.write { transaction in
+            var outcome = BatchOutcome()
+            var keysInBatch: [Int: Set<Value>] = [:]
+            if deferring {
+                for element in batch { keysInBatch[element.entity.slot, default: []].insert(element.key) }
+            }
+            for element in batch {
+                if deferring, try Self.waitsForReference(element, relationships, keysInBatch, transaction) {
+                    outcome.deferred.append(element)
+                    continue
+                }
+                do {
+                    try Self.write(element, transaction, &outcome)
+                } catch let problem as JSONImportProblem where skipping {
+                    outcome.skipped.append(problem)
+                }
+            }
+            return outcome
+            }
+        } catch let problem as JSONImportProblem {
+            throw DepotError(.conversionFailed, problem.message + " " + committedNote)
+        } catch let error as DepotError where report.inserted + report.updated > 0 {
+            throw DepotError(error.code, error.message + " The import stopped there. " + committedNote, nativeCode: error.nativeCode)
+        }
+        report.inserted += outcome.inserted
+        report.updated += outcome.updated
+        report.related += outcome.related
+        report.skipped.append(contentsOf: outcome.skipped)
+        deferred.append(contentsOf: outcome.deferred)
+    }
+
+    struct BatchOutcome: Sendable {
+        var inserted = 0
+        var updated = 0
+        var related = 0
+        var skipped: [JSONImportProblem] = []
+        var deferred: [ConvertedElement] = []
+    }
+
+    /// Whether an element names (directly or through a nested record) a record that is
+    /// neither stored nor in the same batch.
+    private static func waitsForReference(
+        _ element: ConvertedElement, _ relationships: Relationships, _ batch: [Int: Set<Value>], _ transaction: any WriteTransaction
+    ) throws -> Bool {
+        for nested in element.nested where try waitsForReference(nested, relationships, batch, transaction) { return true }
+        for link in relationships.outgoing[element.entity.slot] ?? [] {
+            guard let value = element.values[link.attribute], !value.isNull else { continue }
+            if batch[link.target.slot]?.contains(value) == true { continue }
+            if element.nested.contains(where: { $0.entity.slot == link.target.slot && $0.key == value }) { continue }
+            if try !transaction.fetchRow(link.target, key: value, { _ in }) { return true }
+        }
+        return false
+    }
+
+    /// Upserts one element (its nested records first), keeping stored values for missing keys.
+    private static func write(_ element: ConvertedElement, _ transaction: any WriteTransaction, _ outcome: inout BatchOutcome) throws {
+        let entity = element.entity.entity
+        var row = Row(capacity: entity.attributes.count)
+        if element.values.allSatisfy({ $0 != nil }) {
+            try writeNested(element, transaction, &outcome)
+            for value in element.values { row.append(value ?? .null) }
+            if try transaction.upsert(row, into: element.entity) { outcome.inserted += 1 } else { outcome.updated += 1 }
+            return
+        }
+        var existing: Row?
+        _ = try transaction.fetchRow(element.entity, key: element.key) { existing = try $0.row() }
+        for (i, attribute) in entity.attributes.enumerated() {
+            if let value = element.values[i] {
+                row.append(value)
+            } else if let existing {
+                row.append(existing[value: i])
+            } else if let fill = attribute.defaultValue {
+                row.append(fill)
+            } else if attribute.isOptional {
+                row.append(.null)
+            } else {
+                throw JSONImportProblem(
+                    index: element.index, key: attribute.name, value: nil, expected: attribute.type.rawValue,
+                    message: "Element \(element.index) is a new \(entity.name) without \"\(attribute.name)\", which is not optional and has no default.")
+            }
+        }
+        // The row is complete before anything is written, so a skipped element leaves nothing.
+        try writeNested(element, transaction, &outcome)
+        if existing == nil {
+            try transaction.insert(row, into: element.entity)
+            outcome.inserted += 1
+        } else {
+            try transaction.update(row, in: element.entity)
+            outcome.updated += 1
+        }
+    }
+
+    private static func writeNested(_ element: ConvertedElement, _ transaction: any WriteTransaction, _ outcome: inout BatchOutcome) throws {
+        for nested in element.nested {
+            var inner = BatchOutcome()
+            try write(nested, transaction, &inner)
+            outcome.related += inner.inserted + inner.updated + inner.related
+        }
+    }
+
+    mutating func finish() async throws -> JSONImportReport {
+        if !pending.isEmpty || options.commit == .atEnd { try await writeBatch(last: options.commit == .atEnd) }
+        if !deferred.isEmpty {
+            pending = deferred
+            deferred = []
+            try await writeBatch(last: true)
+        }
+        return report
+    }
+}
+
+extension JSONImportProblem: Error {}
+
+extension Controller {
+    /// Imports a JSON array of objects into this controller's records (see ``JSONImport``).
+    public func importJSON(_ data: Data, options: JSONImportOptions = JSONImportOptions()) async throws -> JSONImportReport {
+        try await JSONImport.run(data, into: try await registeredEntity(), of: store, options: options)
+    }
+
+    /// Imports a JSON file of an array of objects, read in chunks.
+    public func importJSON(contentsOf file: URL, options: JSONImportOptions = JSONImportOptions()) async throws -> JSONImportReport {
+        try await JSONImport.run(contentsOf: file, into: try await registeredEntity(), of: store, options: options)
+    }
+}

@@ -1,0 +1,190 @@
+import DepotCore
+import Foundation
+
+/// JSON import and export: every conversion, every error, and exact round trips.
+enum JSONChecks {
+    struct Spec: Codable, Hashable, JSONAttribute {
+        var size: Int
+        var colour: String
+    }
+
+    @Record(name: "Gadget")
+    struct Gadget: Hashable {
+        var id: Int64
+        var name: String
+        var price: Double
+        var inStock: Bool
+        var added: Date
+        var serial: UUID
+        var blob: Data?
+        var note: String?
+        var count: Int?
+        var spec: Spec?
+        var rating: Double = 3
+    }
+
+    typealias Gadgets = Controller<Gadget, Gadget>
+
+    static let serial = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!
+
+    static func json(_ text: String) -> Data { Data(text.utf8) }
+
+    static func importing(_ store: any Store, _ text: String, options: JSONImportOptions = JSONImportOptions()) async throws -> JSONImportReport {
+        try await Gadgets(store: store).importJSON(json(text), options: options)
+    }
+
+    static let all: [ConformanceCheck] = [
+        ConformanceCheck("JSON import converts what APIs send: numbers and strings both ways, booleans, dates, UUIDs, nested objects, nulls, renamed keys") { store in
+            var options = JSONImportOptions(keys: ["name": "title"])
+            options.dateFormats = [.iso8601, .secondsSince1970, .formatted("dd/MM/yyyy HH:mm")]
+            let report = try await importing(store, """
+                [
+                  {"id": "1", "title": 42, "price": 3, "inStock": 1, "added": "2026-11-23T18:07:36.250+01:00",
+                   "serial": "e621e1f8-c36c-495a-93fc-0c247a3e6e5f", "blob": "AAEC", "note": null, "count": "7",
+                   "spec": {"size": 2, "colour": "red"}, "extra": [1, 2]},
+                  {"id": 2.0, "title": "Lamp", "price": "19.5", "inStock": "false", "added": 1700000000,
+                   "serial": "E621E1F8-C36C-495A-93FC-0C247A3E6E5F", "count": 1e3, "rating": "NaN"},
+                  {"id": 3, "title": "Clock", "price": -0.0, "inStock": true, "added": "23/11/2026 09:30",
+                   "serial": "E621E1F8-C36C-495A-93FC-0C247A3E6E5F", "note": "caf\\u00e9 \\ud83d\\ude00"}
+                ]
+                """, options: options)
+            try expectEqual(report.inserted, 3, "inserted")
+            let gadgets = try await Gadgets(store: store).fetchAll()
+            try expectEqual(gadgets.map(\.name), ["42", "Lamp", "Clock"], "a number into a string, and a renamed key")
+            try expectEqual(gadgets.map(\.price), [3, 19.5, 0], "an integer and a numeric string into doubles")
+            // -0.0 reads back as 0.0 from SQLite (documented in DepotSQLite); its value is zero.
+            try expect(gadgets[2].price == 0, "negative zero")
+            try expectEqual(gadgets.map(\.inStock), [true, false, true], "booleans from 1, \"false\" and true")
+            try expectEqual(gadgets[0].added, Date(timeIntervalSince1970: 1_795_453_656.25), "ISO 8601 with a fraction and an offset")
+            try expectEqual(gadgets[1].added, Date(timeIntervalSince1970: 1_700_000_000), "seconds since 1970")
+            try expectEqual(gadgets[2].added, Date(timeIntervalSince1970: 1_795_426_200), "a caller's pattern, in UTC")
+            try expectEqual(gadgets.map(\.serial), [serial, serial, serial], "UUIDs in either case")
+            try expectEqual(gadgets[0].blob, Data([0, 1, 2]), "base64 into bytes")
+            try expectEqual(gadgets.map(\.note), [nil, nil, "café 😀"], "null and a missing key into nil; escapes and surrogate pairs")
+            try expectEqual(gadgets.map(\.count), [7, 1000, nil], "a numeric string and 1e3 into integers")
+            try expectEqual(gadgets[0].spec, Spec(size: 2, colour: "red"), "a nested object into a Codable attribute")
+            try expect(gadgets[1].rating.isNaN, "\"NaN\" into a double")
+            try expectEqual(gadgets[0].rating, 3, "a missing key takes the default on insert")
+        },
+        ConformanceCheck("JSON import upserts: missing keys keep stored values, null clears them") { store in
+            let gadgets = Gadgets(store: store)
+            try await gadgets.save(Gadget(id: 1, name: "Old", price: 1, inStock: true, added: Date(timeIntervalSince1970: 0), serial: serial, blob: nil, note: "kept", count: 5, spec: nil))
+            let report = try await importing(store, #"[{"id": 1, "name": "New", "count": null}, {"id": 2, "name": "Fresh", "price": 2, "inStock": false, "added": 0, "serial": "E621E1F8-C36C-495A-93FC-0C247A3E6E5F"}]"#)
+            try expectEqual([report.inserted, report.updated], [1, 1], "one new, one updated")
+            let old = try await gadgets.fetchOne(id: 1)
+            try expectEqual(old?.name, "New", "a given key is written")
+            try expectEqual(old?.note, "kept", "a missing key keeps the stored value")
+            try expectEqual(old?.count, nil, "null clears an optional")
+            try expectEqual(old?.price, 1, "and everything else is unchanged")
+        },
+        ConformanceCheck("JSON import errors name the element, key, value and expected type; nothing is written, or the element is skipped") { store in
+            let gadgets = Gadgets(store: store)
+            let good = #"{"id": 1, "name": "A", "price": 1, "inStock": true, "added": 0, "serial": "E621E1F8-C36C-495A-93FC-0C247A3E6E5F"}"#
+            let bad = #"{"id": 2, "name": "B", "price": "cheap", "inStock": true, "added": 0, "serial": "E621E1F8-C36C-495A-93FC-0C247A3E6E5F"}"#
+            do {
+                _ = try await importing(store, "[\(good), \(bad)]")
+                throw ConformanceFailure(message: "a bad price was imported", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expectEqual(error.code, .conversionFailed, "code")
+                for part in ["Element 1", "\"price\"", "\"cheap\"", "a number"] {
+                    try expect(error.message.contains(part), "the message names \(part): \(error.message)")
+                }
+            }
+            try await expectEqual(gadgets.count(), 0, "nothing was written")
+            let report = try await importing(store, "[\(good), \(bad), 17]", options: JSONImportOptions(invalidElements: .skip))
+            try expectEqual(report.inserted, 1, "the good element")
+            try expectEqual(report.skipped.map(\.index), [1, 2], "the bad ones are reported")
+            try expectEqual(report.skipped.first?.key, "price", "with the key")
+            try expectEqual(report.skipped.first?.value, "\"cheap\"", "the value")
+            try await expectError(.conversionFailed, "an unknown key, refused") {
+                try await importing(store, #"[{"id": 9, "colour": "blue"}]"#, options: JSONImportOptions(unknownKeys: .refuse))
+            }
+            try await expectError(.conversionFailed, "no primary key") { try await importing(store, #"[{"name": "anonymous"}]"#) }
+            try await expectError(.conversionFailed, "a new record missing a required key") { try await importing(store, #"[{"id": 10, "name": "half"}]"#) }
+            try await expectError(.conversionFailed, "null for a required attribute") { try await importing(store, #"[{"id": 1, "name": null}]"#) }
+            for malformed in ["", "{}", "[", "[{\"id\": 1,}]", "[{\"id\": 1}] x", "[{\"id\": 01}]", "[\"\\ud800\"]", "[tru]"] {
+                try await expectError(.conversionFailed, "malformed JSON \(malformed)") { try await importing(store, malformed) }
+            }
+            try await expectEqual(gadgets.count(), 1, "still only the one good element")
+        },
+        ConformanceCheck("JSON export then import gives back exactly the same records") { store in
+            let gadgets = Gadgets(store: store)
+            let odd: [Gadget] = [
+                Gadget(id: -5, name: "\"quoted\" \\ back\nslash\u{1}", price: .nan, inStock: false, added: Date(timeIntervalSinceReferenceDate: 0.1), serial: serial, blob: Data(), note: "", count: Int.min, spec: Spec(size: -1, colour: "ü")),
+                Gadget(id: 0, name: "∞", price: .infinity, inStock: true, added: Date(timeIntervalSinceReferenceDate: -1e9 + 0.000123), serial: UUID(), blob: Data([255, 0]), note: nil, count: Int.max, spec: nil, rating: -.infinity),
+                Gadget(id: 7, name: "x", price: -0.0, inStock: true, added: Date(timeIntervalSinceReferenceDate: 815_000_000.123456789), serial: UUID(), blob: nil, note: "😀", count: nil, spec: nil, rating: 1e-310),
+                Gadget(id: 8, name: "y", price: 0.1 + 0.2, inStock: true, added: Date(timeIntervalSince1970: 0), serial: UUID(), blob: nil, note: nil, count: 0, spec: nil, rating: 1.7976931348623157e308),
+            ]
+            // Enough for three pages of a streamed export.
+            var many: [Gadget] = odd
+            for id in 100..<2_600 {
+                let added = Date(timeIntervalSince1970: Double(id) * 1.001)
+                many.append(Gadget(id: Int64(id), name: "g\(id)", price: Double(id) / 7, inStock: id % 2 == 0, added: added, serial: UUID(), blob: nil, note: nil, count: id, spec: nil))
+            }
+            try await gadgets.save(many)
+            let handle = try await gadgets.registeredEntity()
+            @Sendable func rows() async throws -> [Row] {
+                try await store.read { transaction in
+                    var rows: [Row] = []
+                    try transaction.fetch(Query(all: handle), reserve: { _ in }) { rows.append(try $0.row()) }
+                    return rows
+                }
+            }
+            let before = try await rows()
+            let exported = try await gadgets.exportJSON()
+            try await expectEqual(gadgets.deleteAll(where: Request<Gadget>.all), before.count, "deleted")
+            let report = try await gadgets.importJSON(exported)
+            try expectEqual(report.inserted, before.count, "every record imported")
+            try await expectEqual(rows(), before, "the same values, bit for bit (NaN, -0.0, infinities, dates, bytes, text)")
+            try await expectEqual(gadgets.exportJSON(), exported, "and the same JSON again")
+
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("depot-export-\(UUID().uuidString).json")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await expectEqual(gadgets.exportJSON(to: file), before.count, "exported to a file")
+            _ = try await gadgets.deleteAll(where: Request<Gadget>.all)
+            try await expectEqual(gadgets.importJSON(contentsOf: file).inserted, before.count, "imported from the file")
+            try await expectEqual(rows(), before, "the file round-trips too")
+            let stream = AsyncStream<UInt8> { continuation in
+                for byte in exported { continuation.yield(byte) }
+                continuation.finish()
+            }
+            try await expectEqual(JSONImport.run(bytes: stream, into: handle, of: store).updated, before.count, "a stream of bytes")
+            let some = try await gadgets.exportJSON(Request(\.id < 1).sorted(by: \.name), keys: ["name": "title"])
+            let text = String(decoding: some, as: UTF8.self)
+            try expect(text.contains("\"title\":\"∞\"") && !text.contains("\"g100\""), "a request's records, with renamed keys: \(text.prefix(200))")
+            try await expectEqual(gadgets.exportJSON(Request(\.id > 1_000_000)), json("[]\n"), "an empty export is an empty array")
+        },
+        ConformanceCheck("JSON import links references from keys and nested objects, in any order, in batches or at once") { store in
+            typealias Walk = RelationshipChecks.Walk
+            typealias Dog = RelationshipChecks.Dog
+            let walks = Controller<Walk, Walk>(store: store)
+            let dogs = Controller<Dog, Dog>(store: store)
+            let elements = """
+                [{"id": 1, "dogID": 7, "minutes": 3},
+                 {"id": 2, "dogID": 8, "minutes": 4},
+                 {"id": 3, "dogID": {"id": 7, "name": "Late", "ownerID": {"id": "zed", "name": "Zed"}}, "minutes": 5},
+                 {"id": 4, "dogID": {"id": 8, "name": "Later"}, "minutes": 6}]
+                """
+            let report = try await walks.importJSON(json(elements), options: JSONImportOptions(commit: .everyBatch(1)))
+            try expectEqual([report.inserted, report.related], [4, 3], "four walks, two dogs and an owner")
+            try await expectEqual(walks.fetchAll().map(\.dogID), [7, 8, 7, 8], "walks written before their dogs were linked at the end")
+            try await expectEqual(dogs.fetchOne(id: 7)?.ownerID, "zed", "a nested object inside a nested object")
+            _ = try await walks.deleteAll(where: Request<Walk>.all)
+            try await expectEqual(walks.importJSON(json(elements)).inserted, 4, "the same in one transaction")
+            try await expectError(.missingReference, "a reference to a record the import never brings") {
+                try await walks.importJSON(json(#"[{"id": 9, "dogID": 99, "minutes": 1}]"#))
+            }
+            let batches = """
+                [{"id": 20, "dogID": 7, "minutes": 1}, {"id": 21, "dogID": 7, "minutes": 1},
+                 {"id": 22, "dogID": 7, "minutes": "long"}, {"id": 23, "dogID": 7, "minutes": 1}]
+                """
+            do {
+                _ = try await walks.importJSON(json(batches), options: JSONImportOptions(commit: .everyBatch(2)))
+                throw ConformanceFailure(message: "a bad element was imported", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expect(error.message.contains("Element 2") && error.message.contains("2 elements"), "the error says what was committed: \(error.message)")
+            }
+            try await expectEqual(walks.count(Request(\.id >= 20)), 2, "the first batch is committed, nothing after it")
+        },
+    ]
+}
