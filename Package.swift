@@ -21,6 +21,7 @@ let package = Package(
         // Test-only: the LD_PRELOAD shim the LMDB fault-injection tests load into
         // depot-fault-writer (see Sources/CFaultShim/include/CFaultShim.h).
         .library(name: "DepotFaultShim", type: .dynamic, targets: ["CFaultShim"]),
+        .executable(name: "depot", targets: ["depot"]),
     ],
     dependencies: [
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
@@ -118,6 +119,9 @@ let package = Package(
             ]),
         // The crash-safety helper: writes transactions to a store and logs each acknowledged
         // commit until DepotReliabilityTests kills it with SIGKILL.
+        .executableTarget(
+            name: "depot",
+            dependencies: ["Depot", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
         // The fault-injection helper: commits transactions with DepotFaultShim preloaded and
         // reports each commit's outcome, for DepotReliabilityTests.

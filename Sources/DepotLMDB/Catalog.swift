@@ -86,6 +86,28 @@ extension LMDBTransaction {
         if rc != 0 { throw fail(rc, "Emptying the database \(name) in \(storeName)") }
     }
 
+    /// The description of every entity stored in the metadata database.
+    func storedEntityDescriptions() throws -> [EntityDescription] {
+        let prefix = Array("entity:".utf8)
+        var names: [String] = []
+        try withCursor(metaDBI) { cursor in
+            var key = MDB_val()
+            var value = MDB_val()
+            var rc = Self.withVal(prefix) { k in
+                key = k
+                return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+            }
+            while rc == 0 {
+                let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+                guard bytes.starts(with: prefix) else { break }
+                names.append(String(decoding: bytes.dropFirst(prefix.count), as: UTF8.self))
+                rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+            }
+            if rc != 0 && rc != MDB_NOTFOUND { throw fail(rc, "Listing the stored entities of \(storeName)") }
+        }
+        return try names.compactMap { name throws(DepotError) in try readStoredEntity(name)?.entity }
+    }
+
     func readStoredEntity(_ name: String) throws(DepotError) -> StoredEntity? {
         guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else {
             return nil

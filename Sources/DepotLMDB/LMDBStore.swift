@@ -560,9 +560,23 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
 }
 
 extension LMDBStore: CatalogStore {
-    /// Every entity registered in this process or found in the environment's catalog when
-    /// the store opened.
-    public func registeredEntities() -> [EntityHandle] {
-        catalog.withLockedValue { $0 }.all.map(\.handle)
+    /// Every entity registered in this process or stored in the environment's catalog
+    /// (`entity:<Name>` keys of `depot_meta`), registered with its stored description.
+    public func storedEntities() async throws -> [EntityHandle] {
+        let stored: [EntityDescription] = try await withCheckedThrowingContinuation { continuation in
+            let accepted = writerLane.submit {
+                continuation.resume(with: Result {
+                    try self.begin()
+                    defer { self.end() }
+                    let snapshot = self.catalog.withLockedValue { $0 }
+                    return try self.runWrite(catalog: snapshot, recording: false) { transaction in
+                        try transaction.storedEntityDescriptions()
+                    }.0
+                })
+            }
+            if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
+        }
+        if !stored.isEmpty { _ = try await register(stored) }
+        return catalog.withLockedValue { $0 }.all.map(\.handle)
     }
 }

@@ -567,7 +567,42 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 extension SQLiteStore: CatalogStore {
     /// Every entity registered in this process or found in the file's `depot_entities`
     /// when the store opened.
-    public func registeredEntities() -> [EntityHandle] {
+    public func storedEntities() async throws -> [EntityHandle] {
         tables.all.map(\.handle)
+    }
+}
+
+extension SQLiteStore: IntegrityCheckingStore {
+    /// SQLite's `PRAGMA integrity_check` (pages, indexes, constraints) and
+    /// `PRAGMA foreign_key_check` (references), run on the writer connection.
+    public func checkIntegrity() async throws -> [String] {
+        try await withCheckedThrowingContinuation { continuation in
+            do { try begin() } catch { return continuation.resume(throwing: error) }
+            let accepted = writerLane.submit {
+                let result = Result { () throws(DepotError) -> [String] in
+                    var problems: [String] = []
+                    let integrity = try self.writer.prepare("PRAGMA integrity_check", cached: false)
+                    while try self.writer.step(integrity, "Checking the integrity of \(self.path)") {
+                        if case .string(let line) = try self.writer.column(0, of: integrity, as: .string), line != "ok" {
+                            problems.append("SQLite integrity_check: \(line)")
+                        }
+                    }
+                    let references = try self.writer.prepare("PRAGMA foreign_key_check", cached: false)
+                    while try self.writer.step(references, "Checking the references of \(self.path)") {
+                        let table = try self.writer.column(0, of: references, as: .string)
+                        let row = try self.writer.column(1, of: references, as: .int64)
+                        let parent = try self.writer.column(2, of: references, as: .string)
+                        problems.append("SQLite foreign_key_check: a row of \(table.debugLiteral) (rowid \(row.debugLiteral)) refers to a missing \(parent.debugLiteral)")
+                    }
+                    return problems
+                }
+                self.end()
+                continuation.resume(with: result.mapError { $0 as any Error })
+            }
+            if !accepted {
+                self.end()
+                continuation.resume(throwing: DepotError.closed("SQLite store at \(path)"))
+            }
+        }
     }
 }

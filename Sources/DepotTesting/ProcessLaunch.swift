@@ -209,4 +209,26 @@ public enum ProcessLaunch {
     ) throws -> (exit: Exit, stdout: String, stderr: String) {
         finish(try spawn(path, arguments, environment: environment))
     }
+
+    /// An executable of this build (`depot`, `depot-crash-writer`): in the same products
+    /// directory as the test runner, whatever the scratch path (`.build`, `.build-tsan`).
+    /// On Linux the runner is `<products>/DepotPackageTests.xctest`; on macOS it is inside
+    /// that bundle, so every ancestor directory of the running executable is tried.
+    public static func builtProduct(_ name: String) -> String? {
+        var starts: [URL] = []
+        if let url = Bundle.main.executableURL { starts.append(url) }
+        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            starts.append(URL(fileURLWithPath: path))
+        }
+        starts.append(URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL)
+        for start in starts {
+            var directory = start.deletingLastPathComponent()
+            for _ in 0..<5 {
+                let candidate = directory.appendingPathComponent(name).path
+                if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+                directory = directory.deletingLastPathComponent()
+            }
+        }
+        return nil
+    }
 }

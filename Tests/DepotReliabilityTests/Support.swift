@@ -99,24 +99,7 @@ func expectDepotError<T>(
 /// runner is `<products>/DepotPackageTests.xctest`; on macOS it is inside that bundle, so
 /// every ancestor directory of the running executable is tried. `DEPOT_CRASH_WRITER`
 /// overrides the search.
-let crashWriterPath: String? = {
-    if let path = ProcessInfo.processInfo.environment["DEPOT_CRASH_WRITER"] { return path }
-    var starts: [URL] = []
-    if let url = Bundle.main.executableURL { starts.append(url) }
-    if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-        starts.append(URL(fileURLWithPath: path))
-    }
-    starts.append(URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL)
-    for start in starts {
-        var directory = start.deletingLastPathComponent()
-        for _ in 0..<5 {
-            let candidate = directory.appendingPathComponent("depot-crash-writer").path
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-            directory = directory.deletingLastPathComponent()
-        }
-    }
-    return nil
-}()
+let crashWriterPath: String? = ProcessInfo.processInfo.environment["DEPOT_CRASH_WRITER"] ?? ProcessLaunch.builtProduct("depot-crash-writer")
 
 /// A running `depot-crash-writer`.
 final class Helper {

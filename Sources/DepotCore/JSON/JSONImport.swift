@@ -37,6 +37,9 @@ public struct JSONImportOptions: Sendable {
     public var commit: Commit
     /// How dates are read, tried in order.
     public var dateFormats: [JSONDateFormat]
+    /// Called after each committed transaction with the number of elements read so far
+    /// (a progress bar for a long import).
+    public var progress: (@Sendable (_ elementsRead: Int) -> Void)?
 
     public init(
         keys: [String: String] = [:], unknownKeys: UnknownKeys = .ignore, invalidElements: InvalidElements = .failImport,
@@ -47,6 +50,7 @@ public struct JSONImportOptions: Sendable {
         self.invalidElements = invalidElements
         self.commit = commit
         self.dateFormats = dateFormats
+        self.progress = nil
     }
 }
 
@@ -104,7 +108,7 @@ public enum JSONImport {
     public static func run(
         _ data: Data, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
     ) async throws -> JSONImportReport {
-        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        var session = try await JSONImportSession(entity: entity, store: store, options: options)
         try await session.feed(Array(data), final: true)
         return try await session.finish()
     }
@@ -115,7 +119,7 @@ public enum JSONImport {
     ) async throws -> JSONImportReport {
         let reader = try ChunkedFileReader(file)
         defer { reader.close() }
-        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        var session = try await JSONImportSession(entity: entity, store: store, options: options)
         while let chunk = try await reader.next() {
             try await session.feed(chunk, final: false)
         }
@@ -127,7 +131,7 @@ public enum JSONImport {
     public static func run<Bytes: AsyncSequence>(
         bytes: Bytes, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
     ) async throws -> JSONImportReport where Bytes.Element == UInt8 {
-        var session = try JSONImportSession(entity: entity, store: store, options: options)
+        var session = try await JSONImportSession(entity: entity, store: store, options: options)
         var buffer: [UInt8] = []
         buffer.reserveCapacity(ChunkedFileReader.chunkSize)
         for try await byte in bytes {
@@ -200,7 +204,7 @@ struct JSONImportSession {
     /// Entities by name, for references given as nested objects.
     let catalog: [String: EntityHandle]
 
-    init(entity: EntityHandle, store: any Store, options: JSONImportOptions) throws(DepotError) {
+    init(entity: EntityHandle, store: any Store, options: JSONImportOptions) async throws {
         if case .everyBatch(let size) = options.commit, size < 1 {
             throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
         }
@@ -209,7 +213,7 @@ struct JSONImportSession {
         self.options = options
         self.converter = JSONValueConverter(dateFormats: options.dateFormats)
         var catalog: [String: EntityHandle] = [:]
-        for handle in (store as? any CatalogStore)?.registeredEntities() ?? [] { catalog[handle.name] = handle }
+        for handle in try await (store as? any CatalogStore)?.storedEntities() ?? [] { catalog[handle.name] = handle }
         catalog[entity.name] = entity
         self.catalog = catalog
     }
@@ -363,7 +367,7 @@ struct JSONImportSession {
 
     /// Writes the pending elements in one transaction (elements whose references name
     /// records that do not exist yet wait for the last one, in batch mode).
-    private mutating func writeBatch(last: Bool = false) async throws {
+    mutating func writeBatch(last: Bool = false) async throws {
         let batch = pending
         pending.removeAll(keepingCapacity: true)
         let deferring = !last && options.commit != .atEnd
@@ -400,6 +404,7 @@ struct JSONImportSession {
         report.related += outcome.related
         report.skipped.append(contentsOf: outcome.skipped)
         deferred.append(contentsOf: outcome.deferred)
+        options.progress?(index)
     }
 
     struct BatchOutcome: Sendable {

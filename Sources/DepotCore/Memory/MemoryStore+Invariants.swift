@@ -33,3 +33,15 @@ extension MemoryStore {
         }
     }
 }
+
+extension MemoryStore: IntegrityCheckingStore {
+    /// The trees' shape and counts, and the unique indexes against the rows.
+    public func checkIntegrity() async throws -> [String] {
+        do {
+            try _checkInvariants()
+            return []
+        } catch {
+            return [error.message]
+        }
+    }
+}

@@ -215,7 +215,7 @@ public final class MemoryStore: InlineReadingStore {
 }
 
 extension MemoryStore: CatalogStore {
-    public func registeredEntities() -> [EntityHandle] {
+    public func storedEntities() async throws -> [EntityHandle] {
         state.withLockedValue { $0.snapshot.tables.all.map(\.handle) }
     }
 }

@@ -120,13 +120,13 @@ public protocol RowReadingStore: Store {
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
 }
 
-/// A store that lists the entities it knows: those registered in this process and, for a
-/// store on files, those its files held when it opened. Tools that work without the
-/// application's record types (JSON import and export, the `depot` command) read the
-/// schema from here.
+/// A store that lists the entities it holds: those registered in this process and, for a
+/// store on files, those its files hold. Tools that work without the application's record
+/// types (JSON import and export, `StoreCopy`, the `depot` command) read the schema here.
 public protocol CatalogStore: Store {
-    /// The handles of every entity the store knows, in slot order.
-    func registeredEntities() -> [EntityHandle]
+    /// The handles of every entity the store holds, registering the stored ones this
+    /// process has not registered yet (with their stored descriptions, so nothing changes).
+    func storedEntities() async throws -> [EntityHandle]
 }
 
 /// A capability: a store whose reads never block (no I/O, no lock held by a writer), so

@@ -186,5 +186,23 @@ enum JSONChecks {
             }
             try await expectEqual(walks.count(Request(\.id >= 20)), 2, "the first batch is committed, nothing after it")
         },
+        ConformanceCheck("a store lists its entities, passes its checks, and copies to another store verified") { store in
+            let (_, dogs, _) = try await RelationshipChecks.seeded(store)
+            guard let catalog = store as? any CatalogStore else {
+                throw ConformanceFailure(message: "\(store.backendName) does not list its entities (CatalogStore)", file: #fileID, line: #line)
+            }
+            let names = Set(try await catalog.storedEntities().map(\.name))
+            try expect(names.isSuperset(of: ["Owner", "Dog", "Walk"]), "the registered entities are listed: \(names)")
+            try await expectEqual(StoreChecks.run(catalog), [], "no broken reference, no shared unique value")
+            if let checking = store as? any IntegrityCheckingStore {
+                try await expectEqual(checking.checkIntegrity(), [], "the backend's own check")
+            }
+            let copy = MemoryStore()
+            let reports = try await StoreCopy.run(from: catalog, to: copy)
+            try expect(reports.allSatisfy(\.verified), "every entity verified: \(reports)")
+            try expectEqual(reports.first { $0.entity == "Walk" }?.targetRecords, 5, "the walks")
+            try await expectEqual(Controller<RelationshipChecks.Dog, RelationshipChecks.Dog>(store: copy).fetchAll(), dogs.fetchAll(), "the same dogs")
+            await copy.close()
+        },
     ]
 }

@@ -1,0 +1,292 @@
+import ArgumentParser
+import Depot
+import Foundation
+
+/// `depot`: inspects, imports into, exports from, checks and copies any Depot store, from
+/// its URL, without the application's record types (the store's catalog describes them).
+@main
+struct DepotCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "depot",
+        abstract: "Inspect, import into, export from, check and copy Depot stores.",
+        discussion: """
+            A store is named by its URL, as an application opens it: sqlite:///path/app.sqlite, \
+            lmdb:///path/app, memory:. Records are described by the store's own catalog, so \
+            the tool works on any store without the application's types.
+            """,
+        subcommands: [Info.self, Import.self, Export.self, Check.self, Copy.self])
+}
+
+/// Opens a store and lists what it holds, or fails with a message naming the URL.
+func openCatalog(_ url: String) async throws -> (any CatalogStore, StoreURL) {
+    let parsed = try StoreURL(url)
+    let store = try await openStore(url: url)
+    guard let catalog = store as? any CatalogStore else {
+        await store.close()
+        throw ValidationError("The \(store.backendName) store at \(url) cannot list its entities.")
+    }
+    return (catalog, parsed)
+}
+
+func entity(_ name: String, in store: any CatalogStore) async throws -> EntityHandle {
+    let entities = try await store.storedEntities()
+    guard let handle = entities.first(where: { $0.name == name }) else {
+        let known = entities.map(\.name)
+        throw ValidationError("The store holds no entity named \(name)\(known.isEmpty ? "; it holds none" : "; it holds: \(known.joined(separator: ", "))").")
+    }
+    return handle
+}
+
+/// A progress line on standard error, only when it is a terminal.
+struct Progress: Sendable {
+    let enabled = isatty(2) == 1
+
+    func show(_ text: String) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
+    }
+
+    func done() {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
+}
+
+/// Parses `attribute=key` pairs.
+func keyMapping(_ pairs: [String]) throws -> [String: String] {
+    var keys: [String: String] = [:]
+    for pair in pairs {
+        let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+            throw ValidationError("--key takes attribute=jsonKey, not '\(pair)'.")
+        }
+        keys[parts[0]] = parts[1]
+    }
+    return keys
+}
+
+struct Info: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a store's backend, files, entities, attributes, indexes, references and record counts.")
+
+    @Argument(help: "The store's URL.") var url: String
+    @Flag(help: "Print JSON instead of text.") var json = false
+
+    func run() async throws {
+        let (store, parsed) = try await openCatalog(url)
+        do {
+            try await show(store, parsed)
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+    }
+
+    func show(_ store: any CatalogStore, _ parsed: StoreURL) async throws {
+        var entities: [[String: Any]] = []
+        var text = "backend: \(store.backendName)\n"
+        for (file, size) in files(of: parsed) {
+            text += "file: \(file) (\(size) bytes)\n"
+        }
+        for handle in try await store.storedEntities() {
+            let count = try await store.read { try $0.count(Query(all: handle)) }
+            text += "\nentity \(handle.name): \(count) records\n"
+            var attributes: [[String: Any]] = []
+            for (i, attribute) in handle.entity.attributes.enumerated() {
+                var traits: [String] = [attribute.type.rawValue]
+                if i == handle.entity.primaryKeyIndex { traits.append("primary key") }
+                if attribute.isOptional { traits.append("optional") }
+                if attribute.isUnique { traits.append("unique") } else if attribute.isIndexed { traits.append("indexed") }
+                if let reference = attribute.reference { traits.append("references \(reference.entity) (on delete \(reference.onDelete.rawValue))") }
+                if let value = attribute.defaultValue { traits.append("default \(value.debugLiteral)") }
+                text += "  \(attribute.name): \(traits.joined(separator: ", "))\n"
+                attributes.append(["name": attribute.name, "traits": traits])
+            }
+            entities.append(["name": handle.name, "records": count, "attributes": attributes])
+        }
+        if json {
+            let object: [String: Any] = ["backend": store.backendName, "entities": entities]
+            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            print(text, terminator: "")
+        }
+    }
+
+    func files(of url: StoreURL) -> [(String, Int)] {
+        guard let path = url.path else { return [] }
+        var candidates: [String] = []
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            candidates = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 }
+        } else {
+            candidates = [path, path + "-wal", path + "-shm"]
+        }
+        return candidates.compactMap { file in
+            guard let size = (try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? Int else { return nil }
+            return (file, size)
+        }
+    }
+}
+
+struct Import: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Upsert a JSON array of objects into an entity.",
+        discussion: "Errors name the element, the key, the value and the expected type. By default one transaction: nothing is written unless every element is.")
+
+    @Argument(help: "The store's URL.") var url: String
+    @Argument(help: "The entity to import into.") var entityName: String
+    @Argument(help: "The JSON file (an array of objects).") var file: String
+    @Option(name: .customLong("key"), help: "attribute=jsonKey, for a JSON key other than the attribute's name (repeatable).")
+    var keys: [String] = []
+    @Option(help: "Commit every N elements instead of once at the end.") var batch: Int?
+    @Flag(help: "Leave out elements that cannot be converted and list them, instead of failing.") var skipInvalid = false
+    @Flag(help: "Treat a member that names no attribute as an error.") var refuseUnknownKeys = false
+    @Option(name: .customLong("date-format"), help: "A DateFormatter pattern to read dates with, after ISO 8601 and seconds since 1970 (repeatable).")
+    var dateFormats: [String] = []
+
+    func run() async throws {
+        let (store, _) = try await openCatalog(url)
+        do {
+            let handle = try await entity(entityName, in: store)
+            var options = JSONImportOptions(
+                keys: try keyMapping(keys), unknownKeys: refuseUnknownKeys ? .refuse : .ignore,
+                invalidElements: skipInvalid ? .skip : .failImport, commit: batch.map { .everyBatch($0) } ?? .atEnd)
+            options.dateFormats += dateFormats.map { .formatted($0) }
+            let progress = Progress()
+            options.progress = { progress.show("\(entityName): \($0) elements read") }
+            let report = try await JSONImport.run(contentsOf: URL(fileURLWithPath: file), into: handle, of: store, options: options)
+            progress.done()
+            print("\(entityName): \(report.inserted) inserted, \(report.updated) updated, \(report.related) related records, \(report.skipped.count) skipped")
+            for problem in report.skipped { print("skipped: \(problem.message)") }
+            await store.close()
+        } catch {
+            await store.close()
+            throw error
+        }
+    }
+}
+
+struct Export: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write an entity's records as a JSON array (that `depot import` reads back exactly).")
+
+    @Argument(help: "The store's URL.") var url: String
+    @Argument(help: "The entity to export.") var entityName: String
+    @Option(name: .shortAndLong, help: "The file to write; standard output when omitted.") var output: String?
+    @Option(name: .customLong("key"), help: "attribute=jsonKey, to write an attribute under another key (repeatable).")
+    var keys: [String] = []
+
+    func run() async throws {
+        let (store, _) = try await openCatalog(url)
+        do {
+            let handle = try await entity(entityName, in: store)
+            let mapping = try keyMapping(keys)
+            let count: Int
+            if let output {
+                count = try await JSONExport.write(Query(all: handle), of: store, keys: mapping, to: URL(fileURLWithPath: output))
+                FileHandle.standardError.write(Data("\(entityName): \(count) records written to \(output)\n".utf8))
+            } else {
+                count = try await JSONExport.run(Query(all: handle), of: store, keys: mapping) { data in
+                    try await StandardOutput.shared.write(data)
+                }
+            }
+            await store.close()
+        } catch {
+            await store.close()
+            throw error
+        }
+    }
+}
+
+/// Standard output written on a dispatch queue: a pipe's writes block.
+actor StandardOutput {
+    static let shared = StandardOutput()
+    private let queue = DispatchQueue(label: "depot.stdout")
+
+    func write(_ data: Data) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            queue.async {
+                do {
+                    try FileHandle.standardOutput.write(contentsOf: data)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+}
+
+struct Check: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check a store: its catalog, references and unique values, and the backend's own files.",
+        discussion: "SQLite: integrity_check and foreign_key_check. LMDB: every index against the records. Memory: its trees. Exits with status 1 when a problem is found.")
+
+    @Argument(help: "The store's URL.") var url: String
+
+    func run() async throws {
+        let (store, _) = try await openCatalog(url)
+        var problems: [String]
+        let entities: Int
+        do {
+            entities = try await store.storedEntities().count
+            problems = try await StoreChecks.run(store)
+            if let checking = store as? any IntegrityCheckingStore {
+                problems += try await checking.checkIntegrity()
+            }
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+        if problems.isEmpty {
+            print("ok: \(entities) entities checked")
+        } else {
+            for problem in problems { print("problem: \(problem)") }
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct Copy: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy every entity of one store into another (for example SQLite to LMDB), then verify counts and checksums.",
+        discussion: "Exits with status 1 when an entity's copy does not match its source.")
+
+    @Argument(help: "The source store's URL.") var from: String
+    @Argument(help: "The target store's URL (created when missing).") var to: String
+
+    func run() async throws {
+        let (source, _) = try await openCatalog(from)
+        let target: any Store
+        do {
+            target = try await openStore(url: to)
+        } catch {
+            await source.close()
+            throw error
+        }
+        let progress = Progress()
+        let reports: [StoreCopy.EntityReport]
+        do {
+            reports = try await StoreCopy.run(from: source, to: target) { entity, records in
+                progress.show("\(entity): \(records) records copied")
+            }
+        } catch {
+            await source.close()
+            await target.close()
+            throw error
+        }
+        progress.done()
+        await source.close()
+        await target.close()
+        var failed = false
+        for report in reports {
+            let verdict = report.verified ? "verified" : "MISMATCH"
+            print("\(report.entity): \(report.sourceRecords) records → \(report.targetRecords), checksum \(String(report.sourceChecksum, radix: 16)) → \(String(report.targetChecksum, radix: 16)): \(verdict)")
+            failed = failed || !report.verified
+        }
+        if failed { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,91 @@
+import Depot
+import DepotTesting
+import Foundation
+import Testing
+
+/// The `depot` command, run as a built binary against real stores of each backend on files.
+/// (A `memory:` store lives in one process, so the command can only open it empty.)
+@Suite("The depot command")
+struct DepotCommandTests {
+    static let binary = ProcessLaunch.builtProduct("depot")
+
+    func depot(_ arguments: String...) throws -> (status: Int32, stdout: String, stderr: String) {
+        guard let binary = Self.binary else { throw DepotError(.invalidConfiguration, "depot was not built next to the test runner; run swift build") }
+        let result = try ProcessLaunch.run(binary, arguments)
+        return (result.exit.status, result.stdout, result.stderr)
+    }
+
+    /// Two dogs and three walks, in a store at `url`.
+    func seed(_ url: String) async throws {
+        let store = try await openStore(url: url)
+        try await Controller<Dog, Dog>(store: store).save([Dog(id: 1, name: "Rex"), Dog(id: 2, name: "Fido")])
+        try await Controller<Walk, Walk>(store: store).save([
+            Walk(id: 10, dogID: 1, position: 0, minutes: 30), Walk(id: 11, dogID: 1, position: 1, minutes: 45),
+            Walk(id: 12, dogID: 2, position: 0, minutes: 5),
+        ])
+        await store.close()
+    }
+
+    @Test(arguments: [("sqlite://DIR/a.sqlite", "lmdb://DIR/b"), ("lmdb://DIR/a", "sqlite://DIR/b.sqlite")])
+    func everySubcommandOnRealStores(source template: String, target targetTemplate: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-command-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let source = template.replacingOccurrences(of: "DIR", with: directory.path)
+        let target = targetTemplate.replacingOccurrences(of: "DIR", with: directory.path)
+        try await seed(source)
+
+        let info = try depot("info", source)
+        #expect(info.status == 0, "\(info.stderr)")
+        #expect(info.stdout.contains("entity Dog: 2 records"), "\(info.stdout)")
+        #expect(info.stdout.contains("entity Walk: 3 records"), "\(info.stdout)")
+        #expect(info.stdout.contains("dogID: int64, indexed, references Dog (on delete cascade)"), "\(info.stdout)")
+        #expect(info.stdout.contains("file: "), "\(info.stdout)")
+
+        let check = try depot("check", source)
+        #expect(check.status == 0 && check.stdout.contains("ok: 2 entities checked"), "\(check.stdout)\(check.stderr)")
+
+        let copy = try depot("copy", source, target)
+        #expect(copy.status == 0, "\(copy.stdout)\(copy.stderr)")
+        #expect(copy.stdout.contains("Dog: 2 records → 2") && copy.stdout.contains("Walk: 3 records → 3"), "\(copy.stdout)")
+        #expect(copy.stdout.components(separatedBy: ": verified").count == 3, "\(copy.stdout)")
+        let copied = try await openStore(url: target)
+        #expect(try await Controller<Walk, Walk>(store: copied).fetchAll().map(\.minutes) == [30, 45, 5])
+        await copied.close()
+
+        let exportFile = directory.appendingPathComponent("walks.json").path
+        let export = try depot("export", target, "Walk", "--output", exportFile, "--key", "minutes=duration")
+        #expect(export.status == 0 && export.stderr.contains("3 records written"), "\(export.stderr)")
+        let exported = try String(contentsOfFile: exportFile, encoding: .utf8)
+        #expect(exported.contains("\"duration\":45"), "\(exported)")
+        let stdout = try depot("export", source, "Dog")
+        let dogs = try JSONSerialization.jsonObject(with: Data(stdout.stdout.utf8)) as? [[String: Any]]
+        #expect(dogs?.count == 2 && dogs?.first?["name"] as? String == "Rex", "\(stdout.stdout)")
+
+        let importFile = directory.appendingPathComponent("more.json")
+        try Data(#"[{"id": 13, "dogID": 2, "position": "1", "minutes": 20}, {"id": 14, "dogID": {"id": 3, "name": "Nova"}, "position": 0, "minutes": "long"}]"#.utf8).write(to: importFile)
+        let refused = try depot("import", source, "Walk", importFile.path)
+        #expect(refused.status != 0 && refused.stderr.contains("Element 1") && refused.stderr.contains("\"long\""), "\(refused.stderr)")
+        let skipped = try depot("import", source, "Walk", importFile.path, "--skip-invalid")
+        #expect(skipped.status == 0 && skipped.stdout.contains("1 inserted, 0 updated, 0 related records, 1 skipped"), "\(skipped.stdout)\(skipped.stderr)")
+        let unknown = try depot("import", source, "Cat", importFile.path)
+        #expect(unknown.status != 0 && unknown.stderr.contains("no entity named Cat"), "\(unknown.stderr)")
+        let reimport = try depot("import", source, "Walk", exportFile, "--key", "minutes=duration", "--batch", "2")
+        #expect(reimport.status == 0 && reimport.stdout.contains("0 inserted, 3 updated"), "\(reimport.stdout)\(reimport.stderr)")
+    }
+
+    @Test func checkFindsWhatAnotherProgramBroke() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-check-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("broken.sqlite").path
+        try await seed("sqlite://\(path)")
+        // The sqlite3 shell leaves foreign keys off, so it can leave a walk without its dog.
+        let shell = try ProcessLaunch.run("/usr/bin/sqlite3", [path, "INSERT INTO Walk (id, dogID, position, minutes) VALUES (99, 42, 0, 1);"])
+        #expect(shell.exit.status == 0, "\(shell.stderr)")
+        let check = try depot("check", "sqlite://\(path)")
+        #expect(check.status == 1, "\(check.stdout)")
+        #expect(check.stdout.contains("Walk.dogID refers to 1 Dog key(s) that do not exist: 42"), "\(check.stdout)")
+        #expect(check.stdout.contains("SQLite foreign_key_check"), "\(check.stdout)")
+    }
+}
