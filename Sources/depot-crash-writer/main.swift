@@ -5,6 +5,11 @@
 //       DepotTesting) until killed or until MAX transactions. After each commit returns, it
 //       appends the transaction number to LOG and fsyncs LOG before starting the next one,
 //       so every number in LOG is a commit Depot acknowledged.
+//   depot-crash-writer migrate URL
+//       Seeds CrashMigration's members unless they are there, then runs its migration (a
+//       step rewriting every member), then prints "done".
+//   depot-crash-writer import URL FILE
+//       Imports CrashMigration's JSON file of arrivals in one transaction, then prints "done".
 //   depot-crash-writer open URL [--nobody]
 //       Opens the store and registers the workload's entities, then prints "ok", or
 //       "error CODE MESSAGE" for a DepotError. With --nobody, a root process first drops to
@@ -112,8 +117,22 @@ case "write" where arguments.count == 4 || arguments.count == 5:
     let maximum = arguments.count == 5 ? Int(arguments[4]) : Int.max
     guard let maximum, maximum >= 0 else { fail("MAX must be a whole number", status: 2) }
     await runWriter(url: arguments[1], logPath: arguments[2], seed: seed, maximum: maximum)
+case "migrate" where arguments.count == 2, "import" where arguments.count == 3:
+    exitWithParent()
+    do {
+        let store = try await openStore(url: arguments[1])
+        if arguments[0] == "migrate" {
+            try await CrashMigration.migrate(store)
+        } else {
+            try await CrashMigration.importAll(store, file: arguments[2])
+        }
+        await store.close()
+        print("done")
+    } catch {
+        fail("\(arguments[0]) failed: \(error)")
+    }
 case "open" where arguments.count == 2 || (arguments.count == 3 && arguments[2] == "--nobody"):
     await runOpen(url: arguments[1], asNobody: arguments.count == 3)
 default:
-    fail("usage: depot-crash-writer write URL LOG SEED [MAX] | open URL [--nobody]", status: 2)
+    fail("usage: depot-crash-writer write URL LOG SEED [MAX] | migrate URL | import URL FILE | open URL [--nobody]", status: 2)
 }

@@ -164,7 +164,8 @@ public struct EntityDescription: Sendable, Hashable, Codable {
         guard isLetter(first), utf8.allSatisfy({ isLetter($0) || isDigit($0) }) else {
             throw DepotError(.invalidSchema, "\(what) '\(identifier)' may contain only ASCII letters, digits and '_', and must not start with a digit.")
         }
-        guard !identifier.lowercased().hasPrefix("depot_"), !identifier.lowercased().hasPrefix("sqlite_") else {
+        // Depot's own ledger of migration steps is the one name with the reserved prefix.
+        guard identifier == migrationLedgerName || !identifier.lowercased().hasPrefix("depot_"), !identifier.lowercased().hasPrefix("sqlite_") else {
             throw DepotError(.invalidSchema, "\(what) '\(identifier)' uses a reserved prefix (depot_, sqlite_); choose another name.")
         }
     }
