@@ -17,13 +17,40 @@ struct DepotCommand: AsyncParsableCommand {
         subcommands: [Info.self, Import.self, Export.self, Check.self, Copy.self])
 }
 
-/// Opens a store and lists what it holds, or fails with a message naming the URL.
+/// A failure to report in one line on standard error, with exit status 2 (status 1 means a
+/// check found problems or a copy does not match).
+struct CommandError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs a subcommand's work: a Depot error or a `CommandError` is printed on standard error
+/// and ends the process with status 2.
+func reporting(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as ExitCode {
+        throw error
+    } catch let error as DepotError {
+        FileHandle.standardError.write(Data("depot: \(error.message) (\(error.code))\n".utf8))
+        throw ExitCode(2)
+    } catch {
+        FileHandle.standardError.write(Data("depot: \(error)\n".utf8))
+        throw ExitCode(2)
+    }
+}
+
+/// Opens an existing store and lists what it holds. A path that does not exist is an
+/// error: opening would create an empty store there, and report on it.
 func openCatalog(_ url: String) async throws -> (any CatalogStore, StoreURL) {
     let parsed = try StoreURL(url)
+    if let path = parsed.path, !FileManager.default.fileExists(atPath: path) {
+        throw CommandError("There is no store at \(path); check the URL (depot never creates a store it was asked to read).")
+    }
     let store = try await openStore(url: url)
     guard let catalog = store as? any CatalogStore else {
         await store.close()
-        throw ValidationError("The \(store.backendName) store at \(url) cannot list its entities.")
+        throw CommandError("The \(store.backendName) store at \(url) cannot list its entities.")
     }
     return (catalog, parsed)
 }
@@ -32,7 +59,7 @@ func entity(_ name: String, in store: any CatalogStore) async throws -> EntityHa
     let entities = try await store.storedEntities()
     guard let handle = entities.first(where: { $0.name == name }) else {
         let known = entities.map(\.name)
-        throw ValidationError("The store holds no entity named \(name)\(known.isEmpty ? "; it holds none" : "; it holds: \(known.joined(separator: ", "))").")
+        throw CommandError("The store holds no entity named \(name)\(known.isEmpty ? "; it holds none" : "; it holds: \(known.joined(separator: ", "))").")
     }
     return handle
 }
@@ -58,7 +85,7 @@ func keyMapping(_ pairs: [String]) throws -> [String: String] {
     for pair in pairs {
         let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
         guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
-            throw ValidationError("--key takes attribute=jsonKey, not '\(pair)'.")
+            throw CommandError("--key takes attribute=jsonKey, not '\(pair)'.")
         }
         keys[parts[0]] = parts[1]
     }
@@ -73,14 +100,16 @@ struct Info: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of text.") var json = false
 
     func run() async throws {
-        let (store, parsed) = try await openCatalog(url)
-        do {
-            try await show(store, parsed)
-        } catch {
+        try await reporting {
+            let (store, parsed) = try await openCatalog(url)
+            do {
+                try await show(store, parsed)
+            } catch {
+                await store.close()
+                throw error
+            }
             await store.close()
-            throw error
         }
-        await store.close()
     }
 
     func show(_ store: any CatalogStore, _ parsed: StoreURL) async throws {
@@ -147,23 +176,25 @@ struct Import: AsyncParsableCommand {
     var dateFormats: [String] = []
 
     func run() async throws {
-        let (store, _) = try await openCatalog(url)
-        do {
-            let handle = try await entity(entityName, in: store)
-            var options = JSONImportOptions(
-                keys: try keyMapping(keys), unknownKeys: refuseUnknownKeys ? .refuse : .ignore,
-                invalidElements: skipInvalid ? .skip : .failImport, commit: batch.map { .everyBatch($0) } ?? .atEnd)
-            options.dateFormats += dateFormats.map { .formatted($0) }
-            let progress = Progress()
-            options.progress = { progress.show("\(entityName): \($0) elements read") }
-            let report = try await JSONImport.run(contentsOf: URL(fileURLWithPath: file), into: handle, of: store, options: options)
-            progress.done()
-            print("\(entityName): \(report.inserted) inserted, \(report.updated) updated, \(report.related) related records, \(report.skipped.count) skipped")
-            for problem in report.skipped { print("skipped: \(problem.message)") }
-            await store.close()
-        } catch {
-            await store.close()
-            throw error
+        try await reporting {
+            let (store, _) = try await openCatalog(url)
+            do {
+                let handle = try await entity(entityName, in: store)
+                var options = JSONImportOptions(
+                    keys: try keyMapping(keys), unknownKeys: refuseUnknownKeys ? .refuse : .ignore,
+                    invalidElements: skipInvalid ? .skip : .failImport, commit: batch.map { .everyBatch($0) } ?? .atEnd)
+                options.dateFormats += dateFormats.map { .formatted($0) }
+                let progress = Progress()
+                options.progress = { progress.show("\(entityName): \($0) elements read") }
+                let report = try await JSONImport.run(contentsOf: URL(fileURLWithPath: file), into: handle, of: store, options: options)
+                progress.done()
+                print("\(entityName): \(report.inserted) inserted, \(report.updated) updated, \(report.related) related records, \(report.skipped.count) skipped")
+                for problem in report.skipped { print("skipped: \(problem.message)") }
+                await store.close()
+            } catch {
+                await store.close()
+                throw error
+            }
         }
     }
 }
@@ -179,23 +210,25 @@ struct Export: AsyncParsableCommand {
     var keys: [String] = []
 
     func run() async throws {
-        let (store, _) = try await openCatalog(url)
-        do {
-            let handle = try await entity(entityName, in: store)
-            let mapping = try keyMapping(keys)
-            let count: Int
-            if let output {
-                count = try await JSONExport.write(Query(all: handle), of: store, keys: mapping, to: URL(fileURLWithPath: output))
-                FileHandle.standardError.write(Data("\(entityName): \(count) records written to \(output)\n".utf8))
-            } else {
-                count = try await JSONExport.run(Query(all: handle), of: store, keys: mapping) { data in
-                    try await StandardOutput.shared.write(data)
+        try await reporting {
+            let (store, _) = try await openCatalog(url)
+            do {
+                let handle = try await entity(entityName, in: store)
+                let mapping = try keyMapping(keys)
+                let count: Int
+                if let output {
+                    count = try await JSONExport.write(Query(all: handle), of: store, keys: mapping, to: URL(fileURLWithPath: output))
+                    FileHandle.standardError.write(Data("\(entityName): \(count) records written to \(output)\n".utf8))
+                } else {
+                    count = try await JSONExport.run(Query(all: handle), of: store, keys: mapping) { data in
+                        try await StandardOutput.shared.write(data)
+                    }
                 }
+                await store.close()
+            } catch {
+                await store.close()
+                throw error
             }
-            await store.close()
-        } catch {
-            await store.close()
-            throw error
         }
     }
 }
@@ -222,30 +255,32 @@ actor StandardOutput {
 struct Check: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check a store: its catalog, references and unique values, and the backend's own files.",
-        discussion: "SQLite: integrity_check and foreign_key_check. LMDB: every index against the records. Memory: its trees. Exits with status 1 when a problem is found.")
+        discussion: "SQLite: integrity_check and foreign_key_check. LMDB: every index against the records. Memory: its trees. Exits with status 1 when a problem is found, 2 when the check itself fails.")
 
     @Argument(help: "The store's URL.") var url: String
 
     func run() async throws {
-        let (store, _) = try await openCatalog(url)
-        var problems: [String]
-        let entities: Int
-        do {
-            entities = try await store.storedEntities().count
-            problems = try await StoreChecks.run(store)
-            if let checking = store as? any IntegrityCheckingStore {
-                problems += try await checking.checkIntegrity()
+        try await reporting {
+            let (store, _) = try await openCatalog(url)
+            var problems: [String]
+            let entities: Int
+            do {
+                entities = try await store.storedEntities().count
+                problems = try await StoreChecks.run(store)
+                if let checking = store as? any IntegrityCheckingStore {
+                    problems += try await checking.checkIntegrity()
+                }
+            } catch {
+                await store.close()
+                throw error
             }
-        } catch {
             await store.close()
-            throw error
-        }
-        await store.close()
-        if problems.isEmpty {
-            print("ok: \(entities) entities checked")
-        } else {
-            for problem in problems { print("problem: \(problem)") }
-            throw ExitCode(1)
+            if problems.isEmpty {
+                print("ok: \(entities) entities checked")
+            } else {
+                for problem in problems { print("problem: \(problem)") }
+                throw ExitCode(1)
+            }
         }
     }
 }
@@ -259,34 +294,36 @@ struct Copy: AsyncParsableCommand {
     @Argument(help: "The target store's URL (created when missing).") var to: String
 
     func run() async throws {
-        let (source, _) = try await openCatalog(from)
-        let target: any Store
-        do {
-            target = try await openStore(url: to)
-        } catch {
-            await source.close()
-            throw error
-        }
-        let progress = Progress()
-        let reports: [StoreCopy.EntityReport]
-        do {
-            reports = try await StoreCopy.run(from: source, to: target) { entity, records in
-                progress.show("\(entity): \(records) records copied")
+        try await reporting {
+            let (source, _) = try await openCatalog(from)
+            let target: any Store
+            do {
+                target = try await openStore(url: to)
+            } catch {
+                await source.close()
+                throw error
             }
-        } catch {
+            let progress = Progress()
+            let reports: [StoreCopy.EntityReport]
+            do {
+                reports = try await StoreCopy.run(from: source, to: target) { entity, records in
+                    progress.show("\(entity): \(records) records copied")
+                }
+            } catch {
+                await source.close()
+                await target.close()
+                throw error
+            }
+            progress.done()
             await source.close()
             await target.close()
-            throw error
+            var failed = false
+            for report in reports {
+                let verdict = report.verified ? "verified" : "MISMATCH"
+                print("\(report.entity): \(report.sourceRecords) records → \(report.targetRecords), checksum \(String(report.sourceChecksum, radix: 16)) → \(String(report.targetChecksum, radix: 16)): \(verdict)")
+                failed = failed || !report.verified
+            }
+            if failed { throw ExitCode(1) }
         }
-        progress.done()
-        await source.close()
-        await target.close()
-        var failed = false
-        for report in reports {
-            let verdict = report.verified ? "verified" : "MISMATCH"
-            print("\(report.entity): \(report.sourceRecords) records → \(report.targetRecords), checksum \(String(report.sourceChecksum, radix: 16)) → \(String(report.targetChecksum, radix: 16)): \(verdict)")
-            failed = failed || !report.verified
-        }
-        if failed { throw ExitCode(1) }
     }
 }

@@ -68,6 +68,10 @@ struct DepotCommandTests {
         #expect(refused.status != 0 && refused.stderr.contains("Element 1") && refused.stderr.contains("\"long\""), "\(refused.stderr)")
         let skipped = try depot("import", source, "Walk", importFile.path, "--skip-invalid")
         #expect(skipped.status == 0 && skipped.stdout.contains("1 inserted, 0 updated, 0 related records, 1 skipped"), "\(skipped.stdout)\(skipped.stderr)")
+        let missing = directory.appendingPathComponent("typo.sqlite").path
+        let absent = try depot("info", "sqlite://\(missing)")
+        #expect(absent.status == 2 && absent.stderr.contains("There is no store at"), "\(absent.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: missing), "nothing was created")
         let unknown = try depot("import", source, "Cat", importFile.path)
         #expect(unknown.status != 0 && unknown.stderr.contains("no entity named Cat"), "\(unknown.stderr)")
         let reimport = try depot("import", source, "Walk", exportFile, "--key", "minutes=duration", "--batch", "2")

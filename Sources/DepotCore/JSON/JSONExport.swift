@@ -80,17 +80,19 @@ public enum JSONExport {
         return data
     }
 
-    /// Exports the records `query` selects into a file (created or replaced), written off
-    /// the cooperative thread pool; returns the number of records.
+    /// Exports the records `query` selects into a file, written off the cooperative thread
+    /// pool into a temporary file beside it that replaces `file` only once it is complete and
+    /// synced: a failed export leaves an existing file as it was. Returns the number of
+    /// records.
     @discardableResult
     public static func write(_ query: Query, of store: any Store, keys: [String: String] = [:], to file: URL) async throws -> Int {
-        let writer = try ChunkedFileWriter(file)
+        let writer = try await ChunkedFileWriter.open(file)
         do {
             let count = try await run(query, of: store, keys: keys) { try await writer.write($0) }
-            try await writer.close()
+            try await writer.finish()
             return count
         } catch {
-            try? await writer.close()
+            await writer.abandon()
             throw error
         }
     }
@@ -105,49 +107,70 @@ extension Query {
     }
 }
 
-/// Writes a file on a dispatch queue: file writes block, and blocking work never runs on
-/// Swift's cooperative pool.
+/// Writes a file on a dispatch queue (file calls block, and blocking work never runs on
+/// Swift's cooperative pool), into a temporary file renamed over the destination at the end.
 final class ChunkedFileWriter: Sendable {
     let handle: FileHandle
     let path: String
+    let temporary: String
     private static let queue = DispatchQueue(label: "depot.json.file-writer")
 
-    init(_ file: URL) throws(DepotError) {
-        path = file.path
-        guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
-            throw DepotError(.io, "Cannot create \(file.path) to export into; check that its directory exists and is writable.")
+    private init(handle: FileHandle, path: String, temporary: String) {
+        self.handle = handle
+        self.path = path
+        self.temporary = temporary
+    }
+
+    static func open(_ file: URL) async throws -> ChunkedFileWriter {
+        try await run {
+            let temporary = file.path + ".depot-\(UUID().uuidString.prefix(8)).tmp"
+            guard FileManager.default.createFile(atPath: temporary, contents: nil) else {
+                throw DepotError(.io, "Cannot create a file in \(file.deletingLastPathComponent().path) to export into; check that the directory exists and is writable.")
+            }
+            do {
+                return ChunkedFileWriter(handle: try FileHandle(forWritingTo: URL(fileURLWithPath: temporary)), path: file.path, temporary: temporary)
+            } catch {
+                try? FileManager.default.removeItem(atPath: temporary)
+                throw DepotError(.io, "Cannot open \(temporary) to export into: \(error.localizedDescription)")
+            }
         }
-        do {
-            handle = try FileHandle(forWritingTo: file)
-        } catch {
-            throw DepotError(.io, "Cannot open \(file.path) to export into: \(error.localizedDescription)")
+    }
+
+    private static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
         }
     }
 
     func write(_ data: Data) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            Self.queue.async {
-                do {
-                    try self.handle.write(contentsOf: data)
-                    continuation.resume()
-                } catch {
-                    continuation.resume(throwing: DepotError(.io, "Writing the export to \(self.path) failed: \(error.localizedDescription)"))
-                }
+        try await Self.run {
+            do {
+                try self.handle.write(contentsOf: data)
+            } catch {
+                throw DepotError(.io, "Writing the export to \(self.temporary) failed: \(error.localizedDescription)")
             }
         }
     }
 
-    func close() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            Self.queue.async {
-                do {
-                    try self.handle.synchronize()
-                    try self.handle.close()
-                    continuation.resume()
-                } catch {
-                    continuation.resume(throwing: DepotError(.io, "Closing the export \(self.path) failed: \(error.localizedDescription)"))
-                }
+    /// Syncs and closes the file, then puts it in place.
+    func finish() async throws {
+        try await Self.run {
+            do {
+                try self.handle.synchronize()
+                try self.handle.close()
+                if rename(self.temporary, self.path) != 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            } catch {
+                try? FileManager.default.removeItem(atPath: self.temporary)
+                throw DepotError(.io, "Completing the export to \(self.path) failed: \(error.localizedDescription)")
             }
+        }
+    }
+
+    /// Closes and removes the temporary file.
+    func abandon() async {
+        _ = try? await Self.run {
+            try? self.handle.close()
+            try? FileManager.default.removeItem(atPath: self.temporary)
         }
     }
 }

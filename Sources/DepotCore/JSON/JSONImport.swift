@@ -76,7 +76,8 @@ public struct JSONImportReport: Sendable, Hashable {
     public var inserted = 0
     /// Elements that updated an existing record.
     public var updated = 0
-    /// Records imported from nested objects given for references.
+    /// Records written from nested objects given for references (a record nested in several
+    /// elements counts each time).
     public var related = 0
     /// Elements left out (with ``JSONImportOptions/InvalidElements/skip``).
     public var skipped: [JSONImportProblem] = []
@@ -117,7 +118,7 @@ public enum JSONImport {
     public static func run(
         contentsOf file: URL, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
     ) async throws -> JSONImportReport {
-        let reader = try ChunkedFileReader(file)
+        let reader = try await ChunkedFileReader.open(file)
         defer { reader.close() }
         var session = try await JSONImportSession(entity: entity, store: store, options: options)
         while let chunk = try await reader.next() {
@@ -153,11 +154,20 @@ final class ChunkedFileReader: Sendable {
     let handle: FileHandle
     private static let queue = DispatchQueue(label: "depot.json.file", attributes: .concurrent)
 
-    init(_ file: URL) throws(DepotError) {
-        do {
-            handle = try FileHandle(forReadingFrom: file)
-        } catch {
-            throw DepotError(.io, "Cannot open \(file.path) to import: \(error.localizedDescription)")
+    private init(handle: FileHandle) {
+        self.handle = handle
+    }
+
+    /// Opens the file on the reader's queue: opening blocks too.
+    static func open(_ file: URL) async throws -> ChunkedFileReader {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                do {
+                    continuation.resume(returning: ChunkedFileReader(handle: try FileHandle(forReadingFrom: file)))
+                } catch {
+                    continuation.resume(throwing: DepotError(.io, "Cannot open \(file.path) to import: \(error.localizedDescription)"))
+                }
+            }
         }
     }
 
@@ -174,6 +184,7 @@ final class ChunkedFileReader: Sendable {
         }
     }
 
+    /// Closing a file opened for reading does not wait for the disk.
     func close() { try? handle.close() }
 }
 
@@ -197,6 +208,10 @@ struct JSONImportSession {
     var converter: JSONValueConverter
     var started = false
     var ended = false
+    /// Bytes dropped from the scanner's buffer so far: offsets in messages are in the input.
+    var consumed = 0
+    /// The buffer size before which an incomplete element is not scanned again.
+    var rescanAt = 0
     var index = 0
     var pending: [ConvertedElement] = []
     var deferred: [ConvertedElement] = []
@@ -207,6 +222,19 @@ struct JSONImportSession {
     init(entity: EntityHandle, store: any Store, options: JSONImportOptions) async throws {
         if case .everyBatch(let size) = options.commit, size < 1 {
             throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
+        }
+        // Every renamed key must name an attribute, and no two attributes may be read from
+        // the same key.
+        var jsonKeys: [String: String] = [:]
+        for attribute in entity.entity.attributes {
+            let key = options.keys[attribute.name] ?? attribute.name
+            if let other = jsonKeys[key] {
+                throw DepotError(.invalidConfiguration, "The JSON key \"\(key)\" would be read into both \(entity.name).\(other) and \(entity.name).\(attribute.name); give one of them another key.")
+            }
+            jsonKeys[key] = attribute.name
+        }
+        if let unknown = options.keys.keys.sorted().first(where: { entity.entity.index(of: $0) == nil }) {
+            throw DepotError(.invalidConfiguration, "The key mapping names \(unknown), which is not an attribute of \(entity.name) (its attributes: \(entity.entity.attributes.map(\.name).joined(separator: ", "))).")
         }
         self.entity = entity
         self.store = store
@@ -220,18 +248,27 @@ struct JSONImportSession {
 
     mutating func feed(_ chunk: [UInt8], final: Bool) async throws {
         scanner.bytes.append(contentsOf: chunk)
+        // An element longer than a chunk is scanned again only once the buffer has doubled,
+        // so a large element costs a few scans, not one per chunk.
+        if !final && scanner.bytes.count < rescanAt { return }
+        rescanAt = 0
         while true {
             let mark = scanner.position
+            let wasStarted = started
             let element: JSONNode
             do throws(JSONScanError) {
                 guard let next = try nextElement() else { break }
                 element = next
             } catch .needsMoreInput {
                 scanner.position = mark
-                if final { throw malformed("the JSON ends in the middle of a value", offset: scanner.bytes.count) }
+                started = wasStarted
+                if final {
+                    throw malformed(started ? "the JSON ends inside the array" : "the JSON holds no array of objects", offset: consumed + scanner.bytes.count)
+                }
+                rescanAt = (scanner.bytes.count - scanner.position) * 2
                 break
             } catch .malformed(let what, let offset) {
-                throw malformed(what, offset: offset)
+                throw malformed(what, offset: consumed + offset)
             }
             try convertAndQueue(element)
             if case .everyBatch(let size) = options.commit, pending.count >= size {
@@ -243,19 +280,21 @@ struct JSONImportSession {
                 throw malformed(started ? "the array is not closed with ']'" : "the JSON holds no array of objects", offset: scanner.bytes.count)
             }
             scanner.skipWhitespace()
-            if scanner.position < scanner.bytes.count { throw malformed("text after the array", offset: scanner.position) }
+            if scanner.position < scanner.bytes.count { throw malformed("text after the array", offset: consumed + scanner.position) }
         }
+        consumed += scanner.position
         scanner.discardConsumed()
     }
 
     private func malformed(_ what: String, offset: Int) -> DepotError {
-        DepotError(.conversionFailed, "The JSON to import into \(entity.name) is malformed near element \(index) (byte \(offset) of the current chunk): \(what). \(committedNote)")
+        DepotError(.conversionFailed, "The JSON to import into \(entity.name) is malformed at byte \(offset), near element \(index): \(what). \(committedNote)")
     }
 
     /// What a failed import kept: nothing, or the batches committed before the failure.
     var committedNote: String {
         let committed = report.inserted + report.updated
-        return committed == 0 ? "Nothing was written." : "The \(committed) elements of the batches before it are committed; nothing after them was written."
+        let waiting = deferred.isEmpty ? "" : " (\(deferred.count) elements that were waiting for records they refer to were not written)"
+        return committed == 0 ? "Nothing was written." : "The \(committed) elements of the batches before it are committed; nothing after them was written\(waiting)."
     }
 
     /// The next element of the top-level array, or nil at its end.
@@ -377,15 +416,30 @@ struct JSONImportSession {
         do {
             outcome = try await store.write { transaction in
             var outcome = BatchOutcome()
-            var keysInBatch: [Int: Set<Value>] = [:]
+            var writing = batch
             if deferring {
-                for element in batch { keysInBatch[element.entity.slot, default: []].insert(element.key) }
-            }
-            for element in batch {
-                if deferring, try Self.waitsForReference(element, relationships, keysInBatch, transaction) {
-                    outcome.deferred.append(element)
-                    continue
+                // Until nothing changes: an element waiting for a record of a later batch
+                // takes with it the elements that refer to it.
+                var waiting = Set<Int>()
+                while true {
+                    var keysInBatch: [Int: Set<Value>] = [:]
+                    for (i, element) in batch.enumerated() where !waiting.contains(i) {
+                        keysInBatch[element.entity.slot, default: []].insert(element.key)
+                        for nested in element.nested { keysInBatch[nested.entity.slot, default: []].insert(nested.key) }
+                    }
+                    var changed = false
+                    for (i, element) in batch.enumerated() where !waiting.contains(i) {
+                        if try Self.waitsForReference(element, relationships, keysInBatch, transaction) {
+                            waiting.insert(i)
+                            changed = true
+                        }
+                    }
+                    if !changed { break }
                 }
+                outcome.deferred = waiting.sorted().map { batch[$0] }
+                writing = batch.enumerated().filter { !waiting.contains($0.offset) }.map(\.element)
+            }
+            for element in writing {
                 do {
                     try Self.write(element, transaction, &outcome)
                 } catch let problem as JSONImportProblem where skipping {
@@ -430,14 +484,45 @@ struct JSONImportSession {
         return false
     }
 
-    /// Upserts one element (its nested records first), keeping stored values for missing keys.
+    /// One row to write: an upsert when the element gave every attribute, otherwise an
+    /// insert or an update of the row completed from the stored one.
+    struct PlannedWrite {
+        enum Kind { case upsert, insert, update }
+        let entity: EntityHandle
+        let row: Row
+        let kind: Kind
+        let nested: Bool
+    }
+
+    /// Upserts one element and its nested records. Every row is completed (stored values for
+    /// missing keys, defaults for new records) before the first is written, so an element
+    /// that cannot be completed leaves nothing behind, also when it is skipped.
     private static func write(_ element: ConvertedElement, _ transaction: any WriteTransaction, _ outcome: inout BatchOutcome) throws {
+        var planned: [PlannedWrite] = []
+        try plan(element, nested: false, transaction, into: &planned)
+        for write in planned {
+            switch write.kind {
+            case .upsert:
+                let inserted = try transaction.upsert(write.row, into: write.entity)
+                if !write.nested { if inserted { outcome.inserted += 1 } else { outcome.updated += 1 } }
+            case .insert:
+                try transaction.insert(write.row, into: write.entity)
+                if !write.nested { outcome.inserted += 1 }
+            case .update:
+                try transaction.update(write.row, in: write.entity)
+                if !write.nested { outcome.updated += 1 }
+            }
+            if write.nested { outcome.related += 1 }
+        }
+    }
+
+    private static func plan(_ element: ConvertedElement, nested: Bool, _ transaction: any WriteTransaction, into planned: inout [PlannedWrite]) throws {
+        for child in element.nested { try plan(child, nested: true, transaction, into: &planned) }
         let entity = element.entity.entity
         var row = Row(capacity: entity.attributes.count)
         if element.values.allSatisfy({ $0 != nil }) {
-            try writeNested(element, transaction, &outcome)
             for value in element.values { row.append(value ?? .null) }
-            if try transaction.upsert(row, into: element.entity) { outcome.inserted += 1 } else { outcome.updated += 1 }
+            planned.append(PlannedWrite(entity: element.entity, row: row, kind: .upsert, nested: nested))
             return
         }
         var existing: Row?
@@ -457,23 +542,7 @@ struct JSONImportSession {
                     message: "Element \(element.index) is a new \(entity.name) without \"\(attribute.name)\", which is not optional and has no default.")
             }
         }
-        // The row is complete before anything is written, so a skipped element leaves nothing.
-        try writeNested(element, transaction, &outcome)
-        if existing == nil {
-            try transaction.insert(row, into: element.entity)
-            outcome.inserted += 1
-        } else {
-            try transaction.update(row, in: element.entity)
-            outcome.updated += 1
-        }
-    }
-
-    private static func writeNested(_ element: ConvertedElement, _ transaction: any WriteTransaction, _ outcome: inout BatchOutcome) throws {
-        for nested in element.nested {
-            var inner = BatchOutcome()
-            try write(nested, transaction, &inner)
-            outcome.related += inner.inserted + inner.updated + inner.related
-        }
+        planned.append(PlannedWrite(entity: element.entity, row: row, kind: existing == nil ? .insert : .update, nested: nested))
     }
 
     mutating func finish() async throws -> JSONImportReport {

@@ -36,12 +36,13 @@ struct JSONValueConverter {
             switch node {
             case .number(let text):
                 if let int = Int64(text) { return .int(int) }
-                // 1e3 or 5.0: an integral number written another way.
-                if let double = Double(text), let int = Int64(exactly: double) { return .int(int) }
+                // 1e3 or 5.0: an integral number written another way, only where a double
+                // holds every integer exactly (below 2^53), so nothing is rounded.
+                if let double = Double(text), abs(double) <= 9_007_199_254_740_992, let int = Int64(exactly: double) { return .int(int) }
             case .string(let text):
                 let trimmed = text.trimmingCharacters(in: .whitespaces)
                 if let int = Int64(trimmed) { return .int(int) }
-                if let double = Double(trimmed), double.isFinite, let int = Int64(exactly: double) { return .int(int) }
+                if let double = Double(trimmed), abs(double) <= 9_007_199_254_740_992, let int = Int64(exactly: double) { return .int(int) }
             case .bool(let b):
                 return .int(b ? 1 : 0)
             default: break
@@ -50,7 +51,8 @@ struct JSONValueConverter {
         case .double:
             switch node {
             case .number(let text):
-                if let double = Double(text) { return .double(double) }
+                // 1e400 is not a double: refused rather than read as infinity.
+                if let double = Double(text), double.isFinite { return .double(double) }
             case .string(let text):
                 switch text {
                 case "NaN": return .double(.nan)
@@ -180,7 +182,7 @@ enum ISO8601 {
             return true
         }
         guard let year = number(4), take(UInt8(ascii: "-")), let month = number(2), take(UInt8(ascii: "-")), let day = number(2),
-            (1...12).contains(month), (1...31).contains(day)
+            (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year)
         else { return nil }
         var seconds = daysFromCivil(year: year, month: month, day: day) * 86_400
         var fraction = 0.0
@@ -237,7 +239,7 @@ enum ISO8601 {
         var digits = 0
         var fractionText = ""
         var carry: Int64 = 0
-        for n in [0, 3, 6, 9, 12, 15] {
+        for n in [0, 3, 6, 9, 12, 15, 18] {
             let scale = pow(10.0, Double(n))
             var scaled = (remainder * scale).rounded()
             var wholeSeconds = whole
@@ -246,7 +248,7 @@ enum ISO8601 {
                 wholeSeconds += 1
             }
             let candidate = wholeSeconds + (n == 0 ? 0 : scaled / scale)
-            if candidate == t || n == 15 {
+            if candidate == t || n == 18 {
                 digits = n
                 carry = Int64(wholeSeconds - whole)
                 if n > 0 {
@@ -268,6 +270,14 @@ enum ISO8601 {
         var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondsOfDay / 3600, 2)):\(pad(secondsOfDay / 60 % 60, 2)):\(pad(secondsOfDay % 60, 2))"
         if digits > 0 { text += "." + fractionText }
         return text + "Z"
+    }
+
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
     }
 
     /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).

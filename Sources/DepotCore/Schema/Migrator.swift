@@ -23,7 +23,8 @@ import Foundation
 ///   step that throws rolls back (nothing of it, and no record of it, is kept) and the
 ///   migration stops there, at the previous version; a process that dies during a step
 ///   leaves the previous version too.
-/// - Steps already applied are skipped. A store that records a step this migrator does not
+/// - Steps already applied are skipped, also when another process applied one meanwhile
+///   (each step checks the ledger inside its own transaction). A store that records a step this migrator does not
 ///   know was written by a newer application: ``migrate(_:registering:)`` refuses it by name
 ///   with ``DepotError/Code/schemaMismatch`` before running anything.
 /// - The record types given are registered first, so their automatic additive changes (new
@@ -137,8 +138,12 @@ public struct Migrator: Sendable {
         for step in pending {
             let position = Int64(steps.firstIndex { $0.name == step.name } ?? 0)
             let catalog = try await (store as? any CatalogStore)?.storedEntities() ?? []
+            let ranHere: Bool
             do {
-                try await store.write { transaction in
+                ranHere = try await store.write { transaction in
+                    // Another process migrating the same store may have run the step since
+                    // the ledger was read: then it is done, and runs nowhere twice.
+                    if try transaction.fetchRow(ledger, key: .string(step.name), { _ in }) { return false }
                     let context = MigrationStep(name: step.name, transaction: transaction, entities: catalog)
                     try step.body(context)
                     var record = Row()
@@ -146,6 +151,7 @@ public struct Migrator: Sendable {
                     record.append(.int(position))
                     record.append(.date(Date()))
                     try transaction.insert(record, into: ledger)
+                    return true
                 }
             } catch {
                 let cause = (error as? DepotError).map { "\($0.code): \($0.message)" } ?? "\(error)"
@@ -153,7 +159,7 @@ public struct Migrator: Sendable {
                     (error as? DepotError)?.code ?? .backend,
                     "The migration step \"\(step.name)\" failed and was rolled back; the store is at the version before it\(ran.isEmpty ? "" : " (after \(ran.joined(separator: ", ")))"). \(cause)")
             }
-            ran.append(step.name)
+            if ranHere { ran.append(step.name) }
         }
         return ran
     }
@@ -232,7 +238,7 @@ public struct MigrationStep {
 }
 
 extension EntityDescription {
-    /// The entity in which ``Migrator`` records the steps it has applied: its name takes the
-    /// prefix reserved for Depot, so no application entity can take it.
+    /// The entity in which ``Migrator`` records the steps it has applied. Its name takes the
+    /// prefix reserved for Depot: declare no entity of that name.
     public static let migrationLedgerName = "depot_migrations"
 }

@@ -27,7 +27,10 @@ public enum StoreCopy {
     ) async throws -> [EntityReport] {
         let entities = ordered(try await source.storedEntities())
         let handles = try await target.register(entities.map(\.entity))
-        var reports: [EntityReport] = []
+        // Records whose references name records not copied yet, of any entity: written
+        // together in a last transaction, so records that refer to each other across
+        // entities (a cycle) are copied too.
+        var waiting: [ConvertedElement] = []
         for (from, to) in zip(entities, handles) {
             let options = JSONImportOptions(commit: .everyBatch(pageSize))
             var session = try await JSONImportSession(entity: to, store: target, options: options)
@@ -51,7 +54,15 @@ public enum StoreCopy {
                 guard rows.count == pageSize, let final = rows.last else { break }
                 last = final[value: keyIndex]
             }
-            _ = try await session.finish()
+            waiting += session.deferred
+        }
+        if let first = handles.first, !waiting.isEmpty {
+            var session = try await JSONImportSession(entity: first, store: target, options: JSONImportOptions(commit: .everyBatch(pageSize)))
+            session.pending = waiting
+            try await session.writeBatch(last: true)
+        }
+        var reports: [EntityReport] = []
+        for (from, to) in zip(entities, handles) {
             let (sourceCount, sourceSum) = try await checksum(of: from, in: source)
             let (targetCount, targetSum) = try await checksum(of: to, in: target)
             reports.append(EntityReport(entity: from.name, sourceRecords: sourceCount, targetRecords: targetCount, sourceChecksum: sourceSum, targetChecksum: targetSum))

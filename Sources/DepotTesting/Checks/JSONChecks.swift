@@ -185,6 +185,16 @@ enum JSONChecks {
                 try expect(error.message.contains("Element 2") && error.message.contains("2 elements"), "the error says what was committed: \(error.message)")
             }
             try await expectEqual(walks.count(Request(\.id >= 20)), 2, "the first batch is committed, nothing after it")
+            // A chain inside one batch waiting for a later one: 4 refers to 3, which waits for 2.
+            let nodes = Controller<RelationshipChecks.Node, RelationshipChecks.Node>(store: store)
+            let chain = #"[{"id": 3, "parentID": 2}, {"id": 4, "parentID": 3}, {"id": 2, "parentID": 1}, {"id": 1, "parentID": null}]"#
+            try await expectEqual(nodes.importJSON(json(chain), options: JSONImportOptions(commit: .everyBatch(2))).inserted, 4, "a chain across batches")
+            try await expectError(.invalidConfiguration, "a key mapping naming no attribute") {
+                try await nodes.importJSON(json("[]"), options: JSONImportOptions(keys: ["parent": "p"]))
+            }
+            try await expectError(.invalidConfiguration, "two attributes read from one key") {
+                try await nodes.importJSON(json("[]"), options: JSONImportOptions(keys: ["parentID": "id"]))
+            }
         },
         ConformanceCheck("a store lists its entities, passes its checks, and copies to another store verified") { store in
             let (_, dogs, _) = try await RelationshipChecks.seeded(store)
@@ -197,8 +207,33 @@ enum JSONChecks {
             if let checking = store as? any IntegrityCheckingStore {
                 try await expectEqual(checking.checkIntegrity(), [], "the backend's own check")
             }
+            // Two entities referring to each other: copied whatever the order.
+            let team = try EntityDescription(
+                name: "Squad",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "captainID", type: .int64, isOptional: true, reference: Reference(entity: "Athlete")),
+                ], primaryKey: "id")
+            let athlete = try EntityDescription(
+                name: "Athlete",
+                attributes: [
+                    AttributeDescription(name: "id", type: .int64),
+                    AttributeDescription(name: "squadID", type: .int64, reference: Reference(entity: "Squad")),
+                ], primaryKey: "id")
+            let cycle = try await store.register([team, athlete])
+            try await store.write { transaction in
+                var squad = Row()
+                squad.append(.int(1))
+                squad.append(.int(10))
+                try transaction.insert(squad, into: cycle[0])
+                var member = Row()
+                member.append(.int(10))
+                member.append(.int(1))
+                try transaction.insert(member, into: cycle[1])
+            }
             let copy = MemoryStore()
             let reports = try await StoreCopy.run(from: catalog, to: copy)
+            try expect(reports.contains { $0.entity == "Squad" && $0.targetRecords == 1 } && reports.contains { $0.entity == "Athlete" && $0.targetRecords == 1 }, "a reference cycle is copied: \(reports)")
             try expect(reports.allSatisfy(\.verified), "every entity verified: \(reports)")
             try expectEqual(reports.first { $0.entity == "Walk" }?.targetRecords, 5, "the walks")
             try await expectEqual(Controller<RelationshipChecks.Dog, RelationshipChecks.Dog>(store: copy).fetchAll(), dogs.fetchAll(), "the same dogs")
