@@ -74,14 +74,14 @@ extension LMDBTransaction {
         return dbi
     }
 
-    private func requireDatabase(_ name: String, flags: Int32, entity: String) throws(DepotError) -> MDB_dbi {
+    func requireDatabase(_ name: String, flags: Int32, entity: String) throws(DepotError) -> MDB_dbi {
         guard let dbi = try openDatabase(name, flags: flags) else {
             throw corrupted("The database \(name) is missing", entity: entity)
         }
         return dbi
     }
 
-    private func clear(_ dbi: MDB_dbi, name: String) throws(DepotError) {
+    func clear(_ dbi: MDB_dbi, name: String) throws(DepotError) {
         let rc = mdb_drop(txn, dbi, 0)
         if rc != 0 { throw fail(rc, "Emptying the database \(name) in \(storeName)") }
     }
@@ -127,7 +127,7 @@ extension LMDBTransaction {
         try register(entity, current: current).stamped(try storedStamp(entity.name))
     }
 
-    private func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {
+    func writeStoredEntity(_ stored: StoredEntity) throws(DepotError) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         guard let json = try? encoder.encode(stored) else {

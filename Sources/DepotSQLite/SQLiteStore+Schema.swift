@@ -190,3 +190,97 @@ extension SQLiteStore {
         while try writer.step(statement, "Storing the description of \(entity.name)") {}
     }
 }
+
+extension SQLiteStore: SchemaRewritingStore {
+    /// Creates the new table beside the old one, copies the transformed rows into it, drops
+    /// the old table and renames the new one, then rebuilds the indexes and the stored
+    /// description and records the step, all in one transaction (foreign keys off meanwhile,
+    /// as for any schema change; the new table's references are checked with
+    /// `foreign_key_check` before the commit).
+    public func rewrite(
+        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
+        ledgerRow: Row, ledger: EntityHandle
+    ) async throws -> EntityHandle {
+        try await withCheckedThrowingContinuation { continuation in
+            do { try begin() } catch { return continuation.resume(throwing: error) }
+            let accepted = writerLane.submit {
+                let result = Result {
+                    try self.log.loggingFailure("rewriting \(name)") {
+                        try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
+                    }
+                }
+                self.end()
+                continuation.resume(with: result)
+            }
+            if !accepted {
+                self.end()
+                continuation.resume(throwing: DepotError.closed("SQLite store at \(path)"))
+            }
+        }
+    }
+
+    private func rewriteNow(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
+    ) throws -> EntityHandle {
+        var current = tables
+        guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
+        let links = current.relationships.incoming.values.flatMap { $0 }
+        try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { current[$0]?.entity }, relationships: links)
+        let serial = state.withLockedValue { s in
+            defer { s.nextSerial += 2 }
+            return s.nextSerial
+        }
+        try writer.execute("PRAGMA foreign_keys = OFF")
+        defer { try? writer.execute("PRAGMA foreign_keys = ON") }
+        try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        do {
+            var rows: [Row] = []
+            let reading = SQLiteTransaction(connection: writer, tables: current, writable: true)
+            try reading.fetch(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
+            reading.isFinished = true
+            // The new table under a name of Depot's own, with the new columns and constraints.
+            var staging = entity
+            staging.name = "depot_rewrite"
+            try writer.execute("DROP TABLE IF EXISTS \(quoted(staging.name))")
+            try writer.execute(DDL.createTable(staging, registered: { current[$0]?.entity }))
+            var local = current
+            let stagingHandle = local.set(staging, RegisteredEntity(entity: staging, serial: serial))
+            let writing = SQLiteTransaction(connection: writer, tables: local, writable: true)
+            for row in rows { try writing.insert(try transform(row), into: stagingHandle) }
+            writing.isFinished = true
+            try writer.execute("DROP TABLE \(quoted(name))")
+            try writer.execute("ALTER TABLE \(quoted(staging.name)) RENAME TO \(quoted(entity.name))")
+            for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
+                try Self.ensureIndex(attribute, in: entity, on: writer)
+            }
+            if name != entity.name {
+                let forget = try writer.prepare("DELETE FROM depot_entities WHERE name = ?1", cached: false)
+                try writer.bind(.string(name), at: 1, in: forget)
+                while try writer.step(forget, "Forgetting the description of \(name)") {}
+            }
+            try storeDescription(entity)
+            let check = try writer.prepare("SELECT rowid FROM pragma_foreign_key_check(?1)", cached: false)
+            try writer.bind(.string(entity.name), at: 1, in: check)
+            if try writer.step(check, "Checking the references of the rewritten \(entity.name)") {
+                throw DepotError(.missingReference, "After the rewrite, a record of \(entity.name) would refer to a record that does not exist; nothing was changed.")
+            }
+            let recording = SQLiteTransaction(connection: writer, tables: current, writable: true)
+            try recording.insert(ledgerRow, into: ledger)
+            recording.isFinished = true
+            try writer.run(key: Keys.commit, "COMMIT")
+        } catch {
+            rollback(writer)
+            throw error
+        }
+        if name != entity.name { current.remove(named: name) }
+        let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
+        state.withLockedValue { $0.tables = current }
+        var recorder = changes.makeRecorder()
+        recorder.recordTouched(entity: name)
+        recorder.recordTouched(entity: entity.name)
+        recorder.recordTouched(entity: ledger.name)
+        changes.publish(recorder)
+        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
+        return handle
+    }
+}

@@ -219,3 +219,75 @@ extension MemoryStore: CatalogStore {
         state.withLockedValue { $0.snapshot.tables.all.map(\.handle) }
     }
 }
+
+extension MemoryStore: SchemaRewritingStore {
+    public func rewrite(
+        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
+        ledgerRow: Row, ledger: EntityHandle
+    ) async throws -> EntityHandle {
+        try await withCheckedThrowingContinuation { continuation in
+            writer.async {
+                continuation.resume(with: Result { try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger) })
+            }
+        }
+    }
+
+    private func rewriteNow(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
+    ) throws -> EntityHandle {
+        _ = try begin()
+        defer { end() }
+        let handle = try state.withLockedValue { s in
+            // A copy: the snapshot changes only once everything below has succeeded.
+            var tables = s.snapshot.tables
+            guard let old = tables[name]?.entry else { throw DepotError.notRegistered(name) }
+            let links = tables.relationships.incoming.values.flatMap { $0 }
+            try SchemaRewrite.check(renaming: old.entity, to: entity, registered: { tables[$0]?.entity }, relationships: links)
+            var rows: [Row] = []
+            old.rows.forEach { rows.append($0); return true }
+            var table = RegisteredEntity(entity: entity)
+            for row in rows {
+                let new = try transform(row)
+                let key = try entity.check(new)
+                if table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+                for position in table.unique.keys where !new[value: position].isNull {
+                    if table.unique[position]?[new[value: position]] != nil {
+                        throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[position].name, value: new[value: position])
+                    }
+                    table.unique[position]?[new[value: position]] = key
+                }
+                _ = table.rows.updateValue(new, forKey: key)
+            }
+            for (position, attribute) in entity.attributes.enumerated() {
+                guard let target = attribute.reference?.entity else { continue }
+                let targetRows = target == entity.name ? table.rows : tables[target]?.entry.rows
+                var problem: DepotError?
+                table.rows.forEach { row in
+                    let value = row[value: position]
+                    if !value.isNull && targetRows?[value] == nil {
+                        problem = SchemaRewrite.missingTarget(entity, key: row[value: entity.primaryKeyIndex], attribute: position, value: value)
+                        return false
+                    }
+                    return true
+                }
+                if let problem { throw problem }
+            }
+            if entity.name != name { tables.remove(named: name) }
+            let handle = tables.set(entity, table)
+            guard var ledgerTable = tables[ledger.name]?.entry else { throw DepotError.notRegistered(ledger.name) }
+            let key = try ledgerTable.entity.check(ledgerRow)
+            if ledgerTable.rows[key] != nil { throw DepotError.duplicateKey(entity: ledger.name, key: key) }
+            _ = ledgerTable.rows.updateValue(ledgerRow, forKey: key)
+            tables.set(ledgerTable.entity, ledgerTable)
+            s.snapshot.tables = tables
+            return handle
+        }
+        var recorder = changes.makeRecorder()
+        recorder.recordTouched(entity: name)
+        recorder.recordTouched(entity: entity.name)
+        recorder.recordTouched(entity: ledger.name)
+        changes.publish(recorder)
+        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
+        return handle
+    }
+}

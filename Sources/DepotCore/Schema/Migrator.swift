@@ -27,20 +27,32 @@ import Foundation
 ///   (each step checks the ledger inside its own transaction). A store that records a step this migrator does not
 ///   know was written by a newer application: ``migrate(_:registering:)`` refuses it by name
 ///   with ``DepotError/Code/schemaMismatch`` before running anything.
-/// - The record types given are registered first, so their automatic additive changes (new
-///   entities, new optional or defaulted attributes, indexes) are in place before the
-///   steps run; a destructive change without an explicit step stays a
-///   ``DepotError/Code/schemaMismatch`` naming the difference.
+/// - The record types given describe the schema after the steps. They are registered before
+///   the first step after the last pending schema step (first of all when none is pending),
+///   so their automatic additive changes (new entities, new optional or defaulted
+///   attributes, indexes) are in place for the data steps that follow; a destructive change
+///   without an explicit step stays a ``DepotError/Code/schemaMismatch`` naming the
+///   difference.
+/// - Schema steps (``renameAttribute(_:in:from:to:)``, ``changeType(_:of:in:to:optional:_:)``,
+///   ``dropAttribute(_:_:from:)``, ``renameEntity(_:from:to:)``,
+///   ``registerSchemaStep(_:entity:describe:row:)``) rewrite one entity's stored schema and
+///   every record in one transaction with their record; the store must be a
+///   ``SchemaRewritingStore`` (memory, SQLite and LMDB are).
 /// - ``plan(_:registering:)`` says what would happen without writing anything.
 ///
-/// Steps read and write data; changing a stored schema in ways the automatic migration does
-/// not (renaming or retyping an attribute, dropping one) is not a step kind yet: add a new
-/// attribute or entity, copy the data over in a step, and stop using the old one.
+/// An entity others refer to keeps its name and its key's type through a schema step.
 public struct Migrator: Sendable {
     /// One registered step.
     public struct Step: Sendable {
         public let name: String
-        let body: @Sendable (MigrationStep) throws -> Void
+        let kind: Kind
+
+        enum Kind: Sendable {
+            case data(@Sendable (MigrationStep) throws -> Void)
+            /// Rewrites one entity: its new description from the stored one, and each row.
+            case schema(entity: String, describe: @Sendable (EntityDescription) throws -> EntityDescription,
+                        row: @Sendable (Row, EntityDescription, EntityDescription) throws -> Row)
+        }
     }
 
     public private(set) var steps: [Step] = []
@@ -50,7 +62,84 @@ public struct Migrator: Sendable {
     /// Adds a step after the ones registered so far. Names must be unique; keep them
     /// forever (the store records the names it has applied).
     public mutating func registerStep(_ name: String, _ body: @escaping @Sendable (MigrationStep) throws -> Void) {
-        steps.append(Step(name: name, body: body))
+        steps.append(Step(name: name, kind: .data(body)))
+    }
+
+    // MARK: Schema steps
+
+    /// A step that rewrites one entity: `describe` turns the stored description into the new
+    /// one (another name renames the entity), `row` turns each stored row (with the old and
+    /// new descriptions) into the new layout. The entity's records, its stored schema and the
+    /// step's record change in one transaction (the store must be a
+    /// ``SchemaRewritingStore``); the records are held in memory during the step.
+    public mutating func registerSchemaStep(
+        _ name: String, entity: String, describe: @escaping @Sendable (EntityDescription) throws -> EntityDescription,
+        row: @escaping @Sendable (_ old: Row, _ from: EntityDescription, _ to: EntityDescription) throws -> Row
+    ) {
+        steps.append(Step(name: name, kind: .schema(entity: entity, describe: describe, row: row)))
+    }
+
+    /// Renames an attribute, keeping its values.
+    public mutating func renameAttribute(_ name: String, in entity: String, from old: String, to new: String) {
+        registerSchemaStep(name, entity: entity) { description throws(DepotError) in
+            var description = description
+            guard let index = description.index(of: old) else { throw Self.noAttribute(old, in: description, step: name) }
+            description.attributes[index].name = new
+            return description
+        } row: { row, _, _ in row }
+    }
+
+    /// Removes an attribute and its values: the one step that deletes data, so it is
+    /// written out.
+    public mutating func dropAttribute(_ name: String, _ attribute: String, from entity: String) {
+        registerSchemaStep(name, entity: entity) { description throws(DepotError) in
+            var description = description
+            guard let index = description.index(of: attribute) else { throw Self.noAttribute(attribute, in: description, step: name) }
+            guard index != description.primaryKeyIndex else {
+                throw DepotError(.invalidSchema, "The migration step \"\(name)\" would drop \(description.name)'s primary key \(attribute).")
+            }
+            description.attributes.remove(at: index)
+            if description.primaryKeyIndex > index { description.primaryKeyIndex -= 1 }
+            return description
+        } row: { row, from, _ in
+            var out = Row(capacity: row.count - 1)
+            let index = from.index(of: attribute) ?? -1
+            for i in 0..<row.count where i != index { out.append(row[value: i]) }
+            return out
+        }
+    }
+
+    /// Changes an attribute's type (and whether it is optional), converting each value with
+    /// `convert` (nil values are passed too); a value `convert` refuses fails the step.
+    public mutating func changeType(
+        _ name: String, of attribute: String, in entity: String, to type: AttributeType, optional: Bool? = nil,
+        _ convert: @escaping @Sendable (Value) throws -> Value
+    ) {
+        registerSchemaStep(name, entity: entity) { description throws(DepotError) in
+            var description = description
+            guard let index = description.index(of: attribute) else { throw Self.noAttribute(attribute, in: description, step: name) }
+            description.attributes[index].type = type
+            description.attributes[index].defaultValue = nil
+            if let optional { description.attributes[index].isOptional = optional }
+            return description
+        } row: { row, from, _ in
+            var row = row
+            if let index = from.index(of: attribute) { row[value: index] = try convert(row[value: index]) }
+            return row
+        }
+    }
+
+    /// Renames an entity, keeping its records. An entity others refer to cannot be renamed.
+    public mutating func renameEntity(_ name: String, from old: String, to new: String) {
+        registerSchemaStep(name, entity: old) { description in
+            var description = description
+            description.name = new
+            return description
+        } row: { row, _, _ in row }
+    }
+
+    static func noAttribute(_ attribute: String, in entity: EntityDescription, step: String) -> DepotError {
+        DepotError(.invalidSchema, "The migration step \"\(step)\" names \(entity.name).\(attribute), but the stored \(entity.name) has no such attribute (its attributes: \(entity.attributes.map(\.name).joined(separator: ", "))).")
     }
 
     /// What ``migrate(_:registering:)`` would do.
@@ -126,32 +215,47 @@ public struct Migrator: Sendable {
         try checkNames()
         let ledger = try await store.register(Self.ledger)
         let pending = try pending(after: try await Self.applied(in: store, ledger: ledger))
-        if !records.isEmpty {
-            var descriptions: [EntityDescription] = []
-            for record in records {
-                try record.validatedEntity()
-                descriptions += record.descriptionsForRegistration
-            }
-            _ = try await store.register(descriptions)
+        var descriptions: [EntityDescription] = []
+        for record in records {
+            try record.validatedEntity()
+            descriptions += record.descriptionsForRegistration
         }
+        // The record types describe the schema after the steps: they are registered after the
+        // last pending schema step (which may rename or retype what they describe), so data
+        // steps after it see their additive changes, and data steps before it the stored
+        // schema. Without schema steps pending, they are registered first.
+        let lastSchemaStep = pending.lastIndex { if case .schema = $0.kind { true } else { false } } ?? -1
+        var registered = descriptions.isEmpty
+        func register() async throws {
+            guard !registered else { return }
+            _ = try await store.register(descriptions)
+            registered = true
+        }
+        if lastSchemaStep < 0 { try await register() }
         var ran: [String] = []
-        for step in pending {
+        for (index, step) in pending.enumerated() {
+            if index > lastSchemaStep { try await register() }
             let position = Int64(steps.firstIndex { $0.name == step.name } ?? 0)
             let catalog = try await (store as? any CatalogStore)?.storedEntities() ?? []
             let ranHere: Bool
             do {
+                switch step.kind {
+                case .schema(let entity, let describe, let transform):
+                    ranHere = try await runSchemaStep(step.name, position: position, entity: entity, describe: describe, transform: transform, store: store, ledger: ledger, catalog: catalog)
+                case .data(let body):
                 ranHere = try await store.write { transaction in
                     // Another process migrating the same store may have run the step since
                     // the ledger was read: then it is done, and runs nowhere twice.
                     if try transaction.fetchRow(ledger, key: .string(step.name), { _ in }) { return false }
                     let context = MigrationStep(name: step.name, transaction: transaction, entities: catalog)
-                    try step.body(context)
+                    try body(context)
                     var record = Row()
                     record.append(.string(step.name))
                     record.append(.int(position))
                     record.append(.date(Date()))
                     try transaction.insert(record, into: ledger)
                     return true
+                }
                 }
             } catch {
                 let cause = (error as? DepotError).map { "\($0.code): \($0.message)" } ?? "\(error)"
@@ -161,7 +265,29 @@ public struct Migrator: Sendable {
             }
             if ranHere { ran.append(step.name) }
         }
+        try await register()
         return ran
+    }
+
+    func runSchemaStep(
+        _ name: String, position: Int64, entity: String, describe: @Sendable (EntityDescription) throws -> EntityDescription,
+        transform: @escaping @Sendable (Row, EntityDescription, EntityDescription) throws -> Row, store: any Store,
+        ledger: EntityHandle, catalog: [EntityHandle]
+    ) async throws -> Bool {
+        guard let rewriting = store as? any SchemaRewritingStore else {
+            throw DepotError(.invalidConfiguration, "The \(store.backendName) store cannot rewrite an entity's schema, which the migration step \"\(name)\" needs.")
+        }
+        guard let stored = catalog.first(where: { $0.name == entity })?.entity else {
+            // Renamed by this step in an earlier run that was recorded: the ledger says so.
+            throw DepotError(.invalidSchema, "The migration step \"\(name)\" rewrites \(entity), which the store does not hold.")
+        }
+        let declared = try describe(stored)
+        var record = Row()
+        record.append(.string(name))
+        record.append(.int(position))
+        record.append(.date(Date()))
+        _ = try await rewriting.rewrite(entity, as: declared, transform: { try transform($0, stored, declared) }, ledgerRow: record, ledger: ledger)
+        return true
     }
 
     /// What ``migrate(_:registering:)`` would do, without writing anything: the steps applied

@@ -44,13 +44,110 @@ enum MigrationChecks {
         return migrator
     }
 
+    /// What the schema steps turn a stored Gizmo into.
+    @Record(name: "Widget")
+    struct Widget: Hashable {
+        var id: Int64
+        var code: Int
+        var title: String
+    }
+
+    static let gizmo = EntityDescription(
+        name: "Gizmo",
+        attributes: [
+            AttributeDescription(name: "id", type: .int64),
+            AttributeDescription(name: "code", type: .string),
+            AttributeDescription(name: "legacy", type: .string, isOptional: true),
+            AttributeDescription(name: "label", type: .string, isIndexed: true),
+        ],
+        primaryKeyIndex: 0)
+
+    /// Three gizmos, written through the raw transaction API.
+    static func seededGizmos(_ store: any Store, codes: [String] = ["12", "7", "-3"]) async throws {
+        let handle = try await store.register(gizmo)
+        try await store.write { transaction in
+            for (i, code) in codes.enumerated() {
+                var row = Row()
+                row.append(.int(Int64(i + 1)))
+                row.append(.string(code))
+                row.append(i == 0 ? .null : .string("old \(i)"))
+                row.append(.string("gizmo \(i + 1)"))
+                try transaction.insert(row, into: handle)
+            }
+        }
+    }
+
+    static func gizmoToWidget() -> Migrator {
+        var migrator = Migrator()
+        migrator.changeType("code-to-integer", of: "code", in: "Gizmo", to: .int64) { value in
+            guard case .string(let text) = value, let number = Int64(text) else { throw Refused() }
+            return .int(number)
+        }
+        migrator.dropAttribute("drop-legacy", "legacy", from: "Gizmo")
+        migrator.renameAttribute("label-to-title", in: "Gizmo", from: "label", to: "title")
+        migrator.renameEntity("gizmo-to-widget", from: "Gizmo", to: "Widget")
+        return migrator
+    }
+
     static func seeded(_ store: any Store) async throws {
         try await Controller<PersonV1, PersonV1>(store: store).save([
             PersonV1(id: 1, fullName: "Ada Lovelace"), PersonV1(id: 2, fullName: "Grace Hopper"), PersonV1(id: 3, fullName: "Plato"),
         ])
     }
 
-    static let all: [ConformanceCheck] = [
+    static let all: [ConformanceCheck] = dataSteps + schemaSteps
+
+    static let schemaSteps: [ConformanceCheck] = [
+        ConformanceCheck("schema steps retype, drop and rename attributes and rename an entity, keeping every record") { store in
+            try await seededGizmos(store)
+            let ran = try await gizmoToWidget().migrate(store, registering: Widget.self)
+            try expectEqual(ran, ["code-to-integer", "drop-legacy", "label-to-title", "gizmo-to-widget"], "every step ran")
+            let widgets = try await Controller<Widget, Widget>(store: store).fetchAll()
+            try expectEqual(widgets, [Widget(id: 1, code: 12, title: "gizmo 1"), Widget(id: 2, code: 7, title: "gizmo 2"), Widget(id: 3, code: -3, title: "gizmo 3")], "the records, in the new layout")
+            let names = Set(try await (store as? any CatalogStore)?.storedEntities().map(\.name) ?? [])
+            try expect(names.contains("Widget") && !names.contains("Gizmo"), "the entity is renamed: \(names)")
+            try await expectEqual(Controller<Widget, Widget>(store: store).fetchAll(Request(\.title == "gizmo 2")).map(\.id), [2], "the renamed attribute is indexed")
+            try await expectEqual(gizmoToWidget().migrate(store, registering: Widget.self), [], "nothing runs twice")
+        },
+        ConformanceCheck("a schema step that fails, or would break a reference or a key, changes nothing") { store in
+            try await seededGizmos(store, codes: ["12", "seven", "-3"])
+            do {
+                try await gizmoToWidget().migrate(store, registering: Widget.self)
+                throw ConformanceFailure(message: "a conversion that throws succeeded", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expect(error.message.contains("code-to-integer"), "the error names the step: \(error.message)")
+            }
+            guard let stored = try await (store as? any CatalogStore)?.storedEntities().first(where: { $0.name == "Gizmo" }) else {
+                throw ConformanceFailure(message: "the store no longer lists Gizmo", file: #fileID, line: #line)
+            }
+            try expectEqual(stored.entity, gizmo, "the stored schema is the old one")
+            try await expectEqual(store.read { try $0.count(Query(all: stored)) }, 3, "and the records are all there")
+            try await expectEqual(gizmoToWidget().plan(store).pending.count, 4, "no step is recorded")
+
+            var collide = Migrator()
+            collide.registerSchemaStep("same-key", entity: "Gizmo", describe: { $0 }) { row, _, _ in
+                var row = row
+                row[value: 0] = .int(1)
+                return row
+            }
+            try await expectError(.duplicateKey, "two records given one key") { try await collide.migrate(store) }
+
+            let (_, _, _) = try await RelationshipChecks.seeded(store)
+            var renameReferenced = Migrator()
+            renameReferenced.renameEntity("rename-dog", from: "Dog", to: "Hound")
+            try await expectError(.schemaMismatch, "renaming an entity others refer to") { try await renameReferenced.migrate(store) }
+            var dangle = Migrator()
+            dangle.registerSchemaStep("walks-to-nowhere", entity: "Walk", describe: { $0 }) { row, from, _ in
+                var row = row
+                if let index = from.index(of: "dogID") { row[value: index] = .int(999) }
+                return row
+            }
+            try await expectError(.missingReference, "rows referring to nothing") { try await dangle.migrate(store) }
+            try await expectEqual(Controller<RelationshipChecks.Walk, RelationshipChecks.Walk>(store: store).fetchAll().map(\.dogID), [1, 1, 2, 3, 1], "the walks are unchanged")
+        },
+    ]
+
+    static let dataSteps: [ConformanceCheck] = [
         ConformanceCheck("migration steps run once each, in order, with full access, and are recorded") { store in
             try await seeded(store)
             let migrator = splitNames()

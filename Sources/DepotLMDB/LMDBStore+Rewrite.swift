@@ -1,0 +1,86 @@
+import CLMDB
+public import DepotCore
+
+extension LMDBStore: SchemaRewritingStore {
+    /// Reads the entity's records, empties its databases, writes the new stored schema (one
+    /// version up, so other processes reload it) and the transformed records with their
+    /// indexes, and records the step, in one write transaction.
+    public func rewrite(
+        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
+        ledgerRow: Row, ledger: EntityHandle
+    ) async throws -> EntityHandle {
+        try await withCheckedThrowingContinuation { continuation in
+            let accepted = writerLane.submit {
+                continuation.resume(with: Result {
+                    try self.log.loggingFailure("rewriting \(name)") {
+                        try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
+                    }
+                })
+            }
+            if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
+        }
+    }
+
+    private func rewriteNow(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
+    ) throws -> EntityHandle {
+        try begin()
+        defer { end() }
+        let snapshot = catalog.withLockedValue { $0 }
+        guard let oldHandle = snapshot.handle(named: name) else { throw DepotError.notRegistered(name) }
+        let links = snapshot.relationships.incoming.values.flatMap { $0 }
+        try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { snapshot[$0]?.entity }, relationships: links)
+        _ = try runWrite(catalog: snapshot, recording: false, publish: { [entity.name: $0] }) { transaction in
+            var rows: [Row] = []
+            try transaction.fetchRows(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append($0) }
+            let transformed = try rows.map(transform)
+            let old = try transaction.handles(for: oldHandle)
+            try transaction.clear(old.main, name: name)
+            for index in old.indexes {
+                try transaction.clear(index.dbi, name: Catalog.indexName(entity: name, attribute: old.entity.attributes[index.position].name))
+            }
+            let version = (try transaction.readStoredEntity(name)?.schemaVersion ?? 0) + 1
+            if name != entity.name {
+                _ = try transaction.del(transaction.metaDBI, Catalog.entityKey(name), nil, context: "Forgetting the schema of \(name)")
+            }
+            let dupSort = Int32(MDB_DUPSORT)
+            let main = try transaction.requireDatabase(entity.name, flags: Int32(MDB_CREATE), entity: entity.name)
+            if name != entity.name { try transaction.clear(main, name: entity.name) }
+            var indexes: [IndexHandle] = []
+            for (i, attribute) in entity.attributes.enumerated() where Catalog.needsIndex(i, in: entity) {
+                let indexName = Catalog.indexName(entity: entity.name, attribute: attribute.name)
+                let dbi = try transaction.requireDatabase(indexName, flags: Int32(MDB_CREATE) | dupSort, entity: entity.name)
+                try transaction.clear(dbi, name: indexName)
+                indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
+            }
+            try transaction.writeStoredEntity(StoredEntity(schemaVersion: version, recordFormat: Int(RecordFormat.version), entity: entity))
+            let registered = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: version)
+                .stamped(try transaction.storedStamp(entity.name))
+            for row in transformed { _ = try transaction.write(row, registered, mode: .insert) }
+            for (position, attribute) in entity.attributes.enumerated() {
+                guard let target = attribute.reference?.entity else { continue }
+                let targetMain: MDB_dbi
+                if target == entity.name {
+                    targetMain = main
+                } else if let handle = snapshot.handle(named: target) {
+                    targetMain = try transaction.handles(for: handle).main
+                } else {
+                    throw DepotError.notRegistered(target)
+                }
+                for row in transformed where !row[value: position].isNull {
+                    var key: [UInt8] = []
+                    KeyEncoding.appendPrimaryKey(row[value: position], to: &key)
+                    if try transaction.get(targetMain, key, context: "Checking \(entity.name).\(attribute.name)") == nil {
+                        throw SchemaRewrite.missingTarget(entity, key: row[value: entity.primaryKeyIndex], attribute: position, value: row[value: position])
+                    }
+                }
+            }
+            _ = try transaction.write(ledgerRow, try transaction.handles(for: ledger), mode: .insert)
+            return registered
+        }
+        if name != entity.name { catalog.withLockedValue { $0.remove(named: name) } }
+        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
+        guard let handle = catalog.withLockedValue({ $0 }).handle(named: entity.name) else { throw DepotError.notRegistered(entity.name) }
+        return handle
+    }
+}
