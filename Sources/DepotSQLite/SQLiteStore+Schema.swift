@@ -231,7 +231,30 @@ extension SQLiteStore: SchemaRewritingStore {
             return s.nextSerial
         }
         try writer.execute("PRAGMA foreign_keys = OFF")
-        defer { try? writer.execute("PRAGMA foreign_keys = ON") }
+        do {
+            try rewriteInTransaction(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger, current: current, oldHandle: oldHandle, serial: serial)
+        } catch {
+            try? writer.execute("PRAGMA foreign_keys = ON")
+            throw error
+        }
+        // Not `try?`: a writer left without foreign keys would stop SQLite's own check.
+        try writer.execute("PRAGMA foreign_keys = ON")
+        if name != entity.name { current.remove(named: name) }
+        let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
+        state.withLockedValue { $0.tables = current }
+        var recorder = changes.makeRecorder()
+        recorder.recordTouched(entity: name)
+        recorder.recordTouched(entity: entity.name)
+        recorder.recordTouched(entity: ledger.name)
+        changes.publish(recorder)
+        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
+        return handle
+    }
+
+    private func rewriteInTransaction(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle,
+        current: EntityRegistry<RegisteredEntity>, oldHandle: EntityHandle, serial: Int
+    ) throws {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do {
             var rows: [Row] = []
@@ -272,15 +295,5 @@ extension SQLiteStore: SchemaRewritingStore {
             rollback(writer)
             throw error
         }
-        if name != entity.name { current.remove(named: name) }
-        let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
-        state.withLockedValue { $0.tables = current }
-        var recorder = changes.makeRecorder()
-        recorder.recordTouched(entity: name)
-        recorder.recordTouched(entity: entity.name)
-        recorder.recordTouched(entity: ledger.name)
-        changes.publish(recorder)
-        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
-        return handle
     }
 }
