@@ -23,21 +23,32 @@ public enum CrashMigration {
     public static let records: Int64 = 20_000
 
     /// Seeds the members (one transaction) unless they are there, then runs the migration:
-    /// one step that rewrites every member, one that records a marker.
+    /// a data step that rewrites every member's score, then a schema step that renames
+    /// `name` to `label` (rewriting every record again).
     public static func migrate(_ store: any Store) async throws {
-        let members = Controller<Member, Member>(store: store)
-        if try await members.count() == 0 {
-            try await members.save((1...records).map { Member(id: $0, name: "member \($0)", score: 0) })
+        let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
+        // Registering comes before the seeding transaction: a kill between them leaves the
+        // entity empty, and it is seeded then.
+        let crowd = stored.first { $0.name == "Crowd" }
+        var seeded = 0
+        if let crowd { seeded = try await store.read { try $0.count(Query(all: crowd)) } }
+        if seeded == 0 {
+            try await Controller<Member, Member>(store: store).save((1...records).map { Member(id: $0, name: "member \($0)", score: 0) })
         }
         var migrator = Migrator()
         migrator.registerStep("double-scores") { step in
-            let context = try step.context(Member.self)
-            for var member in try context.fetchAll() {
-                member.score = member.id * 2
-                try context.update(member)
+            let crowd = try step.handle(named: "Crowd")
+            guard let score = crowd.entity.index(of: "score") else { return }
+            var rows: [Row] = []
+            try step.transaction.fetch(Query(all: crowd), reserve: { _ in }) { rows.append(try $0.row()) }
+            for var row in rows {
+                guard case .int(let id) = row[value: crowd.entity.primaryKeyIndex] else { continue }
+                row[value: score] = .int(id * 2)
+                try step.transaction.update(row, in: crowd)
             }
         }
-        try await migrator.migrate(store, registering: Member.self)
+        migrator.renameAttribute("name-to-label", in: "Crowd", from: "name", to: "label")
+        try await migrator.migrate(store)
     }
 
     /// The JSON array the import reads: `records` arrivals.
@@ -56,12 +67,49 @@ public enum CrashMigration {
         _ = try await arrivals.importJSON(contentsOf: URL(fileURLWithPath: file))
     }
 
+    /// What a store holds: members, how many have the migrated score, whether `name` is
+    /// renamed, and arrivals; read without the record types (the schema changes).
+    public static func summary(_ store: any Store) async throws -> (members: Int, migrated: Int, renamed: Bool, arrivals: Int) {
+        let (_, members, renamed) = try await readMembers(store)
+        let arrivals = try await Controller<Arrival, Arrival>(store: store).count()
+        return (members.count, members.filter { $0.score == $0.id * 2 }.count, renamed, arrivals)
+    }
+
+    static func readMembers(_ store: any Store) async throws -> (problems: [String], members: [Member], renamed: Bool) {
+        var problems: [String] = []
+        var members: [Member] = []
+        var renamed = false
+        if let crowd = try await (store as? any CatalogStore)?.storedEntities().first(where: { $0.name == "Crowd" }) {
+            renamed = crowd.entity.index(of: "label") != nil
+            let id = crowd.entity.primaryKeyIndex
+            let name = crowd.entity.index(of: renamed ? "label" : "name") ?? 1
+            let score = crowd.entity.index(of: "score") ?? 2
+            let rows = try await store.read { transaction in
+                var rows: [Row] = []
+                try transaction.fetch(Query(all: crowd), reserve: { _ in }) { rows.append(try $0.row()) }
+                return rows
+            }
+            for row in rows {
+                guard case .int(let key) = row[value: id], case .string(let text) = row[value: name], case .int(let points) = row[value: score] else {
+                    problems.append("a member's row has the wrong types")
+                    break
+                }
+                members.append(Member(id: key, name: text, score: points))
+            }
+        }
+        return (problems, members, renamed)
+    }
+
     /// Problems after a kill: a half-applied step or import, or a step recorded without its
     /// changes (or the reverse).
     public static func verify(_ store: any Store) async throws -> [String] {
         var problems: [String] = []
-        let members = try await Controller<Member, Member>(store: store).fetchAll()
         let applied = try await Migrator().planIgnoringUnknownSteps(store)
+        let (read, members, renamed) = try await readMembers(store)
+        problems += read
+        if !members.isEmpty && renamed != applied.contains("name-to-label") {
+            problems.append("the rename step is \(applied.contains("name-to-label") ? "" : "not ")recorded, but the attribute is \(renamed ? "" : "not ")renamed")
+        }
         if !members.isEmpty {
             if members.count != Int(records) { problems.append("\(members.count) of \(records) members: the seeding transaction is torn") }
             let migrated = members.filter { $0.score == $0.id * 2 }.count
