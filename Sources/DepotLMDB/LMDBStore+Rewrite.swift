@@ -79,6 +79,7 @@ extension LMDBStore: SchemaRewritingStore {
             return registered
         }
         if name != entity.name { catalog.withLockedValue { $0.remove(named: name) } }
+        changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         guard let handle = catalog.withLockedValue({ $0 }).handle(named: entity.name) else { throw DepotError.notRegistered(entity.name) }
         return handle

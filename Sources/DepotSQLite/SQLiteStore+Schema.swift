@@ -242,11 +242,7 @@ extension SQLiteStore: SchemaRewritingStore {
         if name != entity.name { current.remove(named: name) }
         let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
         state.withLockedValue { $0.tables = current }
-        var recorder = changes.makeRecorder()
-        recorder.recordTouched(entity: name)
-        recorder.recordTouched(entity: entity.name)
-        recorder.recordTouched(entity: ledger.name)
-        changes.publish(recorder)
+        changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle
     }

@@ -282,11 +282,7 @@ extension MemoryStore: SchemaRewritingStore {
             s.snapshot.tables = tables
             return handle
         }
-        var recorder = changes.makeRecorder()
-        recorder.recordTouched(entity: name)
-        recorder.recordTouched(entity: entity.name)
-        recorder.recordTouched(entity: ledger.name)
-        changes.publish(recorder)
+        changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle
     }

@@ -200,6 +200,14 @@ public final class ChangeFeed: Sendable {
         deliver { CommittedChanges(sequence: $0, changes: changes) }
     }
 
+    /// Tells observers that the entities named changed as a whole (a schema rewrite), so
+    /// they read them again.
+    public func publishTouched(_ entities: [String]) {
+        var recorder = ChangeRecorder(detailed: false)
+        for entity in entities { recorder.recordTouched(entity: entity) }
+        publish(recorder)
+    }
+
     /// Delivers what a write transaction recorded. Backends call this on their writer right
     /// after the commit (never after a rollback), so commits are delivered in order.
     public func publish(_ recorder: ChangeRecorder) {

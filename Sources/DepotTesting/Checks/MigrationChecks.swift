@@ -100,7 +100,11 @@ enum MigrationChecks {
     static let schemaSteps: [ConformanceCheck] = [
         ConformanceCheck("schema steps retype, drop and rename attributes and rename an entity, keeping every record") { store in
             try await seededGizmos(store)
+            let collector = ChangeFeedChecks.Collector()
+            let subscription = store.changes.observe(entities: ["Gizmo", "Widget"]) { collector.add($0) }
             let ran = try await gizmoToWidget().migrate(store, registering: Widget.self)
+            subscription.cancel()
+            try expectEqual(collector.all.count, 4, "observers hear of each rewrite")
             try expectEqual(ran, ["code-to-integer", "drop-legacy", "label-to-title", "gizmo-to-widget"], "every step ran")
             let widgets = try await Controller<Widget, Widget>(store: store).fetchAll()
             try expectEqual(widgets, [Widget(id: 1, code: 12, title: "gizmo 1"), Widget(id: 2, code: 7, title: "gizmo 2"), Widget(id: 3, code: -3, title: "gizmo 3")], "the records, in the new layout")
