@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "DepotSQLite", targets: ["DepotSQLite"]),
         .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
         .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
+        .library(name: "DepotCommands", targets: ["DepotCommands"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
         // Test-only: the LD_PRELOAD shim the LMDB fault-injection tests load into
         // depot-fault-writer (see Sources/CFaultShim/include/CFaultShim.h).
@@ -113,15 +114,19 @@ let package = Package(
         .testTarget(
             name: "DepotTests",
             dependencies: [
-                "Depot", "DepotTesting", "DepotSQLite", "DepotLMDB",
+                "Depot", "DepotTesting", "DepotSQLite", "DepotLMDB", "DepotCommands",
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ]),
-        // The crash-safety helper: writes transactions to a store and logs each acknowledged
-        // commit until DepotReliabilityTests kills it with SIGKILL.
+        // A `migrate` command for an application's own executable (its steps are its code).
+        .target(
+            name: "DepotCommands",
+            dependencies: ["Depot", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "depot",
             dependencies: ["Depot", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+        // The crash-safety helper: writes transactions to a store and logs each acknowledged
+        // commit until DepotReliabilityTests kills it with SIGKILL.
         .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
         // The fault-injection helper: commits transactions with DepotFaultShim preloaded and
         // reports each commit's outcome, for DepotReliabilityTests.

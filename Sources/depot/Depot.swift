@@ -14,7 +14,7 @@ struct DepotCommand: AsyncParsableCommand {
             lmdb:///path/app, memory:. Records are described by the store's own catalog, so \
             the tool works on any store without the application's types.
             """,
-        subcommands: [Info.self, Import.self, Export.self, Check.self, Copy.self])
+        subcommands: [Info.self, Import.self, Export.self, Check.self, Copy.self, Migrate.self])
 }
 
 /// A failure to report in one line on standard error, with exit status 2 (status 1 means a
@@ -64,13 +64,26 @@ func entity(_ name: String, in store: any CatalogStore) async throws -> EntityHa
     return handle
 }
 
-/// A progress line on standard error, only when it is a terminal.
+/// A progress bar on standard error, only when it is a terminal.
 struct Progress: Sendable {
     let enabled = isatty(2) == 1
 
     func show(_ text: String) {
         guard enabled else { return }
         FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
+    }
+
+    /// `label [#########...........]  45%  done/total unit`.
+    func show(_ label: String, done: Int, of total: Int, unit: String) {
+        show(Self.bar(label, done: done, of: total, unit: unit))
+    }
+
+    static func bar(_ label: String, done: Int, of total: Int, unit: String) -> String {
+        let width = 30
+        let fraction = total > 0 ? min(1, max(0, Double(done) / Double(total))) : 1
+        let filled = Int(fraction * Double(width))
+        let percent = Int(fraction * 100)
+        return "\(label) [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(percent)% \(done)/\(total) \(unit)"
     }
 
     func done() {
@@ -185,7 +198,11 @@ struct Import: AsyncParsableCommand {
                     invalidElements: skipInvalid ? .skip : .failImport, commit: batch.map { .everyBatch($0) } ?? .atEnd)
                 options.dateFormats += dateFormats.map { .formatted($0) }
                 let progress = Progress()
-                options.progress = { progress.show("\(entityName): \($0) elements read") }
+                let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
+                let name = entityName
+                options.progress = { step in
+                    progress.show(name, done: step.bytesRead, of: size, unit: "bytes, \(step.elementsRead) elements")
+                }
                 let report = try await JSONImport.run(contentsOf: URL(fileURLWithPath: file), into: handle, of: store, options: options)
                 progress.done()
                 print("\(entityName): \(report.inserted) inserted, \(report.updated) updated, \(report.related) related records, \(report.skipped.count) skipped")
@@ -217,7 +234,14 @@ struct Export: AsyncParsableCommand {
                 let mapping = try keyMapping(keys)
                 let count: Int
                 if let output {
-                    count = try await JSONExport.write(Query(all: handle), of: store, keys: mapping, to: URL(fileURLWithPath: output))
+                    let total = try await store.read { try $0.count(Query(all: handle)) }
+                    let progress = Progress()
+                    let name = entityName
+                    count = try await JSONExport.write(
+                        Query(all: handle), of: store, keys: mapping,
+                        progress: { progress.show(name, done: $0, of: total, unit: "records") },
+                        to: URL(fileURLWithPath: output))
+                    progress.done()
                     FileHandle.standardError.write(Data("\(entityName): \(count) records written to \(output)\n".utf8))
                 } else {
                     count = try await JSONExport.run(Query(all: handle), of: store, keys: mapping) { data in
@@ -306,8 +330,13 @@ struct Copy: AsyncParsableCommand {
             let progress = Progress()
             let reports: [StoreCopy.EntityReport]
             do {
+                var totals: [String: Int] = [:]
+                for handle in try await source.storedEntities() {
+                    totals[handle.name] = try await source.read { try $0.count(Query(all: handle)) }
+                }
+                let known = totals
                 reports = try await StoreCopy.run(from: source, to: target) { entity, records in
-                    progress.show("\(entity): \(records) records copied")
+                    progress.show(entity, done: records, of: known[entity] ?? records, unit: "records")
                 }
             } catch {
                 await source.close()
@@ -324,6 +353,60 @@ struct Copy: AsyncParsableCommand {
                 failed = failed || !report.verified
             }
             if failed { throw ExitCode(1) }
+        }
+    }
+}
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the migration steps a store has applied (--dry-run).",
+        discussion: """
+            Migration steps are the application's code, so this tool cannot know which are \
+            pending: it lists the steps the store records, with their order and time, and the \
+            stored entities. To plan and run pending steps, add DepotCommands' MigrateCommand \
+            to the application's executable (`app migrate URL --dry-run`), or call \
+            Migrator.plan and Migrator.migrate.
+            """)
+
+    @Argument(help: "The store's URL.") var url: String
+    @Flag(help: "Print the store's migration state and write nothing (required: the steps are the application's).")
+    var dryRun = false
+
+    func run() async throws {
+        try await reporting {
+            guard dryRun else {
+                throw CommandError("depot cannot run migration steps: they are the application's code. Run `depot migrate \(url) --dry-run` to see what the store has applied, and migrate from the application (Migrator.migrate, or DepotCommands' MigrateCommand in its executable).")
+            }
+            let (store, _) = try await openCatalog(url)
+            do {
+                let entities = try await store.storedEntities()
+                var text = "dry run, nothing written\n"
+                if let ledger = entities.first(where: { $0.name == EntityDescription.migrationLedgerName }) {
+                    let steps = try await store.read { transaction in
+                        var steps: [(position: Int64, name: String, at: Date?)] = []
+                        try transaction.fetch(Query(all: ledger), reserve: { _ in }) { columns in
+                            guard case .string(let name) = try columns.value(0), case .int(let position) = try columns.value(1) else { return }
+                            let at: Date? = if case .date(let date) = try columns.value(2) { date } else { nil }
+                            steps.append((position, name, at))
+                        }
+                        return steps.sorted { $0.position < $1.position }
+                    }
+                    for step in steps {
+                        text += "applied: \(step.name) (step \(step.position + 1)\(step.at.map { ", \($0.formatted(.iso8601))" } ?? ""))\n"
+                    }
+                    if steps.isEmpty { text += "no migration steps applied\n" }
+                } else {
+                    text += "no migration steps applied (the store has no \(EntityDescription.migrationLedgerName) ledger)\n"
+                }
+                let names = entities.map(\.name).filter { $0 != EntityDescription.migrationLedgerName }
+                text += "entities: \(names.isEmpty ? "none" : names.joined(separator: ", "))\n"
+                text += "pending steps are the application's: run its `migrate --dry-run` (DepotCommands.MigrateCommand) or Migrator.plan\n"
+                print(text, terminator: "")
+                await store.close()
+            } catch {
+                await store.close()
+                throw error
+            }
         }
     }
 }

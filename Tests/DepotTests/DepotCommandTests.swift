@@ -1,4 +1,6 @@
+import ArgumentParser
 import Depot
+import DepotCommands
 import DepotTesting
 import Foundation
 import Testing
@@ -92,4 +94,63 @@ struct DepotCommandTests {
         #expect(check.stdout.contains("Walk.dogID refers to 1 Dog key(s) that do not exist: 42"), "\(check.stdout)")
         #expect(check.stdout.contains("SQLite foreign_key_check"), "\(check.stdout)")
     }
+
+    @Test(arguments: ["sqlite://DIR/m.sqlite", "lmdb://DIR/m"])
+    func migrateDryRunListsAppliedSteps(template: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-migrate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = template.replacingOccurrences(of: "DIR", with: directory.path)
+        try await seed(url)
+        let none = try depot("migrate", url, "--dry-run")
+        #expect(none.status == 0 && none.stdout.contains("no migration steps applied"), "\(none.stdout)\(none.stderr)")
+        #expect(none.stdout.contains("entities: Dog, Walk"), "\(none.stdout)")
+
+        #expect(try await AppMigrate.perform(try MigrateOptions.parse([url])).contains("applied: longer walks"))
+        let after = try depot("migrate", url, "--dry-run")
+        #expect(after.status == 0 && after.stdout.contains("applied: longer walks (step 1, 20"), "\(after.stdout)\(after.stderr)")
+        #expect(!after.stdout.contains("depot_migrations,") && after.stdout.contains("dry run, nothing written"), "\(after.stdout)")
+        let refused = try depot("migrate", url)
+        #expect(refused.status == 2 && refused.stderr.contains("the application's code"), "\(refused.stderr)")
+    }
+
+    /// An application's own `migrate` command: plans without writing, then migrates once.
+    @Test func applicationMigrateCommand() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-app-migrate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = "sqlite://\(directory.path)/app.sqlite"
+        try await seed(url)
+        let parsed = try #require(try AppMigrate.parseAsRoot([url, "--dry-run"]) as? AppMigrate)
+        #expect(parsed.options.dryRun && parsed.options.url == url)
+        let plan = try await AppMigrate.perform(parsed.options)
+        #expect(plan.contains("dry run, nothing written") && plan.contains("pending: longer walks"), "\(plan)")
+        let store = try await openStore(url: url)
+        #expect(try await Controller<Walk, Walk>(store: store).fetchAll().map(\.minutes) == [30, 45, 5], "the dry run wrote nothing")
+        await store.close()
+        #expect(try await AppMigrate.perform(MigrateOptions.parse([url])) == "applied: longer walks")
+        #expect(try await AppMigrate.perform(MigrateOptions.parse([url])) == "nothing to do: every step is applied")
+        let migrated = try await openStore(url: url)
+        #expect(try await Controller<Walk, Walk>(store: migrated).fetchAll().map(\.minutes) == [40, 55, 15])
+        await migrated.close()
+        let replan = try await AppMigrate.perform(MigrateOptions.parse([url, "--dry-run"]))
+        #expect(replan.contains("applied: longer walks") && !replan.contains("pending:"), "\(replan)")
+        await #expect(throws: DepotError.self) { try await AppMigrate.perform(MigrateOptions.parse(["nosuch://x"])) }
+    }
+}
+
+/// What an application's executable declares to offer `app migrate URL [--dry-run]`.
+struct AppMigrate: MigrateCommand {
+    static var migrator: Migrator {
+        var migrator = Migrator()
+        migrator.registerStep("longer walks") { step in
+            let walks = try step.context(Walk.self)
+            for walk in try walks.fetchAll() {
+                try walks.save(Walk(id: walk.id, dogID: walk.dogID, position: walk.position, minutes: walk.minutes + 10))
+            }
+        }
+        return migrator
+    }
+    static var records: [any ManagedRecord.Type] { [Dog.self, Walk.self] }
+    @OptionGroup var options: MigrateOptions
 }

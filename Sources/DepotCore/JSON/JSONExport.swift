@@ -15,10 +15,13 @@ public enum JSONExport {
     /// Exports the records `query` selects, handing the JSON text to `sink` in pieces;
     /// returns the number of records.
     ///
-    /// - Parameter keys: The JSON key of each attribute whose key differs from its name.
+    /// - Parameters:
+    ///   - keys: The JSON key of each attribute whose key differs from its name.
+    ///   - progress: Called after each page with the number of records written so far.
     @discardableResult
     public static func run(
-        _ query: Query, of store: any Store, keys: [String: String] = [:], to sink: (Data) async throws -> Void
+        _ query: Query, of store: any Store, keys: [String: String] = [:], progress: (@Sendable (_ records: Int) -> Void)? = nil,
+        to sink: (Data) async throws -> Void
     ) async throws -> Int {
         let entity = query.entity
         let names = entity.attributes.map { JSONWriter.quoted(keys[$0.name] ?? $0.name) + ":" }
@@ -42,6 +45,7 @@ public enum JSONExport {
                 count += 1
             }
             try await sink(Data(text.utf8))
+            progress?(count)
         }
         try await sink(Data("[".utf8))
         let pages = query.limit == nil && query.offset == 0 && query.sort.count == 1
@@ -85,10 +89,13 @@ public enum JSONExport {
     /// synced: a failed export leaves an existing file as it was. Returns the number of
     /// records.
     @discardableResult
-    public static func write(_ query: Query, of store: any Store, keys: [String: String] = [:], to file: URL) async throws -> Int {
+    public static func write(
+        _ query: Query, of store: any Store, keys: [String: String] = [:], progress: (@Sendable (_ records: Int) -> Void)? = nil,
+        to file: URL
+    ) async throws -> Int {
         let writer = try await ChunkedFileWriter.open(file)
         do {
-            let count = try await run(query, of: store, keys: keys) { try await writer.write($0) }
+            let count = try await run(query, of: store, keys: keys, progress: progress) { try await writer.write($0) }
             try await writer.finish()
             return count
         } catch {

@@ -37,9 +37,9 @@ public struct JSONImportOptions: Sendable {
     public var commit: Commit
     /// How dates are read, tried in order.
     public var dateFormats: [JSONDateFormat]
-    /// Called after each committed transaction with the number of elements read so far
-    /// (a progress bar for a long import).
-    public var progress: (@Sendable (_ elementsRead: Int) -> Void)?
+    /// Called after each chunk of input is scanned and after each committed transaction
+    /// (a progress bar for a long import: the bytes read against the input's size).
+    public var progress: (@Sendable (JSONImportProgress) -> Void)?
 
     public init(
         keys: [String: String] = [:], unknownKeys: UnknownKeys = .ignore, invalidElements: InvalidElements = .failImport,
@@ -52,6 +52,16 @@ public struct JSONImportOptions: Sendable {
         self.dateFormats = dateFormats
         self.progress = nil
     }
+}
+
+/// How far an import has come, for a progress display.
+public struct JSONImportProgress: Sendable, Hashable {
+    /// Bytes of input read.
+    public var bytesRead: Int
+    /// Elements of the top-level array read so far.
+    public var elementsRead: Int
+    /// Elements written in committed transactions so far (inserted or updated).
+    public var elementsCommitted: Int
 }
 
 /// One element the importer could not use: which, where, and why.
@@ -284,6 +294,12 @@ struct JSONImportSession {
         }
         consumed += scanner.position
         scanner.discardConsumed()
+        reportProgress()
+    }
+
+    func reportProgress() {
+        options.progress?(JSONImportProgress(
+            bytesRead: consumed + scanner.bytes.count, elementsRead: index, elementsCommitted: report.inserted + report.updated))
     }
 
     private func malformed(_ what: String, offset: Int) -> DepotError {
@@ -458,7 +474,7 @@ struct JSONImportSession {
         report.related += outcome.related
         report.skipped.append(contentsOf: outcome.skipped)
         deferred.append(contentsOf: outcome.deferred)
-        options.progress?(index)
+        reportProgress()
     }
 
     struct BatchOutcome: Sendable {

@@ -212,6 +212,13 @@ public struct Migrator: Sendable {
     ///   is at the version before that step.
     @discardableResult
     public func migrate(_ store: any Store, registering records: any ManagedRecord.Type...) async throws -> [String] {
+        try await migrate(store, registering: records)
+    }
+
+    /// Registers the record types and runs the pending steps, like the variadic form; the
+    /// record types in an array (a command that an application configures, for one).
+    @discardableResult
+    public func migrate(_ store: any Store, registering records: [any ManagedRecord.Type]) async throws -> [String] {
         try checkNames()
         let ledger = try await store.register(Self.ledger)
         let pending = try pending(after: try await Self.applied(in: store, ledger: ledger))
@@ -295,6 +302,11 @@ public struct Migrator: Sendable {
     ///
     /// - Throws: what `migrate` would refuse before running anything.
     public func plan(_ store: any Store, registering records: any ManagedRecord.Type...) async throws -> Plan {
+        try await plan(store, registering: records)
+    }
+
+    /// What the array form of `migrate` would do, without writing anything.
+    public func plan(_ store: any Store, registering records: [any ManagedRecord.Type]) async throws -> Plan {
         try checkNames()
         let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
         var applied: [String] = []

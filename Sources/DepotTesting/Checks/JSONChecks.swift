@@ -1,5 +1,6 @@
 import DepotCore
 import Foundation
+import NIOConcurrencyHelpers
 
 /// JSON import and export: every conversion, every error, and exact round trips.
 enum JSONChecks {
@@ -140,10 +141,28 @@ enum JSONChecks {
 
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("depot-export-\(UUID().uuidString).json")
             defer { try? FileManager.default.removeItem(at: file) }
-            try await expectEqual(gadgets.exportJSON(to: file), before.count, "exported to a file")
+            let written = NIOLockedValueBox<[Int]>([])
+            try await expectEqual(
+                JSONExport.write(Query(all: handle), of: store, progress: { count in written.withLockedValue { $0.append(count) } }, to: file),
+                before.count, "exported to a file")
+            let pages = written.withLockedValue { $0 }
+            try expect(pages.count >= 3 && pages.last == before.count && pages == pages.sorted(), "export progress after each page, up to the total: \(pages)")
             _ = try await gadgets.deleteAll(where: Request<Gadget>.all)
-            try await expectEqual(gadgets.importJSON(contentsOf: file).inserted, before.count, "imported from the file")
+            let seen = NIOLockedValueBox<[JSONImportProgress]>([])
+            var fileOptions = JSONImportOptions(commit: .everyBatch(1_000))
+            fileOptions.progress = { step in seen.withLockedValue { $0.append(step) } }
+            try await expectEqual(gadgets.importJSON(contentsOf: file, options: fileOptions).inserted, before.count, "imported from the file")
             try await expectEqual(rows(), before, "the file round-trips too")
+            let steps = seen.withLockedValue { $0 }
+            let last = steps.last
+            try expect(
+                last?.bytesRead == exported.count && last?.elementsRead == before.count && last?.elementsCommitted == before.count,
+                "import progress ends at the file's size and every element: \(String(describing: last)) of \(exported.count) bytes")
+            try expect(
+                zip(steps, steps.dropFirst()).allSatisfy {
+                    $0.bytesRead <= $1.bytesRead && $0.elementsRead <= $1.elementsRead && $0.elementsCommitted <= $1.elementsCommitted
+                }, "import progress never goes back")
+            try expect(steps.contains { $0.elementsCommitted == 1_000 }, "each batch is reported as it commits")
             let stream = AsyncStream<UInt8> { continuation in
                 for byte in exported { continuation.yield(byte) }
                 continuation.finish()
