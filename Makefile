@@ -1,18 +1,22 @@
 # Depot's two commands. Both install the C libraries first when pkg-config cannot find
 # them (apt-get; sudo when not root), so they work on a fresh Debian/Ubuntu machine that
-# has the Swift toolchain.
+# has the Swift toolchain. The tests also start a throwaway PostgreSQL server
+# (scripts/postgres-test-server.sh, which installs the server the same way when missing).
 
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan stress fuzz bench bench-smoke benchmarks
+.PHONY: deps test test-tsan stress fuzz bench bench-smoke bench-postgres benchmarks postgres-server postgres-stop
 
-# Installs libsqlite3-dev, liblmdb-dev and the command-line tools the tests use.
+# Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
+# PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
+# installed by scripts/postgres-test-server.sh, only where tests start one.
 deps:
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
 	pkg-config --exists sqlite3 2>/dev/null || missing="$$missing libsqlite3-dev"; \
 	pkg-config --exists lmdb 2>/dev/null || missing="$$missing liblmdb-dev"; \
+	pkg-config --exists libpq 2>/dev/null || missing="$$missing libpq-dev"; \
 	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
 	command -v mdb_stat >/dev/null 2>&1 || missing="$$missing lmdb-utils"; \
 	if [ -n "$$missing" ]; then \
@@ -20,16 +24,36 @@ deps:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-# Runs every test (the conformance suite against every backend included), then each fuzz
-# target for a few seconds: the committed seeds and crash regressions, and a little more.
+# Runs `swift test` (or the command in WITH_POSTGRES_RUN) with a throwaway PostgreSQL
+# server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and
+# DEPOT_REQUIRE_POSTGRES=1 makes them fail, not skip, when they cannot reach it. The server
+# is stopped afterwards even when the tests fail or are interrupted, and the tests' exit
+# status is kept. Every start begins with an empty cluster.
+POSTGRES_SERVER := scripts/postgres-test-server.sh
+define WITH_POSTGRES
+	@url=$$($(POSTGRES_SERVER) start $(WITH_POSTGRES_DIR) | tail -n 1) && [ -n "$$url" ] || exit 1; \
+	trap '$(POSTGRES_SERVER) stop $(WITH_POSTGRES_DIR)' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	echo "PostgreSQL test server: $$url"; \
+	echo "$(WITH_POSTGRES_RUN)"; \
+	DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(WITH_POSTGRES_RUN)
+endef
+
+# Runs every test (the conformance suite against every backend included, PostgreSQL on a
+# throwaway server), then each fuzz target for a few seconds: the committed seeds and crash
+# regressions, and a little more.
+test: WITH_POSTGRES_DIR = .build/postgres
+test: WITH_POSTGRES_RUN = $(SWIFT) test
 test: deps
-	$(SWIFT) test
+	$(WITH_POSTGRES)
 	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
-# The same tests under Thread Sanitizer, in a build folder of their own. DEPOT_TSAN=1 tells
-# the reliability tests to run at their smallest size (TSan is 5-15 times slower).
+# The same tests under Thread Sanitizer, in a build folder of their own (with a server of
+# its own, so that it can run beside `make test`). DEPOT_TSAN=1 tells the reliability tests
+# to run at their smallest size (TSan is 5-15 times slower).
+test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
+test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps
-	DEPOT_TSAN=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	$(WITH_POSTGRES)
 
 # The reliability tests at full size: 200 SIGKILL points per backend and durability, 10,000
 # differential cases, 5,000 transfers per writer, 300 random files per backend. Prints one
@@ -62,9 +86,27 @@ fuzz: deps
 bench: deps
 	$(SWIFT) run -c release depot-bench --output depot-bench-report
 
-# A small run that proves the benchmark still works and its checksums hold (CI).
+# A small run that proves the benchmark still works and its checksums hold (CI). A debug
+# build: nothing is timed here, and in CI it follows `make test`, which built everything in
+# debug already, so it takes seconds where a release build took about 8 minutes.
 bench-smoke: deps
-	$(SWIFT) run -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+	$(SWIFT) run depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+
+# The backend comparison for PostgreSQL: Depot's postgres store beside libpq used directly,
+# on a throwaway server on this machine (its fsync is off: commits cost what the server's
+# work costs, not the disk's). Release build.
+bench-postgres: deps
+	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
+	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --output depot-bench-postgres-report
+
+# A throwaway PostgreSQL server for running tests by hand: prints the URL to put in
+# DEPOT_TEST_POSTGRES_URL (its data is wiped at every start); postgres-stop stops it.
+postgres-server:
+	@$(POSTGRES_SERVER) start .build/postgres
+
+postgres-stop:
+	@$(POSTGRES_SERVER) stop .build/postgres
 
 # The package-benchmark suites (regression tracking, GRDB comparison), from Benchmarks/.
 benchmarks: deps

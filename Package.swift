@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "DepotCore", targets: ["DepotCore"]),
         .library(name: "DepotSQLite", targets: ["DepotSQLite"]),
         .library(name: "DepotLMDB", targets: ["DepotLMDB"]),
+        .library(name: "DepotPostgres", targets: ["DepotPostgres"]),
         .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
         .library(name: "DepotCommands", targets: ["DepotCommands"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
@@ -74,16 +75,25 @@ let package = Package(
                 "DepotCore", "CLMDB", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
+        // libpq, PostgreSQL's C client: blocking calls on the store's own threads, no package
+        // to build (see DepotPostgres' documentation for the choice).
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .target(
+            name: "DepotPostgres",
+            dependencies: [
+                "DepotCore", "CLibPQ", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]),
         .target(
             name: "Depot",
             dependencies: [
-                "DepotCore", "DepotSQLite", "DepotLMDB", .product(name: "Logging", package: "swift-log"),
+                "DepotCore", "DepotSQLite", "DepotLMDB", "DepotPostgres", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ]),
         .executableTarget(
             name: "depot-bench",
             dependencies: [
-                "Depot", "DepotTesting", "CSQLite", "CLMDB",
+                "Depot", "DepotTesting", "CSQLite", "CLMDB", "CLibPQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .target(
@@ -108,6 +118,9 @@ let package = Package(
                 .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
             ]),
+        .testTarget(
+            name: "DepotPostgresTests",
+            dependencies: ["DepotPostgres", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .testTarget(
             name: "DepotLMDBTests",
             dependencies: ["DepotLMDB", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),

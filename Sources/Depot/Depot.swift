@@ -2,3 +2,4 @@
 @_exported import DepotCore
 @_exported import DepotLMDB
 @_exported import DepotSQLite
+@_exported import DepotPostgres

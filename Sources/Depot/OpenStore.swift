@@ -1,5 +1,6 @@
 public import DepotCore
 import DepotLMDB
+import DepotPostgres
 import DepotSQLite
 import Foundation
 public import Logging
@@ -27,6 +28,14 @@ extension StoreURL {
             if let value = self[option: "adopt"] { options.adoptForeignDatabase = value == "true" }
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
+        case .postgres:
+            var options = PostgresStore.Options()
+            if let value = self[option: "schema"] { options.schema = value }
+            if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
+            if let value = self[option: "durability"] { options.durability = value == "normal" ? .normal : .full }
+            if let value = self[option: "statementTimeout"], let timeout = Self.parseDuration(value) { options.statementTimeout = timeout }
+            if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
+            return try PostgresStore(url: postgresConnectionString, options: options, log: log)
         case .lmdb:
             var options = LMDBStore.Options()
             if let value = self[option: "mapSize"], let size = Self.parseSize(value) { options.mapSize = size }
@@ -45,6 +54,20 @@ extension StoreURL {
                 throw DepotError(.io, "Cannot open the LMDB store at \(path): \(error)")
             }
         }
+    }
+}
+
+extension StoreURL {
+    /// The libpq connection URI of a `postgres:` URL: its server part and the client
+    /// options, without Depot's own options (libpq refuses parameters it does not know).
+    var postgresConnectionString: String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "%&=+#?")
+        let client = Self.postgresClientOptions.map(\.name).filter { options[$0] != nil }
+        let query = client.map { name in
+            "\(name)=\(options[name]?.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
+        }.joined(separator: "&")
+        return "postgresql:" + (server ?? "//") + (query.isEmpty ? "" : "?" + query)
     }
 }
 

@@ -11,6 +11,8 @@ import Foundation
 /// | `sqlite:data/app.sqlite` | an SQLite file (relative to the working directory) |
 /// | `sqlite::memory:` | a private SQLite database that lives as long as the store |
 /// | `lmdb:///var/lib/app/db` | an LMDB environment in a directory |
+/// | `postgres://app:secret@db.internal:5432/app` | a PostgreSQL database (also `postgresql://`) |
+/// | `postgres:///app?host=/run/postgresql` | a PostgreSQL database over a Unix socket |
 ///
 /// Options are query items, e.g. `sqlite:///srv/app.sqlite?durability=full&readers=8`.
 /// `sqlite:` URLs take `adopt=true` to open a database another program made (see
@@ -21,7 +23,7 @@ import Foundation
 public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// The backends a URL can name.
     public enum Backend: String, Sendable, Hashable, CaseIterable {
-        case memory, sqlite, lmdb
+        case memory, sqlite, lmdb, postgres
     }
 
     /// One option a backend accepts.
@@ -38,6 +40,8 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             case size
             /// A duration: a number with ms, s or m (seconds when no unit).
             case duration
+            /// Any text without NUL.
+            case text
         }
     }
 
@@ -60,6 +64,32 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             OptionSpec(name: "maxReaders", kind: .integer(1...4096), help: "reader slots (default 126)"),
             OptionSpec(name: "durability", kind: .choice(["full", "relaxed", "unsafe"]), help: "full: durable commits (default); relaxed: MDB_NOMETASYNC, a system crash may lose the last commit; unsafe: MDB_NOSYNC, a system crash may lose recent commits and corrupt the store"),
         ],
+        .postgres: postgresDepotOptions + postgresClientOptions,
+    ]
+
+    /// Depot's own options of a `postgres:` URL.
+    static let postgresDepotOptions: [OptionSpec] = [
+        OptionSpec(name: "schema", kind: .text, help: "the schema of the store's tables, created when missing (default public)"),
+        OptionSpec(name: "readers", kind: .integer(1...64), help: "reader connections in the pool (default 4)"),
+        OptionSpec(name: "durability", kind: .choice(["full", "normal"]), help: "full: synchronous_commit=on (default); normal: synchronous_commit=off, a server crash may lose the last commits"),
+        OptionSpec(name: "statementTimeout", kind: .duration, help: "statements running longer are cancelled with busy (default none)"),
+        OptionSpec(name: "retries", kind: .integer(0...1000), help: "how often a write aborted by a serialization failure runs again (default 20)"),
+    ]
+
+    /// The libpq connection parameters a `postgres:` URL passes on to the client.
+    static let postgresClientOptions: [OptionSpec] = [
+        OptionSpec(name: "host", kind: .text, help: "a host name, or the directory of a Unix socket"),
+        OptionSpec(name: "port", kind: .integer(1...65535), help: "the server's port (default 5432)"),
+        OptionSpec(name: "user", kind: .text, help: "the role to log in as"),
+        OptionSpec(name: "password", kind: .text, help: "the role's password (or in the URL's user part, or ~/.pgpass)"),
+        OptionSpec(name: "dbname", kind: .text, help: "the database"),
+        OptionSpec(name: "sslmode", kind: .choice(["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]), help: "TLS to the server (libpq's default: prefer)"),
+        OptionSpec(name: "sslrootcert", kind: .text, help: "the CA certificates file for verify-ca and verify-full"),
+        OptionSpec(name: "sslcert", kind: .text, help: "the client certificate file"),
+        OptionSpec(name: "sslkey", kind: .text, help: "the client key file"),
+        OptionSpec(name: "connect_timeout", kind: .integer(0...3600), help: "seconds to wait for a connection"),
+        OptionSpec(name: "application_name", kind: .text, help: "the name the server shows for the connections"),
+        OptionSpec(name: "target_session_attrs", kind: .choice(["any", "read-write", "read-only", "primary", "standby", "prefer-standby"]), help: "which of several hosts to use"),
     ]
 
     /// Every option a backend accepts.
@@ -69,8 +99,11 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The backend.
     public let backend: Backend
-    /// The file or directory path; `nil` for `memory:` and `sqlite::memory:`.
+    /// The file or directory path; `nil` for `memory:`, `sqlite::memory:` and `postgres:`.
     public let path: String?
+    /// A `postgres:` URL's server part, as written after the scheme's colon
+    /// (`//user:password@host:port/database`); `nil` for the other backends.
+    public let server: String?
     /// The options given, validated, by name.
     public private(set) var options: [String: String]
 
@@ -78,7 +111,9 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// change its meaning (`%`, `?`, `&`, `=`, spaces, non-ASCII) are %-escaped.
     public var description: String {
         var text = "\(backend.rawValue):"
-        if let path {
+        if let server {
+            text += server
+        } else if let path {
             let escaped = Self.escape(path, keeping: Self.pathCharacters)
             text += path.hasPrefix("/") ? "//\(escaped)" : escaped
         } else if backend == .sqlite {
@@ -117,7 +152,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             throw Self.problem("'\(text)' has no scheme. Use one of: \(Self.schemes).")
         }
         let scheme = String(text[..<colon]).lowercased()
-        guard let backend = Backend(rawValue: scheme) else {
+        guard let backend = Backend(rawValue: scheme == "postgresql" ? "postgres" : scheme) else {
             throw Self.problem("Unknown store scheme '\(scheme)' in '\(text)'. Use one of: \(Self.schemes).")
         }
         var rest = String(text[text.index(after: colon)...])
@@ -127,12 +162,22 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             rest = String(rest[..<mark])
         }
         self.backend = backend
-        self.path = try Self.parsePath(rest, backend: backend, original: text)
+        if backend == .postgres {
+            guard rest.hasPrefix("//") else {
+                throw Self.problem("'\(text)' is not a PostgreSQL URL; write postgres://user@host:5432/database (or postgres:///database?host=/socket/dir).")
+            }
+            guard !rest.utf8.contains(0) else { throw Self.problem("'\(text)' contains a NUL byte.") }
+            self.server = rest
+            self.path = nil
+        } else {
+            self.server = nil
+            self.path = try Self.parsePath(rest, backend: backend, original: text)
+        }
         self.options = try Self.parseOptions(query, backend: backend)
     }
 
     static var schemes: String {
-        "memory:, sqlite:///absolute/path.sqlite, sqlite:relative/path.sqlite, sqlite::memory:, lmdb:///absolute/dir, lmdb:relative/dir"
+        "memory:, sqlite:///absolute/path.sqlite, sqlite:relative/path.sqlite, sqlite::memory:, lmdb:///absolute/dir, lmdb:relative/dir, postgres://user@host:5432/database"
     }
 
     static func problem(_ message: String) -> DepotError {
@@ -141,6 +186,8 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     private static func parsePath(_ raw: String, backend: Backend, original: String) throws(DepotError) -> String? {
         switch backend {
+        case .postgres:
+            return nil
         case .memory:
             guard raw.isEmpty else { throw problem("memory: takes no path; '\(original)' has '\(raw)'. Write memory:") }
             return nil
@@ -199,6 +246,11 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
                 throw problem("Option \(spec.name)=\(value) is not a size; write e.g. 65536, 64KiB, 512MiB or 1GiB.")
             }
             return bytes
+        case .text:
+            guard !value.isEmpty, !value.utf8.contains(0) else {
+                throw problem("Option \(spec.name) needs a value without NUL bytes.")
+            }
+            return nil
         case .duration:
             guard let duration = parseDuration(value) else {
                 throw problem("Option \(spec.name)=\(value) is not a duration; write e.g. 500ms, 5s or 2m.")

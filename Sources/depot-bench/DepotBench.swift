@@ -17,11 +17,14 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Number of cats in the populated store and in W1.")
     var records = 100_000
 
-    @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb.")
+    @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb, postgres, raw-postgres (the last two need --postgres-url).")
     var backends = "memory,sqlite,raw-sqlite,lmdb,raw-lmdb"
 
     @Option(help: "Comma-separated workloads: W1, W2, W3, W3e, W3c, W4, W4p, W4pe, W5, W6, W6t, W7.")
     var workloads = "W1,W2,W3,W3e,W3c,W4,W4p,W4pe,W5,W6,W6t,W7"
+
+    @Option(help: "A PostgreSQL server for the postgres and raw-postgres subjects (a libpq URI; each run uses schemas of its own). Default: DEPOT_BENCH_POSTGRES_URL.")
+    var postgresURL: String?
 
     @Option(help: "Measured runs per workload and subject, after one warm-up run.")
     var repetitions = 5
@@ -80,7 +83,10 @@ struct DepotBench: AsyncParsableCommand {
         var results = try await runner.run()
         if selectedWorkloads.contains(.w2) {
             printErr("[depot-bench] peak memory during W2, one process per subject")
-            let readings = try MemoryProbe.measure(subjects: selectedBackends, directory: workDirectory, records: records, durability: durability)
+            // The client's memory says little for a database server, and the probe's child
+            // process would need the server too: PostgreSQL is left out.
+            let probed = selectedBackends.filter { !$0.hasSuffix("postgres") }
+            let readings = try MemoryProbe.measure(subjects: probed, directory: workDirectory, records: records, durability: durability)
             for i in results.indices where results[i].workload == "W2" {
                 guard let reading = readings[results[i].backend] else { continue }
                 results[i].peakRSSKiB = reading.peakKiB
@@ -129,6 +135,10 @@ struct DepotBench: AsyncParsableCommand {
             return SubjectKind(name: name, rawCounterpart: nil) { RawSQLiteSubject(synchronous: synchronous) }
         case "raw-lmdb":
             return SubjectKind(name: name, rawCounterpart: nil) { RawLMDBSubject() }
+        case "raw-postgres":
+            let server = try postgresServer()
+            let commit = durability == "full" ? "on" : "off"
+            return SubjectKind(name: name, rawCounterpart: nil) { RawPostgresSubject(server: server, synchronousCommit: commit) }
         default:
             let url = try storeURL(for: name)
             let raw = name == "memory" ? nil : "raw-\(name)"
@@ -140,12 +150,25 @@ struct DepotBench: AsyncParsableCommand {
         }
     }
 
+    /// The PostgreSQL server of the postgres subjects.
+    private func postgresServer() throws -> String {
+        guard let url = postgresURL ?? ProcessInfo.processInfo.environment["DEPOT_BENCH_POSTGRES_URL"], !url.isEmpty else {
+            throw ValidationError("the postgres subjects need a server: --postgres-url postgresql://user@host/db (make bench-postgres starts a throwaway one)")
+        }
+        return url
+    }
+
     /// The store URL for a backend in a directory: the same URL form applications use.
     private func storeURL(for backend: String) throws -> (URL) -> String {
         switch backend {
         case "memory": return { _ in "memory:" }
         case "sqlite": return { [durability] in "sqlite://\($0.appendingPathComponent("depot.sqlite").path)?durability=\(durability)" }
         case "lmdb": return { "lmdb://\($0.path)" }
+        case "postgres":
+            let server = try postgresServer()
+            let separator = server.contains("?") ? "&" : "?"
+            // Depot's `normal` is synchronous_commit=off, like raw-postgres at --durability normal.
+            return { [durability] in "\(server)\(separator)schema=\(benchSchemaName($0))&durability=\(durability)" }
         default: throw ValidationError("unknown backend \(backend)")
         }
     }

@@ -21,6 +21,8 @@ enum Targets {
     static let ratios: [String: [String: Double]] = [
         "sqlite": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50],
         "lmdb": ["W1": 1.30, "W2": 1.50, "W4": 1.30, "W5": 1.30, "W3": 1.05, "W7": 1.50],
+        // Issue #16: the same targets as SQLite where they apply.
+        "postgres": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50],
     ]
     /// Issue #13: microseconds per W4' call above the raw engine's own per-call cost (the
     /// memory store: in all).
@@ -29,7 +31,7 @@ enum Targets {
     /// Issue #13: W6 reads per second as a share of the raw engine behind the same async
     /// hand-off, and the W6 read p99 in microseconds.
     static let w6ReadShare = 0.8
-    static let w6P99: [String: Double] = ["sqlite": 150, "lmdb": 50, "memory": 50]
+    static let w6P99: [String: Double] = ["sqlite": 150, "lmdb": 50, "memory": 50, "postgres": 150]
     /// The limit on peak resident memory during W2, as a ratio to the raw engine's.
     static let peakRSSRatio = 1.3
 
@@ -38,7 +40,9 @@ enum Targets {
         func find(_ backend: String, _ workload: String) -> Measurement? {
             results.first { $0.backend == backend && $0.workload == workload && !$0.samplesMs.isEmpty }
         }
-        for backend in ["sqlite", "lmdb"] {
+        // A backend not in this run (postgres without a server) gets no lines.
+        let measured = Set(results.map(\.backend))
+        for backend in ["sqlite", "lmdb", "postgres"] where measured.contains(backend) {
             for workload in ["W1", "W2", "W3", "W3e", "W4", "W5", "W7"] {
                 guard let limit = ratios[backend]?[workload == "W3e" ? "W3" : workload] else { continue }
                 let m = find(backend, workload)
@@ -84,7 +88,7 @@ enum Targets {
                 checks.append(TargetCheck(workload: "W6", backend: backend, target: shareTarget, measured: "–", met: nil))
             }
         }
-        for backend in ["sqlite", "lmdb", "memory"] {
+        for backend in ["sqlite", "lmdb", "memory", "postgres"] where measured.contains(backend) {
             guard let limit = w6P99[backend] else { continue }
             let p99 = find(backend, "W6")?.p99Microseconds
             checks.append(
@@ -119,7 +123,7 @@ struct Report: Codable {
     let results: [Measurement]
     let targets: [TargetCheck]
 
-    static let backendOrder = ["memory", "sqlite", "raw-sqlite", "lmdb", "raw-lmdb"]
+    static let backendOrder = ["memory", "sqlite", "raw-sqlite", "lmdb", "raw-lmdb", "postgres", "raw-postgres"]
 
     var backends: [String] {
         Self.backendOrder.filter { name in results.contains { $0.backend == name } }
@@ -212,7 +216,10 @@ struct Report: Codable {
     /// A grouped bar chart: per workload, each subject's throughput relative to the fastest
     /// subject on that workload (longer is better), labelled with the median time.
     var chart: String {
-        let colors = ["memory": "#8e44ad", "sqlite": "#2471a3", "raw-sqlite": "#85c1e9", "lmdb": "#1e8449", "raw-lmdb": "#82e0aa"]
+        let colors = [
+            "memory": "#8e44ad", "sqlite": "#2471a3", "raw-sqlite": "#85c1e9", "lmdb": "#1e8449", "raw-lmdb": "#82e0aa",
+            "postgres": "#b9770e", "raw-postgres": "#f8c471",
+        ]
         let barHeight = 14.0
         let groupGap = 18.0
         let left = 70.0

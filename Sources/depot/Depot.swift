@@ -398,7 +398,7 @@ struct Migrate: AsyncParsableCommand {
                 } else {
                     text += "no migration steps applied (the store has no \(EntityDescription.migrationLedgerName) ledger)\n"
                 }
-                let names = entities.map(\.name).filter { $0 != EntityDescription.migrationLedgerName }
+                let names = entities.map(\.name).filter { $0 != EntityDescription.migrationLedgerName }.sorted()
                 text += "entities: \(names.isEmpty ? "none" : names.joined(separator: ", "))\n"
                 text += "pending steps are the application's: run its `migrate --dry-run` (DepotCommands.MigrateCommand) or Migrator.plan\n"
                 print(text, terminator: "")

@@ -80,6 +80,31 @@ struct DepotCommandTests {
         #expect(reimport.status == 0 && reimport.stdout.contains("0 inserted, 3 updated"), "\(reimport.stdout)\(reimport.stderr)")
     }
 
+    /// `depot copy` moves a store from SQLite to PostgreSQL and back, verified, and `info` and
+    /// `check` work on the PostgreSQL store (with the server `make test` starts).
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] != nil))
+    func copyBetweenSQLiteAndPostgreSQL() async throws {
+        let server = try #require(ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"])
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-pg-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let source = "sqlite://\(directory.path)/a.sqlite"
+        let postgres = "\(server)&schema=copy_\(UUID().uuidString.prefix(8).lowercased())"
+        let back = "sqlite://\(directory.path)/back.sqlite"
+        try await seed(source)
+        let there = try depot("copy", source, postgres)
+        #expect(there.status == 0 && there.stdout.components(separatedBy: ": verified").count == 3, "\(there.stdout)\(there.stderr)")
+        let info = try depot("info", postgres)
+        #expect(info.status == 0 && info.stdout.contains("backend: postgres") && info.stdout.contains("entity Walk: 3 records"), "\(info.stdout)\(info.stderr)")
+        let check = try depot("check", postgres)
+        #expect(check.status == 0 && check.stdout.contains("ok: 2 entities checked"), "\(check.stdout)\(check.stderr)")
+        let home = try depot("copy", postgres, back)
+        #expect(home.status == 0 && home.stdout.components(separatedBy: ": verified").count == 3, "\(home.stdout)\(home.stderr)")
+        let store = try await openStore(url: back)
+        #expect(try await Controller<Walk, Walk>(store: store).fetchAll().map(\.minutes) == [30, 45, 5])
+        await store.close()
+    }
+
     @Test func checkFindsWhatAnotherProgramBroke() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-check-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -21,6 +21,29 @@ struct StoreURLTests {
         #expect(parsed.path == path)
     }
 
+    @Test func postgresURLsKeepTheServerPart() throws {
+        let url = try StoreURL("postgresql://app:s3cret@db.internal:5432/shop?schema=tenant_1&readers=8&sslmode=require&statementTimeout=30s")
+        #expect(url.backend == .postgres)
+        #expect(url.path == nil)
+        #expect(url.server == "//app:s3cret@db.internal:5432/shop")
+        #expect(url[option: "schema"] == "tenant_1" && url[option: "sslmode"] == "require" && url[option: "readers"] == "8")
+        #expect(try StoreURL(url.description) == url, "the description parses back: \(url.description)")
+        #expect(try StoreURL("postgres:///app?host=/run/postgresql&port=5433").server == "///app")
+    }
+
+    /// A real server (started by `make test`): the URL's options reach the store.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] != nil))
+    func postgresOptionsReachTheStore() async throws {
+        let base = try #require(ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"])
+        let schema = "url_\(UUID().uuidString.prefix(8).lowercased())"
+        let store = try #require(try await openStore(url: "\(base)&schema=\(schema)&readers=3&durability=normal&statementTimeout=5s&retries=4") as? PostgresStore)
+        #expect(store.options == PostgresStore.Options(schema: schema, readers: 3, durability: .normal, statementTimeout: .seconds(5), retries: 4))
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.workload(count: 500))
+        #expect(try await cats.count(Request(\.age > 10)) == Cat.workload(count: 500).filter { $0.age > 10 }.count)
+        await store.close()
+    }
+
     @Test func optionsAreTypedAndValidated() throws {
         let sqlite = try StoreURL("sqlite:///x.sqlite?durability=full&readers=8&busyTimeout=250ms")
         #expect(sqlite[option: "durability"] == "full")
@@ -37,7 +60,12 @@ struct StoreURLTests {
     }
 
     @Test(arguments: [
-        ("postgres://db/app", "Unknown store scheme"),
+        ("mysql://db/app", "Unknown store scheme"),
+        ("postgres:app", "not a PostgreSQL URL"),
+        ("postgres://db/app?sslmode=maybe", "use one of: disable, allow"),
+        ("postgres://db/app?readers=0", "whole number from 1 to 64"),
+        ("postgres://db/app?mapSize=1GiB", "Unknown option 'mapSize'"),
+        ("postgres://db/app?schema=", "without NUL"),
         ("nothing", "no scheme"),
         ("memory:/x", "takes no path"),
         ("sqlite:", "no path"),

@@ -116,8 +116,9 @@ public struct ChangeRecorder: Sendable {
         }
     }
 
-    /// The entities touched, when not detailed.
-    var touchedEntities: Set<String> { Set(touched) }
+    /// The entities touched without their keys (a backend that tells other processes of a
+    /// write sends these when it has no keys).
+    public var touchedEntities: Set<String> { Set(touched) }
 }
 
 /// The committed-write feed of a store. Observers are called on the store's writer, in

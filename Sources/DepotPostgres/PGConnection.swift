@@ -1,0 +1,315 @@
+import CLibPQ
+import DepotCore
+import Foundation
+
+/// One parameter in PostgreSQL's binary format, with its type's OID (0 lets the server
+/// infer it, for NULL).
+struct PGParam {
+    var oid: Oid
+    var bytes: [UInt8]?
+
+    static let int8Oid: Oid = 20
+    static let boolOid: Oid = 16
+    static let float8Oid: Oid = 701
+    static let textOid: Oid = 25
+    static let byteaOid: Oid = 17
+    static let uuidOid: Oid = 2950
+
+    static func int(_ v: Int64) -> PGParam {
+        PGParam(oid: int8Oid, bytes: withUnsafeBytes(of: v.bigEndian) { Array($0) })
+    }
+
+    static func float(_ v: Double) -> PGParam {
+        PGParam(oid: float8Oid, bytes: withUnsafeBytes(of: v.bitPattern.bigEndian) { Array($0) })
+    }
+
+    static func text(_ s: String) -> PGParam {
+        PGParam(oid: textOid, bytes: PGText.encode(s))
+    }
+
+    static func value(_ value: Value) -> PGParam {
+        switch value {
+        case .null: PGParam(oid: 0, bytes: nil)
+        case .int(let v): .int(v)
+        case .bool(let v): PGParam(oid: boolOid, bytes: [v ? 1 : 0])
+        case .double(let v): .float(v)
+        case .date(let v): .float(v.timeIntervalSinceReferenceDate)
+        case .string(let s): .text(s)
+        case .data(let d): PGParam(oid: byteaOid, bytes: Array(d))
+        case .uuid(let u): PGParam(oid: uuidOid, bytes: withUnsafeBytes(of: u.uuid) { Array($0) })
+        }
+    }
+}
+
+/// Depot strings in PostgreSQL `text`, which cannot hold U+0000: NUL is stored as the two
+/// bytes 01 01 and U+0001 as 01 02, every other byte as itself. The code is prefix-free and
+/// keeps the byte order (01 01 < 01 02 < 02 and above, and a shorter string still sorts
+/// first), so `COLLATE "C"` comparisons, sorting, equality and prefixes on the stored text
+/// are Depot's on the original strings. Strings without those two control characters (all
+/// but a few) are stored as they are, readable with `psql`.
+enum PGText {
+    @inline(__always)
+    static func encode(_ s: String) -> [UInt8] {
+        var bytes = Array(s.utf8)
+        guard bytes.contains(where: { $0 <= 1 }) else { return bytes }
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + 4)
+        for byte in bytes {
+            switch byte {
+            case 0: out.append(1); out.append(1)
+            case 1: out.append(1); out.append(2)
+            default: out.append(byte)
+            }
+        }
+        bytes = out
+        return bytes
+    }
+
+    static func decode(_ bytes: UnsafeRawBufferPointer) -> String {
+        guard bytes.contains(1) else { return String(decoding: bytes, as: UTF8.self) }
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = 0
+        while i < bytes.count {
+            let byte = bytes[i]
+            if byte == 1, i + 1 < bytes.count {
+                out.append(bytes[i + 1] == 1 ? 0 : 1)
+                i += 2
+            } else {
+                out.append(byte)
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// A query's result. Cleared when released.
+final class PGResult {
+    let handle: OpaquePointer
+
+    init(_ handle: OpaquePointer) { self.handle = handle }
+    deinit { PQclear(handle) }
+
+    var rowCount: Int { Int(PQntuples(handle)) }
+    var columnCount: Int { Int(PQnfields(handle)) }
+
+    @inline(__always)
+    func isNull(_ row: Int, _ column: Int) -> Bool {
+        PQgetisnull(handle, Int32(truncatingIfNeeded: row), Int32(truncatingIfNeeded: column)) == 1
+    }
+
+    @inline(__always)
+    func bytes(_ row: Int, _ column: Int) -> UnsafeRawBufferPointer {
+        let r = Int32(truncatingIfNeeded: row)
+        let c = Int32(truncatingIfNeeded: column)
+        guard let value = PQgetvalue(handle, r, c) else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: value, count: Int(PQgetlength(handle, r, c)))
+    }
+
+    /// The rows an INSERT, UPDATE or DELETE changed.
+    var affectedRows: Int { PQcmdTuples(handle).flatMap { Int(String(cString: $0)) } ?? 0 }
+
+    @inline(__always)
+    func int64(_ row: Int, _ column: Int) -> Int64 {
+        let b = bytes(row, column)
+        guard b.count == 8 else { return 0 }
+        return Int64(bigEndian: b.loadUnaligned(as: Int64.self))
+    }
+}
+
+/// A PostgreSQL failure with its SQLSTATE, before it becomes a ``DepotError``.
+struct PGFailure: Error {
+    let sqlState: String
+    let message: String
+    let detail: String?
+    let constraint: String?
+
+    /// Serialization failures and deadlocks: the transaction is retried from the start.
+    var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
+
+    func depotError(_ context: String) -> DepotError {
+        let text = "\(context): PostgreSQL \(sqlState): \(message)\(detail.map { " (\($0))" } ?? "")"
+        let code: DepotError.Code
+        switch sqlState {
+        case "23505": code = .duplicateKey
+        case "23503": code = .missingReference
+        case "23502", "23514": code = .invalidValue
+        case "40001", "40P01", "55P03", "57014", "53300", "57P03": code = .busy
+        case "53100": code = .storeFull
+        case "42501", "28000", "28P01": code = .permissionDenied
+        case "42P01", "42703": code = .schemaMismatch
+        default:
+            if sqlState.hasPrefix("08") || sqlState.hasPrefix("57P") || sqlState.hasPrefix("58") {
+                code = .io
+            } else if sqlState.hasPrefix("22") {
+                code = .invalidValue
+            } else {
+                code = .backend
+            }
+        }
+        return DepotError(code, text)
+    }
+}
+
+/// One libpq connection, with the names of the statements it has prepared.
+///
+/// `@unchecked Sendable`: a connection is used by one thread at a time, which the store
+/// guarantees (the writer on its lane, a reader only by the job that checked it out).
+final class PGConnection: @unchecked Sendable {
+    private(set) var handle: OpaquePointer?
+    private var prepared: Set<String> = []
+    /// The last failure's SQLSTATE, for the write loop's retry decision.
+    var lastFailure: PGFailure?
+
+    private init(handle: OpaquePointer) { self.handle = handle }
+
+    /// Connects (blocking: run it off the cooperative pool) and applies `settings`
+    /// (`SET` statements) to the session.
+    static func open(_ conninfo: String, settings: [String]) throws(DepotError) -> PGConnection {
+        guard let handle = PQconnectdb(conninfo) else {
+            throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
+        }
+        guard PQstatus(handle) == CONNECTION_OK else {
+            let message = String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
+            PQfinish(handle)
+            let code: DepotError.Code = message.contains("password") || message.contains("authentication") || message.contains("permission")
+                ? .permissionDenied : (message.contains("too many") ? .busy : .io)
+            throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
+        }
+        let connection = PGConnection(handle: handle)
+        for setting in settings {
+            do {
+                try connection.execute(setting)
+            } catch {
+                connection.close()
+                throw DepotError(.invalidConfiguration, "PostgreSQL refused the session setting '\(setting)': \(error.message)")
+            }
+        }
+        return connection
+    }
+
+    /// After a reconnect the server has none of the prepared statements.
+    func forgetPrepared() { prepared.removeAll() }
+
+    func close() {
+        if let handle { PQfinish(handle) }
+        handle = nil
+    }
+
+    deinit { close() }
+
+    private func liveHandle() throws(DepotError) -> OpaquePointer {
+        guard let handle else { throw DepotError(.closed, "This PostgreSQL connection is closed.") }
+        return handle
+    }
+
+    var isInTransaction: Bool {
+        guard let handle else { return false }
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
+    }
+
+    var isInFailedTransaction: Bool {
+        guard let handle else { return false }
+        return PQtransactionStatus(handle) == PQTRANS_INERROR
+    }
+
+    var isBroken: Bool {
+        guard let handle else { return true }
+        return PQstatus(handle) != CONNECTION_OK
+    }
+
+    /// Runs SQL without parameters (transaction control, DDL).
+    func execute(_ sql: String, _ context: @autoclosure () -> String = "Running a statement") throws(DepotError) {
+        let handle = try liveHandle()
+        guard let result = PQexec(handle, sql) else { throw connectionLost(context()) }
+        let owned = PGResult(result)
+        try check(owned, context())
+    }
+
+    /// Runs a statement with binary parameters and binary results. With `name`, the
+    /// statement is prepared once per connection under that name and reused.
+    @discardableResult
+    func query(_ sql: String, _ params: [PGParam], name: String? = nil, _ context: @autoclosure () -> String) throws(DepotError) -> PGResult {
+        let handle = try liveHandle()
+        if let name, !prepared.contains(name) {
+            var types = params.map(\.oid)
+            guard let result = PQprepare(handle, name, sql, Int32(params.count), &types) else { throw connectionLost(context()) }
+            try check(PGResult(result), context())
+            prepared.insert(name)
+        }
+        // All parameters' bytes in one buffer; pointers into it for libpq.
+        var buffer: [UInt8] = []
+        var offsets: [Int] = []
+        var lengths: [Int32] = []
+        for param in params {
+            offsets.append(buffer.count)
+            if let bytes = param.bytes {
+                buffer.append(contentsOf: bytes)
+                lengths.append(Int32(bytes.count))
+            } else {
+                lengths.append(-1)
+            }
+        }
+        if buffer.isEmpty { buffer.append(0) }
+        let formats = [Int32](repeating: 1, count: params.count)
+        let raw: OpaquePointer? = buffer.withUnsafeBufferPointer { storage in
+            let base = UnsafeRawPointer(storage.baseAddress!).assumingMemoryBound(to: CChar.self)
+            var values: [UnsafePointer<CChar>?] = []
+            values.reserveCapacity(params.count)
+            for (i, param) in params.enumerated() {
+                values.append(param.bytes == nil ? nil : base + offsets[i])
+            }
+            if let name {
+                return PQexecPrepared(handle, name, Int32(params.count), values, lengths, formats, 1)
+            }
+            let types = params.map(\.oid)
+            return PQexecParams(handle, sql, Int32(params.count), types, values, lengths, formats, 1)
+        }
+        guard let raw else { throw connectionLost(context()) }
+        let result = PGResult(raw)
+        try check(result, context())
+        return result
+    }
+
+    private func check(_ result: PGResult, _ context: String) throws(DepotError) {
+        let status = PQresultStatus(result.handle)
+        if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY { return }
+        let failure = Self.failure(of: result.handle, connection: handle)
+        lastFailure = failure
+        throw failure.depotError(context)
+    }
+
+    private func connectionLost(_ context: String) -> DepotError {
+        let message = handle.map { String(cString: PQerrorMessage($0)) } ?? "closed"
+        lastFailure = PGFailure(sqlState: "08006", message: message, detail: nil, constraint: nil)
+        return DepotError(.io, "\(context): the PostgreSQL connection failed: \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
+
+    static func failure(of result: OpaquePointer, connection: OpaquePointer?) -> PGFailure {
+        func field(_ code: Character) -> String? {
+            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
+            return String(cString: value)
+        }
+        let message = field("M") ?? connection.map { String(cString: PQerrorMessage($0)) } ?? "unknown error"
+        return PGFailure(sqlState: field("C") ?? "XX000", message: message, detail: field("D"), constraint: field("n"))
+    }
+
+    /// Notifications received so far (LISTEN), after reading what the socket holds.
+    func notifications() -> [(channel: String, payload: String, pid: Int32)] {
+        guard let handle else { return [] }
+        PQconsumeInput(handle)
+        var out: [(String, String, Int32)] = []
+        while let notify = PQnotifies(handle) {
+            let channel = String(cString: notify.pointee.relname)
+            let payload = notify.pointee.extra.map { String(cString: $0) } ?? ""
+            out.append((channel, payload, notify.pointee.be_pid))
+            PQfreemem(notify)
+        }
+        return out
+    }
+
+    var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
+    var backendPID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
+}

@@ -1,0 +1,159 @@
+import DepotCore
+import Foundation
+
+/// Quotes an SQL identifier. Entity and attribute names are validated to letters, digits
+/// and `_` before they get here; quoting anyway means a name can never become syntax, and
+/// keeps PostgreSQL from folding it to lower case.
+func quoted(_ identifier: String) -> String {
+    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}
+
+/// A registered entity and the SQL that reads and writes its table, built once. Column
+/// lists follow the declared attribute order, which is the row order.
+final class RegisteredEntity: Sendable {
+    let entity: EntityDescription
+    /// Unique per registration in this process: names the prepared statements, so a
+    /// migrated entity never reuses a statement built for its old columns.
+    let serial: Int
+    let types: [AttributeType]
+    let keyIndex: Int
+    let keyType: AttributeType
+    let name: String
+    let keyColumn: String
+    let columnList: String
+
+    let selectByKey: String
+    let insert: String
+    let insertUnlessKeyExists: String
+    let update: String
+    let deleteByKey: String
+
+    enum Kind: String {
+        case selectByKey = "s", insert = "i", insertUnlessKeyExists = "n", update = "u", deleteByKey = "d"
+    }
+
+    /// The prepared statement's name on every connection.
+    func statementName(_ kind: Kind) -> String { "depot_\(serial)_\(kind.rawValue)" }
+
+    init(entity: EntityDescription, serial: Int) {
+        self.entity = entity
+        self.serial = serial
+        types = entity.attributes.map(\.type)
+        keyIndex = entity.primaryKeyIndex
+        keyType = entity.primaryKey.type
+        name = quoted(entity.name)
+        keyColumn = quoted(entity.primaryKey.name)
+        let columns = entity.attributes.map { quoted($0.name) }
+        columnList = columns.joined(separator: ", ")
+        // Parameters are numbered by attribute position, so every writing statement binds
+        // a row with the same loop.
+        let parameters = columns.indices.map { "$\($0 + 1)" }.joined(separator: ", ")
+        let keyParameter = "$\(keyIndex + 1)"
+        selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = $1"
+        insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
+        insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
+        var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = $\($0 + 1)" }
+        if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
+        update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
+        deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = $1"
+    }
+}
+
+/// The DDL of Depot's tables in PostgreSQL.
+enum PGDDL {
+    /// PostgreSQL cuts identifiers at 63 bytes (NAMEDATALEN - 1), silently: longer names
+    /// would collide, so they are refused at registration.
+    static let identifierLimit = 63
+
+    static func columnType(_ type: AttributeType) -> String {
+        switch type {
+        case .int64: "bigint"
+        case .bool: "boolean"
+        // Dates are seconds since 2001 as a double: exact to the bit, like every backend;
+        // a `timestamptz` keeps only microseconds.
+        case .double, .date: "double precision"
+        // "C": strings compare by their UTF-8 bytes, as Depot orders them everywhere.
+        case .string: "text COLLATE \"C\""
+        case .data: "bytea"
+        case .uuid: "uuid"
+        }
+    }
+
+    static func checkNames(_ entity: EntityDescription) throws(DepotError) {
+        for name in [entity.name] + entity.attributes.map(\.name) where name.utf8.count > identifierLimit {
+            throw DepotError(.invalidSchema, "The name \(name) in entity \(entity.name) is \(name.utf8.count) bytes long; PostgreSQL keeps only \(identifierLimit) bytes of a name. Use a shorter one.")
+        }
+    }
+
+    /// The index Depot makes for `attribute`: `depot_idx_<n>_<entity>_<attribute>` (n: the
+    /// entity name's length, so two pairs never share a name), or, when that exceeds
+    /// PostgreSQL's 63 bytes, the entity's and attribute's names hashed.
+    static func indexName(entity: String, attribute: String) -> String {
+        let full = "depot_idx_\(entity.utf8.count)_\(entity)_\(attribute)"
+        if full.utf8.count <= identifierLimit { return full }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in Array(entity.utf8) + [0] + Array(attribute.utf8) {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return "depot_idx_h\(String(hash, radix: 16))"
+    }
+
+    /// The table with its key, NOT NULL and UNIQUE constraints and its indexes. Foreign keys
+    /// come after every table of a registration exists (``addForeignKeys(_:registered:)``):
+    /// PostgreSQL, unlike SQLite, needs the referenced table first, and references may form
+    /// a cycle.
+    static func createTable(_ entity: EntityDescription) -> [String] {
+        var columns: [String] = []
+        for (i, attribute) in entity.attributes.enumerated() {
+            var column = "\(quoted(attribute.name)) \(columnType(attribute.type))"
+            if i == entity.primaryKeyIndex {
+                column += " PRIMARY KEY"
+            } else {
+                if !attribute.isOptional { column += " NOT NULL" }
+                if attribute.isUnique { column += " UNIQUE" }
+            }
+            columns.append(column)
+        }
+        var statements = ["CREATE TABLE \(quoted(entity.name)) (\n  \(columns.joined(separator: ",\n  "))\n)"]
+        for attribute in entity.attributes {
+            statements += referenceComment(attribute, in: entity)
+            if wantsIndex(attribute, in: entity) { statements.append(createIndex(attribute, in: entity)) }
+        }
+        return statements
+    }
+
+    /// The foreign key of a reference attribute, so PostgreSQL knows the relationship (`\d`
+    /// in psql) and refuses, at commit, a row any program leaves pointing to nothing. Always
+    /// NO ACTION and deferred: Depot applies its own rule (``ReferenceEnforcement``), so
+    /// observers hear of every record a cascade touches and the backends agree; the rule is
+    /// in the column's comment.
+    static func addForeignKey(_ attribute: AttributeDescription, of entity: String, registered: (String) -> EntityDescription?) -> [String] {
+        guard let reference = attribute.reference else { return [] }
+        let key = registered(reference.entity).map { " (\(quoted($0.primaryKey.name)))" } ?? ""
+        return [
+            "ALTER TABLE \(quoted(entity)) ADD FOREIGN KEY (\(quoted(attribute.name))) REFERENCES \(quoted(reference.entity))\(key) ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED"
+        ]
+    }
+
+    static func addForeignKeys(_ entity: EntityDescription, registered: (String) -> EntityDescription?) -> [String] {
+        entity.attributes.flatMap { addForeignKey($0, of: entity.name, registered: registered) }
+    }
+
+    static func referenceComment(_ attribute: AttributeDescription, in entity: EntityDescription) -> [String] {
+        guard let reference = attribute.reference else { return [] }
+        return ["COMMENT ON COLUMN \(quoted(entity.name)).\(quoted(attribute.name)) IS 'depot: references \(reference.entity), on delete \(reference.onDelete.rawValue)'"]
+    }
+
+    static func wantsIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> Bool {
+        attribute.isIndexed && !attribute.isUnique && attribute.name != entity.primaryKey.name
+    }
+
+    static func createIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
+        "CREATE INDEX IF NOT EXISTS \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
+    }
+
+    static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
+        "DROP INDEX IF EXISTS \(quoted(indexName(entity: entity.name, attribute: attribute.name)))"
+    }
+}

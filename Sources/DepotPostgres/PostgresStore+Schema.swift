@@ -1,0 +1,275 @@
+public import DepotCore
+import Foundation
+import NIOConcurrencyHelpers
+
+// Registration: tables, indexes and additive migrations in one transaction under the
+// schema's advisory lock, so two servers starting with the same new schema apply it once;
+// schema rewrites for migration steps.
+extension PostgresStore {
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        let accepted = writerLane.submit {
+            self.healthy(self.writer)
+            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+            self.end()
+            completion(result)
+        }
+        if !accepted {
+            end()
+            completion(.failure(DepotError.closed("PostgreSQL store (schema \(options.schema))")))
+        }
+    }
+
+    func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
+        for entity in entities {
+            try entity.validate()
+            try PGDDL.checkNames(entity)
+        }
+        var current = tables
+        try Relationships.validate(entities, registered: { current[$0]?.entity })
+        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
+            return entities.compactMap { current.handle(named: $0.name) }
+        }
+        let serial = state.withLockedValue { s in
+            defer { s.nextSerial += entities.count }
+            return s.nextSerial
+        }
+        try lockedTransaction("Registering entities") { () throws(DepotError) in
+            var created: [EntityDescription] = []
+            for (offset, entity) in entities.enumerated() {
+                // Another process may have registered or migrated the entity: under the
+                // lock the database is the truth.
+                if let stored = try storedDescription(of: entity.name) {
+                    if current[entity.name]?.entity != stored {
+                        current.set(stored, RegisteredEntity(entity: stored, serial: serial + offset))
+                    }
+                    if stored == entity { continue }
+                    let migration = try SchemaMigration.plan(from: stored, to: entity)
+                    // Before the foreign key exists, which would refuse the default with
+                    // PostgreSQL's words rather than Depot's.
+                    try checkDefaultedReferences(migration, registered: { current[$0]?.entity })
+                    try migrate(migration, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
+                    log.schemaMigrated(migration)
+                } else {
+                    try create(entity)
+                    created.append(entity)
+                    log.schemaCreated(entity)
+                }
+                try storeDescription(entity)
+                current.set(entity, RegisteredEntity(entity: entity, serial: serial + offset))
+            }
+            for entity in created {
+                for statement in PGDDL.addForeignKeys(entity, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity }) {
+                    try writer.execute(statement, "Adding the references of \(entity.name)")
+                }
+            }
+        }
+        state.withLockedValue { $0.tables = current }
+        return entities.compactMap { current.handle(named: $0.name) }
+    }
+
+    /// Runs `body` in a transaction holding the schema's advisory lock.
+    func lockedTransaction<T>(_ what: String, _ body: () throws -> T) throws -> T {
+        try writer.execute("BEGIN", what)
+        do {
+            try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], name: "depot_lock", "Locking the schema \(options.schema)")
+            let result = try body()
+            try writer.execute("COMMIT", what)
+            return result
+        } catch {
+            if writer.isInTransaction { try? writer.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    func lockedTransaction(_ what: String, _ body: () throws(DepotError) -> Void) throws(DepotError) {
+        do {
+            try lockedTransaction(what) { () throws -> Void in try body() }
+        } catch let error as DepotError {
+            throw error
+        } catch {
+            throw DepotError(.backend, "\(what): \(error)")
+        }
+    }
+
+    func create(_ entity: EntityDescription) throws(DepotError) {
+        let existing = try writer.query(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = $1",
+            [.text(entity.name)], "Looking up table \(entity.name)")
+        if existing.rowCount > 0 {
+            throw DepotError(.invalidSchema, "The schema \(options.schema) already has a table or index named \(entity.name) that Depot did not create. Rename the entity, or use another schema.")
+        }
+        for statement in PGDDL.createTable(entity) {
+            try writer.execute(statement, "Creating the table of \(entity.name)")
+        }
+    }
+
+    func migrate(_ migration: SchemaMigration, registered: (String) -> EntityDescription?) throws(DepotError) {
+        let entity = migration.declared
+        let table = quoted(entity.name)
+        for attribute in migration.addedAttributes {
+            let column = quoted(attribute.name)
+            // Added without constraints, filled with a bound value (DDL takes no parameters,
+            // and a literal would not be exact for every type), then constrained.
+            try writer.execute("ALTER TABLE \(table) ADD COLUMN \(column) \(PGDDL.columnType(attribute.type))", "Adding \(entity.name).\(attribute.name)")
+            let fill = SchemaMigration.fillValue(for: attribute)
+            if !fill.isNull {
+                var param = PGParam.value(fill)
+                param.oid = PostgresTransaction.oid(attribute.type)
+                try writer.query("UPDATE \(table) SET \(column) = $1", [param], "Filling \(entity.name).\(attribute.name) with its default")
+            }
+            if !attribute.isOptional {
+                try writer.execute("ALTER TABLE \(table) ALTER COLUMN \(column) SET NOT NULL", "Adding \(entity.name).\(attribute.name)")
+            }
+            if attribute.isUnique {
+                try writer.execute("ALTER TABLE \(table) ADD CONSTRAINT \(quoted("\(entity.name)_\(attribute.name)_key")) UNIQUE (\(column))")
+            }
+            for statement in PGDDL.addForeignKey(attribute, of: entity.name, registered: registered) + PGDDL.referenceComment(attribute, in: entity) {
+                try writer.execute(statement, "Adding the reference \(entity.name).\(attribute.name)")
+            }
+        }
+        for attribute in migration.droppedIndexes {
+            try writer.execute(PGDDL.dropIndex(attribute, in: entity), "Dropping the index of \(entity.name).\(attribute.name)")
+        }
+        for attribute in migration.addedIndexes where PGDDL.wantsIndex(attribute, in: entity) {
+            try writer.execute(PGDDL.createIndex(attribute, in: entity), "Indexing \(entity.name).\(attribute.name)")
+        }
+    }
+
+    /// Refuses a new reference whose default names no record while the entity has records.
+    func checkDefaultedReferences(_ migration: SchemaMigration, registered: (String) -> EntityDescription?) throws(DepotError) {
+        let entity = migration.declared
+        for attribute in migration.defaultedReferences {
+            guard let reference = attribute.reference, let value = attribute.defaultValue else { continue }
+            guard try writer.query("SELECT 1 FROM \(quoted(entity.name)) LIMIT 1", [], "Checking \(entity.name)").rowCount > 0 else { return }
+            guard let target = registered(reference.entity),
+                try writer.query(
+                    "SELECT 1 FROM \(quoted(target.name)) WHERE \(quoted(target.primaryKey.name)) = $1", [.value(value)],
+                    "Checking the default of \(entity.name).\(attribute.name)"
+                ).rowCount > 0
+            else {
+                throw SchemaMigration.missingDefaultTarget(attribute, in: entity.name)
+            }
+        }
+    }
+
+    func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
+        let result = try writer.query("SELECT description FROM depot_entities WHERE name = $1", [.text(name)], "Reading the description of \(name)")
+        guard result.rowCount > 0 else { return nil }
+        return try Self.decodeDescription(result.bytes(0, 0), name: name)
+    }
+
+    func storeDescription(_ entity: EntityDescription) throws(DepotError) {
+        let json: String
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
+        } catch {
+            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
+        }
+        try writer.query(
+            "INSERT INTO depot_entities (name, description) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description",
+            [.text(entity.name), .text(json)], "Storing the description of \(entity.name)")
+    }
+}
+
+extension PostgresStore: SchemaRewritingStore {
+    /// Builds the new table beside the old one, copies the transformed rows into it, drops
+    /// the old table and renames the new one, restores the foreign keys of the entities
+    /// that refer to it, rebuilds the indexes and the stored description and records the
+    /// step: one transaction under the schema's advisory lock, so a failure anywhere (a
+    /// conversion that throws, a duplicate, a dangling reference at commit) changes nothing.
+    public func rewrite(
+        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
+        ledgerRow: Row, ledger: EntityHandle
+    ) async throws -> EntityHandle {
+        try PGDDL.checkNames(entity)
+        return try await onWriter("rewriting \(name)") {
+            try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
+        }
+    }
+
+    private func rewriteNow(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
+    ) throws -> EntityHandle {
+        var current = tables
+        guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
+        let incoming = current.relationships.incoming[oldHandle.slot] ?? []
+        let links = current.relationships.incoming.values.flatMap { $0 }
+        try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { current[$0]?.entity }, relationships: links)
+        let serial = state.withLockedValue { s in
+            defer { s.nextSerial += 2 }
+            return s.nextSerial
+        }
+        try lockedTransaction("Rewriting \(name)") { () throws -> Void in
+            var rows: [Row] = []
+            let reading = PostgresTransaction(connection: writer, tables: current, writable: true)
+            try reading.fetch(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
+            reading.isFinished = true
+            var staging = entity
+            staging.name = "depot_rewrite"
+            try writer.execute("DROP TABLE IF EXISTS depot_rewrite")
+            for statement in PGDDL.createTable(staging) where !statement.hasPrefix("CREATE INDEX") && !statement.hasPrefix("COMMENT") {
+                try writer.execute(statement, "Creating the new table of \(name)")
+            }
+            var local = current
+            let stagingHandle = local.set(staging, RegisteredEntity(entity: staging, serial: serial))
+            let writing = PostgresTransaction(connection: writer, tables: local, writable: true)
+            for row in rows { try writing.insert(try transform(row), into: stagingHandle) }
+            writing.isFinished = true
+            // CASCADE drops the other tables' foreign keys to the old table; they are made
+            // again below, to the new one.
+            try writer.execute("DROP TABLE \(quoted(name)) CASCADE", "Dropping the old table of \(name)")
+            try writer.execute("ALTER TABLE depot_rewrite RENAME TO \(quoted(entity.name))")
+            // The constraints keep the staging table's names: give them the entity's, which
+            // the error messages are matched against.
+            try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT depot_rewrite_pkey TO \(quoted("\(entity.name)_pkey"))")
+            for attribute in entity.attributes where attribute.isUnique && attribute.name != entity.primaryKey.name {
+                try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT \(quoted("depot_rewrite_\(attribute.name)_key")) TO \(quoted("\(entity.name)_\(attribute.name)_key"))")
+            }
+            // The rewritten entity's own references (a self-reference names its new name).
+            for statement in PGDDL.addForeignKeys(entity, registered: { $0 == entity.name ? entity : current[$0]?.entity }) {
+                try writer.execute(statement, "Adding the references of \(entity.name)")
+            }
+            for attribute in entity.attributes {
+                for statement in PGDDL.referenceComment(attribute, in: entity) { try writer.execute(statement) }
+                if PGDDL.wantsIndex(attribute, in: entity) {
+                    try writer.execute(PGDDL.dropIndex(attribute, in: entity))
+                    try writer.execute(PGDDL.createIndex(attribute, in: entity))
+                }
+            }
+            for link in incoming where link.source.name != name && link.source.name != entity.name {
+                let attribute = link.source.entity.attributes[link.attribute]
+                try writer.execute(
+                    "ALTER TABLE \(quoted(link.source.name)) ADD FOREIGN KEY (\(quoted(attribute.name))) REFERENCES \(quoted(entity.name)) (\(quoted(entity.primaryKey.name))) ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED",
+                    "Restoring the reference \(link.source.name).\(attribute.name)")
+            }
+            if name != entity.name {
+                try writer.query("DELETE FROM depot_entities WHERE name = $1", [.text(name)], "Forgetting the description of \(name)")
+            }
+            try storeDescription(entity)
+            let recording = PostgresTransaction(connection: writer, tables: current, writable: true)
+            try recording.insert(ledgerRow, into: ledger)
+            recording.isFinished = true
+            // The deferred foreign keys are checked now, inside the step, so a dangling
+            // reference fails it with Depot's code rather than at COMMIT.
+            try writer.execute("SET CONSTRAINTS ALL IMMEDIATE", "Checking the references of the rewritten \(entity.name)")
+        }
+        if name != entity.name { current.remove(named: name) }
+        let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
+        state.withLockedValue { $0.tables = current }
+        changes.publishTouched([name, entity.name, ledger.name])
+        try? notifyTouched([name, entity.name, ledger.name])
+        return handle
+    }
+
+    /// Tells other processes that entities changed as a whole.
+    func notifyTouched(_ entities: [String]) throws(DepotError) {
+        var recorder = ChangeRecorder(detailed: false)
+        for entity in entities { recorder.recordTouched(entity: entity) }
+        try notify(recorder)
+    }
+}

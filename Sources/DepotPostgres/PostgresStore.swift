@@ -1,0 +1,477 @@
+import CLibPQ
+public import DepotCore
+import Foundation
+import NIOConcurrencyHelpers
+
+/// The PostgreSQL backend: one table per entity in a schema of a PostgreSQL database, shared
+/// by every process (and every server) that opens it.
+///
+/// ```swift
+/// let store = try PostgresStore(url: "postgres://app@db.internal:5432/app")
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// try await cats.save(Cat(id: 1, name: "Tom", weight: 4.5, age: 3))
+/// await store.close()
+/// ```
+///
+/// Each entity is a real table with typed columns (`bigint`, `boolean`, `double precision`,
+/// `text COLLATE "C"`, `bytea`, `uuid`), its primary key, its unique constraints, its indexes
+/// and its references' foreign keys, readable with `psql`. Depot's bookkeeping lives in the
+/// tables `depot_meta` and `depot_entities` of the same schema.
+///
+/// The client is libpq, PostgreSQL's own C library, through a system-library target: its
+/// calls block, which is what the store's worker threads are for (every other backend's
+/// calls block too), it adds no package to build, and it speaks every protocol feature and
+/// connection option (`sslmode`, Unix sockets, `.pgpass`) PostgreSQL's tools do. Every
+/// call runs on the store's dispatch queues, never on Swift's cooperative pool.
+///
+/// Reads run on a pool of reader connections in `REPEATABLE READ READ ONLY` transactions,
+/// so an operation sees one snapshot. Writes run one at a time per store on the writer
+/// connection, in `SERIALIZABLE` transactions: when two processes' operations conflict
+/// (each read what the other writes), PostgreSQL fails one with a serialization failure
+/// and the store runs that write's closure again from the start, up to
+/// ``Options/retries`` times, so a read-modify-write never loses an update. Keep write
+/// closures free of outside side effects: one may run more than once.
+///
+/// A write committed by any process reaches this store's observers: each write sends the
+/// keys it changed with `pg_notify` in its own transaction (so only a commit is heard), and
+/// a listener connection publishes other stores' notifications into ``changes``.
+public final class PostgresStore: RowReadingStore, @unchecked Sendable {
+    /// How hard a commit tries to reach the disk (PostgreSQL's `synchronous_commit`).
+    public enum Durability: String, Sendable, Hashable {
+        /// `synchronous_commit = on` (the default): a commit is flushed to the server's
+        /// write-ahead log before it returns.
+        case full
+        /// `synchronous_commit = off`: a commit returns before its flush; a server crash may
+        /// lose the last commits (never corrupt the database).
+        case normal
+    }
+
+    /// How a store is opened.
+    public struct Options: Sendable, Hashable {
+        /// The schema that holds the store's tables; created when missing. `public` by
+        /// default. Two stores in one database with different schemas are independent.
+        public var schema: String
+        /// Reader connections, so the number of reads that run at once; 4 by default.
+        public var readers: Int
+        public var durability: Durability
+        /// The longest a statement may run before PostgreSQL cancels it (``DepotError/Code/busy``);
+        /// nil (the default) for no limit.
+        public var statementTimeout: Duration?
+        /// How many times a write whose transaction PostgreSQL aborted for a serialization
+        /// failure or a deadlock runs again; 20 by default.
+        public var retries: Int
+
+        public init(schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20) {
+            self.schema = schema
+            self.readers = readers
+            self.durability = durability
+            self.statementTimeout = statementTimeout
+            self.retries = retries
+        }
+    }
+
+    /// The most reader connections a store opens.
+    public static let maximumReaders = 64
+    static let formatVersion = 1
+    /// The channel writes notify on, one per schema.
+    let channel: String
+
+    public var backendName: String { "postgres" }
+    public let changes = ChangeFeed()
+    public let options: Options
+    public let log: StoreLog
+    /// The libpq connection string (a URI or `key=value` pairs), as given.
+    let conninfo: String
+    /// Tells this store's notifications from other stores'.
+    let instance = UUID().uuidString
+
+    struct State: Sendable {
+        var tables = EntityRegistry<RegisteredEntity>()
+        var nextSerial = 1
+    }
+
+    struct Pool: Sendable {
+        var idle: [PGConnection]
+        var waiting: [@Sendable (PGConnection) -> Void] = []
+        var waitingStart = 0
+    }
+
+    let state = NIOLockedValueBox(State())
+    let pool: NIOLockedValueBox<Pool>
+    let writer: PGConnection
+    let readers: [PGConnection]
+    let writerLane = SerialLane(label: "depot.postgres.writer", concurrent: false)
+    let readQueue = DispatchQueue(label: "depot.postgres.readers", attributes: .concurrent)
+    let gate: StoreGate
+    let listener: ChangeListener?
+
+    // MARK: Opening
+
+    /// Connects to PostgreSQL and opens the store in `options.schema`, creating the schema
+    /// and Depot's bookkeeping tables when missing.
+    ///
+    /// Opening blocks the calling thread (it connects and reads the catalog): from async
+    /// code use `openStore(url:)`, which opens off the cooperative pool.
+    ///
+    /// - Parameter conninfo: A libpq connection string: `postgresql://user:password@host:5432/db?sslmode=require`
+    ///   or `host=/run/postgresql dbname=app`.
+    /// - Throws: ``DepotError/Code/io`` when the server cannot be reached,
+    ///   ``DepotError/Code/permissionDenied`` when it refuses the login,
+    ///   ``DepotError/Code/invalidConfiguration`` for bad options,
+    ///   ``DepotError/Code/storeCorrupted`` when the schema holds Depot tables of an unknown
+    ///   format.
+    public init(url conninfo: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
+        guard (1...Self.maximumReaders).contains(options.readers) else {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections.")
+        }
+        guard !options.schema.isEmpty, options.schema.utf8.count <= PGDDL.identifierLimit, !options.schema.utf8.contains(0) else {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.schema must be a name of 1 to \(PGDDL.identifierLimit) bytes; '\(options.schema)' is not.")
+        }
+        guard options.retries >= 0 else {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.retries is negative; use 0 or more.")
+        }
+        if let timeout = options.statementTimeout, timeout < .zero {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.statementTimeout is negative.")
+        }
+        self.conninfo = conninfo
+        self.options = options
+        self.log = log
+        self.channel = "depot_changes_\(options.schema)".utf8.count <= PGDDL.identifierLimit ? "depot_changes_\(options.schema)" : "depot_changes"
+        self.gate = StoreGate(store: "PostgreSQL store (schema \(options.schema))")
+        let settings = Self.sessionSettings(options)
+        let writer = try PGConnection.open(conninfo, settings: [])
+        var opened: [PGConnection] = [writer]
+        do throws(DepotError) {
+            let stored = try Self.prepareSchema(writer, options: options)
+            for setting in settings { try writer.execute(setting, "Setting up the PostgreSQL session") }
+            for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings)) }
+            let listen = try PGConnection.open(conninfo, settings: settings)
+            opened.append(listen)
+            try listen.execute("LISTEN \(quoted(channel))", "Listening for other processes' changes")
+            self.writer = writer
+            self.readers = Array(opened[1...options.readers])
+            self.pool = NIOLockedValueBox(Pool(idle: Array(opened[1...options.readers])))
+            self.listener = ChangeListener(connection: listen)
+            state.withLockedValue { s in
+                for entity in stored {
+                    s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
+                    s.nextSerial += 1
+                }
+            }
+        } catch {
+            for connection in opened { connection.close() }
+            throw error
+        }
+        listener?.start(store: self)
+        log.opened("postgres", at: "schema \(options.schema)", ["depot.readers": .stringConvertible(options.readers), "depot.entities": .stringConvertible(state.withLockedValue { $0.tables.all.count })])
+    }
+
+    static func sessionSettings(_ options: Options) -> [String] {
+        var settings = [
+            "SET search_path TO \(quoted(options.schema))",
+            "SET synchronous_commit TO \(options.durability == .full ? "on" : "off")",
+            // Messages and identifiers as Depot writes them; no locale-dependent output.
+            "SET client_encoding TO 'UTF8'",
+        ]
+        if let timeout = options.statementTimeout {
+            let (seconds, attoseconds) = timeout.components
+            let milliseconds = min(Int64(Int32.max), seconds.multipliedReportingOverflow(by: 1000).overflow ? Int64(Int32.max) : seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+            settings.append("SET statement_timeout TO \(max(1, milliseconds))")
+        }
+        return settings
+    }
+
+    /// An advisory lock key for the schema: registration, opening and schema rewrites of
+    /// one schema take it, so two servers starting at once apply a change once.
+    static func lockKey(_ schema: String) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in Array("depot:".utf8) + Array(schema.utf8) {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return Int64(bitPattern: hash)
+    }
+
+    /// Creates the schema and the bookkeeping tables when missing, checks the format, and
+    /// reads the stored entity descriptions.
+    static func prepareSchema(_ connection: PGConnection, options: Options) throws(DepotError) -> [EntityDescription] {
+        try connection.execute("BEGIN", "Opening the PostgreSQL store")
+        do throws(DepotError) {
+            try connection.query("SELECT pg_advisory_xact_lock($1)", [.int(lockKey(options.schema))], "Locking the schema \(options.schema)")
+            try connection.execute("CREATE SCHEMA IF NOT EXISTS \(quoted(options.schema))", "Creating the schema \(options.schema)")
+            try connection.execute("SET LOCAL search_path TO \(quoted(options.schema))")
+            try connection.execute("CREATE TABLE IF NOT EXISTS depot_meta (key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)")
+            try connection.execute("CREATE TABLE IF NOT EXISTS depot_entities (name text COLLATE \"C\" PRIMARY KEY, description text NOT NULL)")
+            try connection.query(
+                "INSERT INTO depot_meta (key, value) VALUES ('format', $1) ON CONFLICT (key) DO NOTHING", [.text(String(formatVersion))],
+                "Recording the store's format")
+            let format = try connection.query("SELECT value FROM depot_meta WHERE key = 'format'", [], "Reading the store's format")
+            let version = format.rowCount > 0 ? String(decoding: format.bytes(0, 0), as: UTF8.self) : ""
+            guard version == String(formatVersion) else {
+                throw DepotError(.storeCorrupted, "The Depot tables in the PostgreSQL schema \(options.schema) have format \(version.debugDescription), which this version of Depot does not know (it writes \(formatVersion)).")
+            }
+            let rows = try connection.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
+            var stored: [EntityDescription] = []
+            for row in 0..<rows.rowCount {
+                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
+                stored.append(try decodeDescription(rows.bytes(row, 1), name: name))
+            }
+            try connection.execute("COMMIT", "Opening the PostgreSQL store")
+            return stored
+        } catch {
+            try? connection.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    static func decodeDescription(_ bytes: UnsafeRawBufferPointer, name: String) throws(DepotError) -> EntityDescription {
+        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(bytes)), (try? entity.validate()) != nil else {
+            throw DepotError(.storeCorrupted, "The stored description of entity \(name) cannot be read; the depot_entities table was changed outside Depot.")
+        }
+        return entity
+    }
+
+    deinit {
+        if !gate.isClosed {
+            let listener = self.listener
+            let connections = [writer] + readers
+            // Closing sends a terminate message and the listener stops within its poll
+            // interval: kept off whatever thread drops the store.
+            DispatchQueue.global().async {
+                listener?.stop()
+                for connection in connections { connection.close() }
+            }
+        }
+        writerLane.stop()
+    }
+
+    // MARK: Work accounting
+
+    @inline(__always)
+    func begin() throws(DepotError) { try gate.enter() }
+
+    @inline(__always)
+    func end() { gate.leave() }
+
+    var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables } }
+
+    // MARK: Reads
+
+    func checkOutReader(_ job: @escaping @Sendable (PGConnection) -> Void) {
+        let reader = pool.withLockedValue { p -> PGConnection? in
+            if let reader = p.idle.popLast() { return reader }
+            p.waiting.append(job)
+            return nil
+        }
+        guard let reader else { return }
+        if StoreExecutor.isCurrent {
+            job(reader)
+        } else {
+            readQueue.async { job(reader) }
+        }
+    }
+
+    func checkIn(_ reader: PGConnection) {
+        let next = pool.withLockedValue { p -> (@Sendable (PGConnection) -> Void)? in
+            guard p.waitingStart < p.waiting.count else {
+                p.idle.append(reader)
+                return nil
+            }
+            let job = p.waiting[p.waitingStart]
+            p.waitingStart += 1
+            if p.waitingStart == p.waiting.count {
+                p.waiting.removeAll(keepingCapacity: true)
+                p.waitingStart = 0
+            }
+            return job
+        }
+        if let next { readQueue.async { next(reader) } }
+    }
+
+    /// A connection whose server went away (a restart, a failover) is reconnected before
+    /// its next use; the operation that found it broken has failed with ``DepotError/Code/io``.
+    func healthy(_ connection: PGConnection) {
+        guard connection.isBroken, let handle = connection.handle else { return }
+        PQreset(handle)
+        if !connection.isBroken {
+            for setting in Self.sessionSettings(options) { try? connection.execute(setting) }
+            connection.forgetPrepared()
+        }
+    }
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        checkOutReader { reader in
+            self.healthy(reader)
+            let result = Result { try self.log.transaction("read") { try self.readInTransaction(on: reader, body) } }
+            self.checkIn(reader)
+            self.end()
+            completion(result)
+        }
+    }
+
+    func readInTransaction<T>(on connection: PGConnection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+        try connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "Beginning a read")
+        let transaction = PostgresTransaction(connection: connection, tables: tables, writable: false)
+        defer {
+            transaction.isFinished = true
+            if connection.isInTransaction { try? connection.execute("ROLLBACK") }
+        }
+        return try body(transaction)
+    }
+
+    /// One row by key as a single statement in autocommit mode, which is its own snapshot.
+    public func submitRowRead<T: Sendable>(
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
+        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        checkOutReader { reader in
+            self.healthy(reader)
+            let result = Result {
+                try self.log.transaction("read") { () throws -> T? in
+                    let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
+                    defer { transaction.isFinished = true }
+                    var result: T?
+                    _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+                    return result
+                }
+            }
+            self.checkIn(reader)
+            self.end()
+            completion(result)
+        }
+    }
+
+    // MARK: Writes
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        let accepted = writerLane.submit {
+            let result = Result { try self.writeNow(body) }
+            self.end()
+            completion(result)
+        }
+        if !accepted {
+            end()
+            completion(.failure(DepotError.closed("PostgreSQL store (schema \(options.schema))")))
+        }
+    }
+
+    /// Runs the write, again from the start when PostgreSQL aborts it for a serialization
+    /// failure or a deadlock (another process wrote what it read), with a short random
+    /// back-off, up to ``Options/retries`` times.
+    func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            healthy(writer)
+            writer.lastFailure = nil
+            do {
+                return try log.transaction("write") { try writeInTransaction(body) }
+            } catch {
+                guard attempt < options.retries, writer.lastFailure?.isRetryable == true else { throw error }
+                attempt += 1
+                usleep(UInt32.random(in: 200...(1_000 * UInt32(min(attempt, 20)))))
+            }
+        }
+    }
+
+    func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
+        let tables = self.tables
+        try writer.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", "Beginning a write")
+        let transaction = PostgresTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder(detailedAlways: true))
+        let result: T
+        do {
+            result = try ReferenceEnforcement.run(transaction, tables.relationships, body)
+            transaction.isFinished = true
+            if writer.isInFailedTransaction {
+                throw DepotError(writer.lastFailure.map { $0.depotError("").code } ?? .backend, "PostgreSQL rolled this transaction back after an error in it that the operation caught (\(writer.lastFailure?.message ?? "see that error")); nothing of it was kept.")
+            }
+            try notify(transaction.recorder)
+            try writer.execute("COMMIT", "Committing a write")
+        } catch {
+            transaction.isFinished = true
+            if writer.isInTransaction { try? writer.execute("ROLLBACK") }
+            throw error
+        }
+        publishLocally(transaction.recorder)
+        return result
+    }
+
+    // MARK: Closing
+
+    public func close() async {
+        let first = await gate.close()
+        changes.finish()
+        guard first else { return }
+        listener?.stop()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let accepted = writerLane.submit {
+                for reader in self.readers { reader.close() }
+                self.writer.close()
+                continuation.resume()
+            }
+            if !accepted { continuation.resume() }
+        }
+        writerLane.stop()
+        log.closed("postgres", at: "schema \(options.schema)")
+    }
+
+    /// Runs `body` with the writer connection on the writer's lane (registration, schema
+    /// rewrites, checks).
+    func onWriter<T: Sendable>(_ what: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            do { try begin() } catch { return continuation.resume(throwing: error) }
+            let accepted = writerLane.submit {
+                self.healthy(self.writer)
+                let result = Result { try self.log.loggingFailure(what) { try body() } }
+                self.end()
+                continuation.resume(with: result)
+            }
+            if !accepted {
+                self.end()
+                continuation.resume(throwing: DepotError.closed("PostgreSQL store (schema \(options.schema))"))
+            }
+        }
+    }
+}
+
+extension ChangeFeed {
+    /// A recorder that records every key: PostgreSQL stores tell other processes what they
+    /// changed whether or not this process observes.
+    func makeRecorder(detailedAlways: Bool) -> ChangeRecorder {
+        detailedAlways ? ChangeRecorder(detailed: true) : makeRecorder()
+    }
+}
+
+extension PostgresStore: CatalogStore {
+    /// Every entity registered in this process or stored in the schema's `depot_entities`
+    /// (read again, so entities another process registered are listed too).
+    public func storedEntities() async throws -> [EntityHandle] {
+        try await onWriter("listing the stored entities") {
+            let rows = try self.writer.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
+            var current = self.tables
+            var serial = self.state.withLockedValue { s in
+                defer { s.nextSerial += rows.rowCount }
+                return s.nextSerial
+            }
+            for row in 0..<rows.rowCount {
+                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
+                let entity = try Self.decodeDescription(rows.bytes(row, 1), name: name)
+                if current[name]?.entity != entity {
+                    current.set(entity, RegisteredEntity(entity: entity, serial: serial))
+                    serial += 1
+                }
+            }
+            let updated = current
+            self.state.withLockedValue { $0.tables = updated }
+            return updated.all.map(\.handle)
+        }
+    }
+}

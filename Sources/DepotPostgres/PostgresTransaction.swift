@@ -1,0 +1,176 @@
+import CLibPQ
+import DepotCore
+import Foundation
+
+/// A read or write transaction on one connection. The store begins and ends the SQL
+/// transaction around the closure; this object only runs statements inside it.
+final class PostgresTransaction: WriteTransaction {
+    let connection: PGConnection
+    let tables: EntityRegistry<RegisteredEntity>
+    let writable: Bool
+    var recorder: ChangeRecorder
+    var isFinished = false
+
+    init(connection: PGConnection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false)) {
+        self.connection = connection
+        self.tables = tables
+        self.writable = writable
+        self.recorder = recorder
+    }
+
+    @inline(__always)
+    private func table(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
+        if isFinished { throw DepotError.transactionEnded }
+        // After an error PostgreSQL refuses every statement until the transaction ends:
+        // say so once, in Depot's words, rather than with the server's.
+        if connection.isInFailedTransaction {
+            throw DepotError(.backend, "An earlier statement of this PostgreSQL transaction failed, so PostgreSQL rolls it back; nothing of it is kept. Let the error end the operation (or retry it).")
+        }
+        return try tables.resolve(entity)
+    }
+
+    // MARK: ReadTransaction
+
+    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+        let table = try table(query.handle)
+        if query.limit == 0 { return }
+        let compiled = try PGQueryCompiler.select(query, table: table)
+        let result = try connection.query(compiled.sql, compiled.params, "Fetching \(table.entity.name) records")
+        let count = result.rowCount
+        reserve(count)
+        let columns = PGColumns(result, types: table.types, entity: table.entity.name)
+        for row in 0..<count {
+            columns.row = row
+            try body(columns)
+        }
+    }
+
+    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+        let table = try table(entity)
+        guard key.type == table.keyType else { return false }
+        let result = try connection.query(
+            table.selectByKey, [.value(key)], name: table.statementName(.selectByKey), "Reading a \(entity.name) record")
+        guard result.rowCount > 0 else { return false }
+        try body(PGColumns(result, types: table.types, entity: table.entity.name))
+        return true
+    }
+
+    func count(_ query: Query) throws -> Int {
+        let table = try table(query.handle)
+        let compiled = try PGQueryCompiler.count(query, table: table)
+        let result = try connection.query(compiled.sql, compiled.params, "Counting \(table.entity.name) records")
+        guard result.rowCount > 0 else { return 0 }
+        return Int(result.int64(0, 0))
+    }
+
+    // `aggregate` is DepotCore's: it reads the rows and folds them with Depot's own
+    // arithmetic (exact sums, Depot's order for minimum and maximum).
+
+    // MARK: WriteTransaction
+
+    private func writableTable(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
+        let table = try table(entity)
+        if !writable {
+            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+        }
+        return table
+    }
+
+    private func params(_ row: Row, table: RegisteredEntity) throws(DepotError) -> [PGParam] {
+        _ = try table.entity.check(row)
+        var params: [PGParam] = []
+        params.reserveCapacity(row.count)
+        for i in 0..<row.count {
+            var param = PGParam.value(row[value: i])
+            // A NULL still has its column's type, so the prepared statement's types hold.
+            if param.bytes == nil { param.oid = Self.oid(table.types[i]) }
+            params.append(param)
+        }
+        return params
+    }
+
+    static func oid(_ type: AttributeType) -> Oid {
+        switch type {
+        case .int64: PGParam.int8Oid
+        case .bool: PGParam.boolOid
+        case .double, .date: PGParam.float8Oid
+        case .string: PGParam.textOid
+        case .data: PGParam.byteaOid
+        case .uuid: PGParam.uuidOid
+        }
+    }
+
+    /// Runs a writing statement, turning constraint failures into Depot's words.
+    private func runWrite(_ sql: String, _ params: [PGParam], name: String, row: Row, table: RegisteredEntity, what: String) throws(DepotError) -> PGResult {
+        do {
+            return try connection.query(sql, params, name: name, "\(what) the \(table.entity.name) with primary key \(row[value: table.keyIndex].debugLiteral)")
+        } catch {
+            guard let failure = connection.lastFailure, failure.sqlState == "23505" else { throw error }
+            let key = row[value: table.keyIndex]
+            let entity = table.entity.name
+            if failure.constraint == "\(entity)_pkey" || failure.constraint.map({ $0.hasSuffix("_pkey") }) == true {
+                throw DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
+            }
+            if let attribute = table.entity.attributes.first(where: { failure.constraint == "\(entity)_\($0.name)_key" }),
+                let index = table.entity.index(of: attribute.name)
+            {
+                throw DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(row[value: index].debugLiteral), and \(attribute.name) is declared unique.")
+            }
+            throw DepotError(.duplicateKey, "\(what) the \(entity) with primary key \(key.debugLiteral) would duplicate a unique value (\(failure.message)).")
+        }
+    }
+
+    func insert(_ row: Row, into entity: EntityHandle) throws {
+        let table = try writableTable(entity)
+        _ = try runWrite(table.insert, try params(row, table: table), name: table.statementName(.insert), row: row, table: table, what: "Inserting")
+        recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
+    }
+
+    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+        let table = try writableTable(entity)
+        let bound = try params(row, table: table)
+        // Insert unless the key exists, then update in place: the affected-row count says
+        // which case it was (an upsert's DO UPDATE would not).
+        let inserted = try runWrite(
+            table.insertUnlessKeyExists, bound, name: table.statementName(.insertUnlessKeyExists), row: row, table: table, what: "Saving"
+        ).affectedRows > 0
+        if !inserted {
+            _ = try runWrite(table.update, bound, name: table.statementName(.update), row: row, table: table, what: "Saving")
+        }
+        recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
+        return inserted
+    }
+
+    func update(_ row: Row, in entity: EntityHandle) throws {
+        let table = try writableTable(entity)
+        let result = try runWrite(table.update, try params(row, table: table), name: table.statementName(.update), row: row, table: table, what: "Updating")
+        let key = row[value: table.keyIndex]
+        if result.affectedRows == 0 {
+            throw DepotError(.notFound, "No \(entity.name) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
+        }
+        recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
+    }
+
+    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+        let table = try writableTable(entity)
+        guard key.type == table.keyType else { return false }
+        let result = try connection.query(
+            table.deleteByKey, [.value(key)], name: table.statementName(.deleteByKey), "Deleting the \(entity.name) with primary key \(key.debugLiteral)")
+        let deleted = result.affectedRows > 0
+        if deleted { recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false) }
+        return deleted
+    }
+
+    func delete(_ query: Query) throws -> Int {
+        let table = try writableTable(query.handle)
+        if query.limit == 0 { return 0 }
+        let compiled = try PGQueryCompiler.delete(query, table: table)
+        let result = try connection.query(compiled.sql, compiled.params, "Deleting \(table.entity.name) records")
+        let keys = PGColumns(result, types: [table.keyType], entity: table.entity.name)
+        for row in 0..<result.rowCount {
+            keys.row = row
+            recorder.record(entity: table.entity.name, key: try keys.value(0), existedBefore: true, existsAfter: false)
+        }
+        return result.rowCount
+    }
+}

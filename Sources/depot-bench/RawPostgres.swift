@@ -1,0 +1,270 @@
+import CLibPQ
+import DepotTesting
+import Dispatch
+import Foundation
+
+/// PostgreSQL through libpq directly, written as fast as we can: prepared statements,
+/// binary parameters and results, one table in a schema of its own. The yardstick for
+/// `postgres` (the same client Depot uses, on the same server).
+final class RawPostgresSubject: BenchSubject {
+    let name = "raw-postgres"
+    let rawCounterpart: String? = nil
+    let server: String
+    let synchronousCommit: String
+    private var connection: RawPGConnection?
+    private var schema = ""
+
+    /// - Parameters:
+    ///   - server: A libpq connection URI.
+    ///   - synchronousCommit: `on` or `off`, matching Depot's durability setting.
+    init(server: String, synchronousCommit: String) {
+        self.server = server
+        self.synchronousCommit = synchronousCommit
+    }
+
+    func open(at directory: URL) async throws {
+        schema = "raw_" + benchSchemaName(directory)
+        let connection = try RawPGConnection(server, synchronousCommit: synchronousCommit)
+        try connection.exec("CREATE SCHEMA IF NOT EXISTS \(schema)")
+        try connection.exec("SET search_path TO \(schema)")
+        try connection.exec("CREATE TABLE IF NOT EXISTS cat (id bigint PRIMARY KEY, name text COLLATE \"C\" NOT NULL, weight double precision NOT NULL, age bigint NOT NULL)")
+        try connection.exec("CREATE INDEX IF NOT EXISTS cat_age ON cat (age)")
+        try connection.prepareStatements()
+        self.connection = connection
+    }
+
+    func close() async {
+        connection?.close()
+        connection = nil
+    }
+
+    private func live() throws -> RawPGConnection {
+        guard let connection else { throw BenchError("raw-postgres is not open") }
+        return connection
+    }
+
+    func saveAll(_ cats: [Cat]) async throws {
+        let connection = try live()
+        try connection.exec("BEGIN")
+        for cat in cats { try connection.upsert(cat) }
+        try connection.exec("COMMIT")
+    }
+
+    func fetchAll() async throws -> [Cat] {
+        try live().cats("fetch_all", [])
+    }
+
+    func saveEach(_ cats: [Cat]) async throws {
+        let connection = try live()
+        for cat in cats { try connection.upsert(cat) }
+    }
+
+    func lookUpInOneRead(_ ids: [Int64]) async throws -> Int64 {
+        let connection = try live()
+        try connection.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        defer { try? connection.exec("COMMIT") }
+        return try connection.lookUp(ids)
+    }
+
+    /// Each lookup is its own statement, called synchronously: the floor that Depot's
+    /// per-call async hop is compared with.
+    func lookUpEach(_ ids: [Int64]) async throws -> Int64 { try live().lookUp(ids) }
+
+    func oldestByName() async throws -> [Int64] {
+        try live().cats("oldest", []).map(\.id)
+    }
+
+    func count() async throws -> Int {
+        let connection = try live()
+        let result = try connection.run("count", [])
+        defer { PQclear(result) }
+        return Int(RawPGConnection.int64(result, 0, 0))
+    }
+
+    /// W6 like for like: reader tasks, each with its own connection, every lookup a hop onto
+    /// a concurrent queue (as Depot's reads); the writer's saves hop onto a serial queue.
+    func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let server = self.server
+        let schema = self.schema
+        let synchronousCommit = self.synchronousCommit
+        let reads = HandOff.concurrent("raw-postgres.readers")
+        let writer = HandOff.serial("raw-postgres.writer")
+        let connection = Unchecked(try live())
+        return try await asyncMix(
+            readers: readers, lookups: lookups, writes: writes,
+            save: { cat in try await writer.run { try connection.value.upsert(cat) } },
+            openReader: {
+                try await reads.run { () throws -> Unchecked<RawPGConnection> in
+                    let reader = try RawPGConnection(server, synchronousCommit: synchronousCommit)
+                    try reader.exec("SET search_path TO \(schema)")
+                    try reader.prepareStatements()
+                    return Unchecked(reader)
+                }
+            },
+            closeReader: { $0.value.close() },
+            lookUp: { reader, id in try await reads.run { try reader.value.lookUpOne(id) } })
+    }
+
+    /// W6t: the same mix with each reader on a plain thread of its own, no hand-off.
+    func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        let share = lookups.count / readers
+        let server = self.server
+        let schema = self.schema
+        let synchronousCommit = self.synchronousCommit
+        let results = ResultBox(readers)
+        let group = DispatchGroup()
+        for reader in 0..<readers {
+            let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let connection = try RawPGConnection(server, synchronousCommit: synchronousCommit)
+                    defer { connection.close() }
+                    try connection.exec("SET search_path TO \(schema)")
+                    try connection.prepareStatements()
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(mine.count)
+                    var sum: Int64 = 0
+                    for id in mine {
+                        let start = DispatchTime.now().uptimeNanoseconds
+                        let cat = try connection.lookUpOne(id)
+                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
+                        sum &+= checksum(cat)
+                    }
+                    results.set(reader, .success((latencies, sum)))
+                } catch {
+                    results.set(reader, .failure(error))
+                }
+            }
+        }
+        try await saveEach(writes)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { c.resume() } }
+        return try results.merged()
+    }
+}
+
+/// A schema name from a bench directory's name: fresh stores get fresh schemas.
+func benchSchemaName(_ directory: URL) -> String {
+    let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789_")
+    let name = String(directory.lastPathComponent.lowercased().map { allowed.contains($0) ? $0 : "_" })
+    return String(("b_" + name).prefix(40)) + "_" + String(UUID().uuidString.prefix(8).lowercased())
+}
+
+/// One libpq connection of the raw subject, with its prepared statements.
+final class RawPGConnection {
+    private var handle: OpaquePointer?
+
+    init(_ server: String, synchronousCommit: String) throws {
+        let handle = PQconnectdb(server)
+        guard let handle, PQstatus(handle) == CONNECTION_OK else {
+            let message = handle.map { String(cString: PQerrorMessage($0)) } ?? "no connection"
+            PQfinish(handle)
+            throw BenchError("raw-postgres cannot connect: \(message)")
+        }
+        self.handle = handle
+        try exec("SET synchronous_commit TO \(synchronousCommit)")
+    }
+
+    func close() {
+        PQfinish(handle)
+        handle = nil
+    }
+
+    func exec(_ sql: String) throws {
+        let result = PQexec(handle, sql)
+        defer { PQclear(result) }
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
+            throw BenchError("raw-postgres \(sql): \(String(cString: PQerrorMessage(handle)))")
+        }
+    }
+
+    func prepareStatements() throws {
+        let statements: [(String, String, [Oid])] = [
+            ("upsert", "INSERT INTO cat (id, name, weight, age) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, weight = EXCLUDED.weight, age = EXCLUDED.age", [20, 25, 701, 20]),
+            ("by_id", "SELECT id, name, weight, age FROM cat WHERE id = $1", [20]),
+            ("fetch_all", "SELECT id, name, weight, age FROM cat ORDER BY id", []),
+            ("oldest", "SELECT id, name, weight, age FROM cat WHERE age > 10 ORDER BY name, id LIMIT 100", []),
+            ("count", "SELECT count(*) FROM cat", []),
+        ]
+        for (name, sql, types) in statements {
+            var types = types
+            let result = PQprepare(handle, name, sql, Int32(types.count), &types)
+            defer { PQclear(result) }
+            guard PQresultStatus(result) == PGRES_COMMAND_OK else {
+                throw BenchError("raw-postgres prepare \(name): \(String(cString: PQerrorMessage(handle)))")
+            }
+        }
+    }
+
+    /// Runs a prepared statement with binary parameters and results; the caller clears it.
+    func run(_ name: String, _ params: [[UInt8]]) throws -> OpaquePointer? {
+        var buffer: [UInt8] = params.flatMap { $0 }
+        if buffer.isEmpty { buffer.append(0) }
+        let lengths = params.map { Int32($0.count) }
+        let formats = [Int32](repeating: 1, count: params.count)
+        let result: OpaquePointer? = buffer.withUnsafeBufferPointer { storage in
+            let base = UnsafeRawPointer(storage.baseAddress!).assumingMemoryBound(to: CChar.self)
+            var values: [UnsafePointer<CChar>?] = []
+            var offset = 0
+            for param in params {
+                values.append(base + offset)
+                offset += param.count
+            }
+            return PQexecPrepared(handle, name, Int32(params.count), values, lengths, formats, 1)
+        }
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
+            let message = String(cString: PQerrorMessage(handle))
+            PQclear(result)
+            throw BenchError("raw-postgres \(name): \(message)")
+        }
+        return result
+    }
+
+    static func int64(_ result: OpaquePointer?, _ row: Int32, _ column: Int32) -> Int64 {
+        guard let value = PQgetvalue(result, row, column) else { return 0 }
+        return Int64(bigEndian: UnsafeRawPointer(value).loadUnaligned(as: Int64.self))
+    }
+
+    static func cat(_ result: OpaquePointer?, _ row: Int32) -> Cat {
+        let name = PQgetvalue(result, row, 1).map {
+            String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(PQgetlength(result, row, 1))), as: UTF8.self)
+        } ?? ""
+        let weight = PQgetvalue(result, row, 2).map { Double(bitPattern: UInt64(bigEndian: UnsafeRawPointer($0).loadUnaligned(as: UInt64.self))) } ?? 0
+        return Cat(id: int64(result, row, 0), name: name, weight: weight, age: Int(int64(result, row, 3)))
+    }
+
+    private static func bytes(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
+
+    func upsert(_ cat: Cat) throws {
+        let params = [
+            Self.bytes(cat.id), Array(cat.name.utf8), withUnsafeBytes(of: cat.weight.bitPattern.bigEndian) { Array($0) }, Self.bytes(Int64(cat.age)),
+        ]
+        PQclear(try run("upsert", params))
+    }
+
+    func cats(_ statement: String, _ params: [[UInt8]]) throws -> [Cat] {
+        let result = try run(statement, params)
+        defer { PQclear(result) }
+        let count = PQntuples(result)
+        var cats: [Cat] = []
+        cats.reserveCapacity(Int(count))
+        for row in 0..<count { cats.append(Self.cat(result, row)) }
+        return cats
+    }
+
+    func lookUpOne(_ id: Int64) throws -> Cat {
+        let result = try run("by_id", [Self.bytes(id)])
+        defer { PQclear(result) }
+        guard PQntuples(result) == 1 else { throw BenchError("raw-postgres: cat \(id) missing") }
+        return Self.cat(result, 0)
+    }
+
+    func lookUp(_ ids: [Int64]) throws -> Int64 {
+        var sum: Int64 = 0
+        for id in ids { sum &+= checksum(try lookUpOne(id)) }
+        return sum
+    }
+}

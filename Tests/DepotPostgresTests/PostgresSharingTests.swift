@@ -1,0 +1,116 @@
+import DepotCore
+import DepotPostgres
+import DepotTesting
+import Foundation
+import Testing
+
+@Record(name: "Account")
+struct Account: Equatable {
+    var id: Int64
+    var balance: Int64
+    var owner: String
+}
+
+/// Two stores on one schema stand for two servers sharing one database: each has its own
+/// connections, writer and listener, exactly as another process would.
+@Suite("PostgresStore across servers", .enabled(if: TestServer.available), .serialized)
+struct PostgresSharingTests {
+    static func schema() -> String { "s_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())" }
+
+    @Test func readModifyWriteFromTwoServersLosesNoUpdate() async throws {
+        let schema = Self.schema()
+        let first = try TestServer.makeStore(schema: schema)
+        let second = try TestServer.makeStore(schema: schema)
+        let a = Controller<Account, Account>(store: first)
+        let b = Controller<Account, Account>(store: second)
+        try await a.save(Account(id: 1, balance: 0, owner: "shared"))
+        let rounds = 60
+        // Each operation reads the balance and writes it plus one; without serializable
+        // transactions (and the retry) the two servers would overwrite each other's updates.
+        await withThrowingTaskGroup(of: Void.self) { group in
+            for controller in [a, b] {
+                group.addTask {
+                    for _ in 0..<rounds {
+                        try await controller.operation { context in
+                            guard let account = try context.fetchOne(id: 1) else { throw DepotError(.notFound, "account 1") }
+                            try context.save(Account(id: 1, balance: account.balance + 1, owner: account.owner))
+                        }
+                    }
+                }
+            }
+        }
+        #expect(try await a.fetchOne(id: 1)?.balance == Int64(2 * rounds))
+        #expect(try await b.fetchOne(id: 1)?.balance == Int64(2 * rounds))
+        await first.close()
+        await second.close()
+    }
+
+    @Test func observersSeeTheOtherServersWrites() async throws {
+        let schema = Self.schema()
+        let first = try TestServer.makeStore(schema: schema)
+        let second = try TestServer.makeStore(schema: schema)
+        let writer = Controller<Account, Account>(store: first)
+        let watcher = Controller<Account, Account>(store: second)
+        try await writer.save(Account(id: 1, balance: 10, owner: "a"))
+        var iterator = watcher.observe(Request<Account>.all.sorted(by: \.id)).makeAsyncIterator()
+        let initial = try #require(try await iterator.next())
+        #expect(initial.objects.map(\.id) == [1])
+        try await writer.save([Account(id: 2, balance: 5, owner: "b"), Account(id: 1, balance: 11, owner: "a")])
+        // A delivery may coalesce commits; wait for the one that shows both.
+        var latest = initial
+        while latest.objects.map(\.balance) != [11, 5] {
+            latest = try #require(try await iterator.next())
+        }
+        #expect(latest.changes.inserted.count + latest.changes.updated.count >= 1)
+        _ = try await writer.delete(id: 2)
+        while latest.objects.map(\.id) != [1] {
+            latest = try #require(try await iterator.next())
+        }
+        // The raw feed carries the other server's keys.
+        let stream = second.changes.stream(entities: ["Account"])
+        var feed = stream.makeAsyncIterator()
+        try await writer.save(Account(id: 7, balance: 1, owner: "c"))
+        let delivered = try #require(await feed.next())
+        #expect(delivered.changes == [Change(entity: "Account", key: .int(7), kind: .insert)])
+        await first.close()
+        await second.close()
+    }
+
+    @Test func serversStartingTogetherApplyANewSchemaOnce() async throws {
+        let schema = Self.schema()
+        let stores = try (0..<4).map { _ in try TestServer.makeStore(schema: schema, readers: 1) }
+        // All register the same new entity at once: one creates it, the others find it.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, store) in stores.enumerated() {
+                group.addTask { try await Controller<Account, Account>(store: store).save(Account(id: Int64(index), balance: 0, owner: "s\(index)")) }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await Controller<Account, Account>(store: stores[0]).count() == 4)
+        let entities = try await stores[3].storedEntities().map(\.name)
+        #expect(entities.filter { $0 == "Account" }.count == 1)
+        for store in stores { await store.close() }
+    }
+
+    @Test func tablesAreRealPostgreSQLTables() async throws {
+        let schema = Self.schema()
+        let store = try TestServer.makeStore(schema: schema)
+        try await Controller<Account, Account>(store: store).save([Account(id: 1, balance: 3, owner: "Zoë"), Account(id: 2, balance: 4, owner: "a\0b")])
+        await store.close()
+        guard let url = TestServer.url, let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            Issue.record("psql is not installed (make test installs postgresql-client)")
+            return
+        }
+        let columns = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT column_name || ':' || data_type || ':' || coalesce(collation_name, '') FROM information_schema.columns WHERE table_schema = '\(schema)' AND table_name = 'Account' ORDER BY ordinal_position"])
+        #expect(columns.exit.status == 0, "\(columns.stderr)")
+        #expect(columns.stdout.split(separator: "\n") == ["id:bigint:", "balance:bigint:", "owner:text:C"], "\(columns.stdout)")
+        let rows = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT owner FROM \"\(schema)\".\"Account\" WHERE id = 1"])
+        #expect(rows.stdout == "Zoë\n", "\(rows.stdout)")
+    }
+
+    @Test func badURLsAndOptionsAreDepotErrors() async throws {
+        #expect(throws: DepotError.self) { try PostgresStore(url: "postgresql://nobody@/nothing?host=/nonexistent/socket&port=1") }
+        #expect(throws: DepotError.self) { try TestServer.makeStore(schema: String(repeating: "x", count: 64)) }
+        #expect(throws: DepotError.self) { try TestServer.makeStore(schema: "ok", readers: 0) }
+    }
+}
