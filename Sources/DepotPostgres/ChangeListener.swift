@@ -14,11 +14,18 @@ extension PostgresStore {
     /// Payloads above this many bytes become a list of touched entities.
     static let payloadLimit = 7_000
 
+    /// The statement that tells other processes what a write changed, run just before its
+    /// COMMIT; nil when it changed nothing.
+    func notification(_ recorder: ChangeRecorder) -> PGConnection.Step? {
+        guard !recorder.isEmpty else { return nil }
+        return PGConnection.Step(
+            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, instance: instance))], name: "depot_notify",
+            context: "Notifying other processes of a write")
+    }
+
     func notify(_ recorder: ChangeRecorder) throws(DepotError) {
-        guard !recorder.isEmpty else { return }
-        try writer.query(
-            "SELECT pg_notify($1, $2)", [.text(channel), .text(Self.payload(recorder, instance: instance))], name: "depot_notify",
-            "Notifying other processes of a write")
+        guard let step = notification(recorder) else { return }
+        _ = try writer.run([step])
     }
 
     func publishLocally(_ recorder: ChangeRecorder) {

@@ -190,7 +190,10 @@ final class PGConnection: @unchecked Sendable {
     }
 
     /// After a reconnect the server has none of the prepared statements.
-    func forgetPrepared() { prepared.removeAll() }
+    func forgetPrepared() {
+        prepared.removeAll()
+        pendingBegin = nil
+    }
 
     func close() {
         if let handle { PQfinish(handle) }
@@ -204,8 +207,10 @@ final class PGConnection: @unchecked Sendable {
         return handle
     }
 
+    /// Whether a transaction is open (or begun and waiting for its first statement).
     var isInTransaction: Bool {
         guard let handle else { return false }
+        if pendingBegin != nil { return true }
         let status = PQtransactionStatus(handle)
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
     }
@@ -220,25 +225,111 @@ final class PGConnection: @unchecked Sendable {
         return PQstatus(handle) != CONNECTION_OK
     }
 
+    /// A BEGIN not sent yet: it goes out with the transaction's first statement, in one
+    /// round trip (libpq's pipeline mode), so a transaction costs no round trip of its own.
+    private var pendingBegin: String?
+
+    /// Begins a transaction with `sql` (`BEGIN ISOLATION LEVEL ...`), sent with the first
+    /// statement; a transaction that runs none never reaches the server.
+    func begin(_ sql: String) throws(DepotError) {
+        guard !isInTransaction else { throw DepotError(.backend, "A PostgreSQL transaction is already open on this connection.") }
+        pendingBegin = sql
+    }
+
+    /// One statement of a pipeline.
+    struct Step {
+        var sql: String
+        var params: [PGParam] = []
+        /// The prepared statement's name, for a statement prepared once per connection.
+        var name: String?
+        var context: String
+    }
+
     /// Runs SQL without parameters (transaction control, DDL).
     func execute(_ sql: String, _ context: @autoclosure () -> String = "Running a statement") throws(DepotError) {
-        let handle = try liveHandle()
-        guard let result = PQexec(handle, sql) else { throw connectionLost(context()) }
-        let owned = PGResult(result)
-        try check(owned, context())
+        if pendingBegin != nil, sql == "COMMIT" || sql == "ROLLBACK" {
+            // Nothing was sent: there is nothing to end.
+            pendingBegin = nil
+            return
+        }
+        _ = try run([Step(sql: sql, context: context())])
     }
 
     /// Runs a statement with binary parameters and binary results. With `name`, the
     /// statement is prepared once per connection under that name and reused.
     @discardableResult
     func query(_ sql: String, _ params: [PGParam], name: String? = nil, _ context: @autoclosure () -> String) throws(DepotError) -> PGResult {
+        try run([Step(sql: sql, params: params, name: name, context: context())])[0]
+    }
+
+    /// Runs `steps` in order in one round trip (after a pending BEGIN); returns their
+    /// results. A failing step throws, and the steps after it did not run.
+    func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
-        if let name, !prepared.contains(name) {
-            var types = params.map(\.oid)
-            guard let result = PQprepare(handle, name, sql, Int32(params.count), &types) else { throw connectionLost(context()) }
-            try check(PGResult(result), context())
-            prepared.insert(name)
+        var all = steps
+        if let begin = pendingBegin {
+            pendingBegin = nil
+            all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
         }
+        for step in all {
+            if let name = step.name, !prepared.contains(name) {
+                var types = step.params.map(\.oid)
+                guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
+                    throw connectionLost(step.context)
+                }
+                try check(PGResult(result), step.context)
+                prepared.insert(name)
+            }
+        }
+        if all.count == 1 {
+            guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
+            let result = PGResult(raw)
+            try check(result, all[0].context)
+            return [result]
+        }
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionLost(all[0].context) }
+        var results: [PGResult] = []
+        var failure: DepotError?
+        var sent = 0
+        for step in all {
+            guard send(step, on: handle, wait: false) != nil else { break }
+            sent += 1
+        }
+        if PQpipelineSync(handle) != 1 { failure = connectionLost(all[0].context) }
+        for step in all.prefix(sent) {
+            guard let raw = PQgetResult(handle) else {
+                failure = failure ?? connectionLost(step.context)
+                break
+            }
+            let result = PGResult(raw)
+            // Each statement's results end with a NULL.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+            let status = PQresultStatus(raw)
+            if status == PGRES_PIPELINE_ABORTED { continue }
+            do throws(DepotError) {
+                try check(result, step.context)
+            } catch {
+                failure = failure ?? error
+            }
+            results.append(result)
+        }
+        // Up to the sync point, then out of pipeline mode.
+        while let raw = PQgetResult(handle) {
+            let status = PQresultStatus(raw)
+            PQclear(raw)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        PQexitPipelineMode(handle)
+        if let failure { throw failure }
+        if sent < all.count || results.count < all.count { throw connectionLost(all[0].context) }
+        // The caller's steps' results, without the BEGIN's.
+        return Array(results.suffix(steps.count))
+    }
+
+    /// Sends one statement in binary form; with `wait`, returns its result (else a marker
+    /// that the send succeeded).
+    private func send(_ step: Step, on handle: OpaquePointer, wait: Bool) -> OpaquePointer? {
+        let params = step.params
         // All parameters' bytes in one buffer; pointers into it for libpq.
         var buffer: [UInt8] = []
         var offsets: [Int] = []
@@ -247,30 +338,37 @@ final class PGConnection: @unchecked Sendable {
             offsets.append(buffer.count)
             if let bytes = param.bytes {
                 buffer.append(contentsOf: bytes)
-                lengths.append(Int32(bytes.count))
+                lengths.append(Int32(truncatingIfNeeded: bytes.count))
             } else {
                 lengths.append(-1)
             }
         }
         if buffer.isEmpty { buffer.append(0) }
         let formats = [Int32](repeating: 1, count: params.count)
-        let raw: OpaquePointer? = buffer.withUnsafeBufferPointer { storage in
-            let base = UnsafeRawPointer(storage.baseAddress!).assumingMemoryBound(to: CChar.self)
+        let count = Int32(truncatingIfNeeded: params.count)
+        return buffer.withUnsafeBufferPointer { storage -> OpaquePointer? in
+            guard let start = storage.baseAddress else { return nil }
+            let base = UnsafeRawPointer(start).assumingMemoryBound(to: CChar.self)
             var values: [UnsafePointer<CChar>?] = []
             values.reserveCapacity(params.count)
             for (i, param) in params.enumerated() {
                 values.append(param.bytes == nil ? nil : base + offsets[i])
             }
-            if let name {
-                return PQexecPrepared(handle, name, Int32(params.count), values, lengths, formats, 1)
-            }
             let types = params.map(\.oid)
-            return PQexecParams(handle, sql, Int32(params.count), types, values, lengths, formats, 1)
+            if wait {
+                if let name = step.name {
+                    return PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+                }
+                return PQexecParams(handle, step.sql, count, types, values, lengths, formats, 1)
+            }
+            let queued: Int32
+            if let name = step.name {
+                queued = PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
+            } else {
+                queued = PQsendQueryParams(handle, step.sql, count, types, values, lengths, formats, 1)
+            }
+            return queued == 1 ? OpaquePointer(bitPattern: 1) : nil
         }
-        guard let raw else { throw connectionLost(context()) }
-        let result = PGResult(raw)
-        try check(result, context())
-        return result
     }
 
     private func check(_ result: PGResult, _ context: String) throws(DepotError) {

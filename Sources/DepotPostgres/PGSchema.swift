@@ -25,11 +25,15 @@ final class RegisteredEntity: Sendable {
     let selectByKey: String
     let insert: String
     let insertUnlessKeyExists: String
+    let upsert: String
     let update: String
     let deleteByKey: String
+    /// Whether a write can violate a UNIQUE constraint other than the key's (which inserts
+    /// avoid with ON CONFLICT): such writes run inside a savepoint (see PostgresTransaction).
+    let hasUniqueAttributes: Bool
 
     enum Kind: String {
-        case selectByKey = "s", insert = "i", insertUnlessKeyExists = "n", update = "u", deleteByKey = "d"
+        case selectByKey = "s", insert = "i", insertUnlessKeyExists = "n", upsert = "p", update = "u", deleteByKey = "d"
     }
 
     /// The prepared statement's name on every connection.
@@ -52,6 +56,13 @@ final class RegisteredEntity: Sendable {
         selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = $1"
         insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
         insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
+        // One statement that says which it did: a row the INSERT wrote has no xmax yet,
+        // a row the DO UPDATE rewrote has this transaction's.
+        let excluded = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = EXCLUDED.\(columns[$0])" }
+        upsert = insert + " ON CONFLICT (\(keyColumn)) DO UPDATE SET "
+            + (excluded.isEmpty ? "\(keyColumn) = EXCLUDED.\(keyColumn)" : excluded.joined(separator: ", "))
+            + " RETURNING (xmax = 0)"
+        hasUniqueAttributes = entity.attributes.enumerated().contains { $0.offset != entity.primaryKeyIndex && $0.element.isUnique }
         var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = $\($0 + 1)" }
         if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
         update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"

@@ -314,7 +314,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     func readInTransaction<T>(on connection: PGConnection, _ body: (any ReadTransaction) throws -> T) throws -> T {
-        try connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "Beginning a read")
+        try connection.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         let transaction = PostgresTransaction(connection: connection, tables: tables, writable: false)
         defer {
             transaction.isFinished = true
@@ -384,7 +384,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
 
     func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         let tables = self.tables
-        try writer.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", "Beginning a write")
+        try writer.begin("BEGIN ISOLATION LEVEL SERIALIZABLE")
         let transaction = PostgresTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder(detailedAlways: true))
         let result: T
         do {
@@ -393,8 +393,11 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             if writer.isInFailedTransaction {
                 throw DepotError(writer.lastFailure.map { $0.depotError("").code } ?? .backend, "PostgreSQL rolled this transaction back after an error in it that the operation caught (\(writer.lastFailure?.message ?? "see that error")); nothing of it was kept.")
             }
-            try notify(transaction.recorder)
-            try writer.execute("COMMIT", "Committing a write")
+            // The notification and the COMMIT in one round trip.
+            var steps: [PGConnection.Step] = []
+            if let notification = notification(transaction.recorder) { steps.append(notification) }
+            steps.append(PGConnection.Step(sql: "COMMIT", context: "Committing a write"))
+            if steps.count == 1 { try writer.execute("COMMIT", "Committing a write") } else { _ = try writer.run(steps) }
         } catch {
             transaction.isFinished = true
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }

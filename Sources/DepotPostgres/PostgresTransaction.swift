@@ -100,17 +100,30 @@ final class PostgresTransaction: WriteTransaction {
         }
     }
 
-    /// Runs a writing statement, turning constraint failures into Depot's words.
-    private func runWrite(_ sql: String, _ params: [PGParam], name: String, row: Row, table: RegisteredEntity, what: String) throws(DepotError) -> PGResult {
+    /// Runs a writing statement, turning constraint failures into Depot's words. On an
+    /// entity with unique attributes the statement runs inside a savepoint (sent with it, in
+    /// one round trip): PostgreSQL aborts the whole transaction on a failed statement, where
+    /// the other backends fail only the statement, and the savepoint gives back that
+    /// behaviour, so a closure that catches a duplicate can go on.
+    private func runWrite(_ sql: String, _ params: [PGParam], kind: RegisteredEntity.Kind, row: Row, table: RegisteredEntity, what: String) throws(DepotError) -> PGResult {
+        let context = "\(what) the \(table.entity.name) with primary key \(row[value: table.keyIndex].debugLiteral)"
+        let statement = PGConnection.Step(sql: sql, params: params, name: table.statementName(kind), context: context)
         do {
-            return try connection.query(sql, params, name: name, "\(what) the \(table.entity.name) with primary key \(row[value: table.keyIndex].debugLiteral)")
+            guard table.hasUniqueAttributes else { return try connection.run([statement])[0] }
+            return try connection.run([
+                PGConnection.Step(sql: "SAVEPOINT depot_statement", context: context), statement,
+                PGConnection.Step(sql: "RELEASE SAVEPOINT depot_statement", context: context),
+            ])[1]
         } catch {
+            if table.hasUniqueAttributes && connection.isInFailedTransaction {
+                _ = try? connection.run([
+                    PGConnection.Step(sql: "ROLLBACK TO SAVEPOINT depot_statement", context: context),
+                    PGConnection.Step(sql: "RELEASE SAVEPOINT depot_statement", context: context),
+                ])
+            }
             guard let failure = connection.lastFailure, failure.sqlState == "23505" else { throw error }
             let key = row[value: table.keyIndex]
             let entity = table.entity.name
-            if failure.constraint == "\(entity)_pkey" || failure.constraint.map({ $0.hasSuffix("_pkey") }) == true {
-                throw DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
-            }
             if let attribute = table.entity.attributes.first(where: { failure.constraint == "\(entity)_\($0.name)_key" }),
                 let index = table.entity.index(of: attribute.name)
             {
@@ -122,28 +135,28 @@ final class PostgresTransaction: WriteTransaction {
 
     func insert(_ row: Row, into entity: EntityHandle) throws {
         let table = try writableTable(entity)
-        _ = try runWrite(table.insert, try params(row, table: table), name: table.statementName(.insert), row: row, table: table, what: "Inserting")
-        recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
+        // ON CONFLICT on the key: a duplicate key is reported without aborting the
+        // transaction.
+        let result = try runWrite(
+            table.insertUnlessKeyExists, try params(row, table: table), kind: .insertUnlessKeyExists, row: row, table: table, what: "Inserting")
+        let key = row[value: table.keyIndex]
+        if result.affectedRows == 0 {
+            throw DepotError(.duplicateKey, "A \(entity.name) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
+        }
+        recorder.record(entity: entity.name, key: key, existedBefore: false, existsAfter: true)
     }
 
     func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
-        let bound = try params(row, table: table)
-        // Insert unless the key exists, then update in place: the affected-row count says
-        // which case it was (an upsert's DO UPDATE would not).
-        let inserted = try runWrite(
-            table.insertUnlessKeyExists, bound, name: table.statementName(.insertUnlessKeyExists), row: row, table: table, what: "Saving"
-        ).affectedRows > 0
-        if !inserted {
-            _ = try runWrite(table.update, bound, name: table.statementName(.update), row: row, table: table, what: "Saving")
-        }
+        let result = try runWrite(table.upsert, try params(row, table: table), kind: .upsert, row: row, table: table, what: "Saving")
+        let inserted = result.rowCount > 0 && result.bytes(0, 0).first == 1
         recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
         return inserted
     }
 
     func update(_ row: Row, in entity: EntityHandle) throws {
         let table = try writableTable(entity)
-        let result = try runWrite(table.update, try params(row, table: table), name: table.statementName(.update), row: row, table: table, what: "Updating")
+        let result = try runWrite(table.update, try params(row, table: table), kind: .update, row: row, table: table, what: "Updating")
         let key = row[value: table.keyIndex]
         if result.affectedRows == 0 {
             throw DepotError(.notFound, "No \(entity.name) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")

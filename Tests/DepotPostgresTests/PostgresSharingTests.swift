@@ -108,6 +108,41 @@ struct PostgresSharingTests {
         #expect(rows.stdout == "Zoë\n", "\(rows.stdout)")
     }
 
+    /// A statement held up past `statementTimeout` (here by another program's table lock) is
+    /// cancelled by the server and reported as `busy`, and the store goes on working.
+    @Test func aStatementPastItsTimeoutIsBusy() async throws {
+        let schema = Self.schema()
+        guard let url = TestServer.url, let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            Issue.record("DEPOT_TEST_POSTGRES_URL and psql are needed")
+            return
+        }
+        let store = try PostgresStore(url: url, options: .init(schema: schema, readers: 1, statementTimeout: .milliseconds(300), retries: 0))
+        let accounts = Controller<Account, Account>(store: store)
+        try await accounts.save(Account(id: 1, balance: 0, owner: "x"))
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: psql)
+        holder.arguments = [url, "-q", "-c", "BEGIN; LOCK TABLE \"\(schema)\".\"Account\" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;"]
+        holder.standardOutput = FileHandle.nullDevice
+        try holder.run()
+        // Until the other program holds its lock.
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let locks = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(schema)' AND c.relname = 'Account' AND l.mode = 'AccessExclusiveLock' AND l.granted"])
+            if locks.stdout.hasPrefix("1") { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        do {
+            try await accounts.save(Account(id: 2, balance: 0, owner: "y"))
+            Issue.record("the write should have timed out behind the lock")
+        } catch let error as DepotError {
+            #expect(error.code == .busy, "\(error)")
+        }
+        holder.waitUntilExit()
+        try await accounts.save(Account(id: 3, balance: 0, owner: "z"))
+        #expect(try await accounts.count() == 2)
+        await store.close()
+    }
+
     @Test func badURLsAndOptionsAreDepotErrors() async throws {
         #expect(throws: DepotError.self) { try PostgresStore(url: "postgresql://nobody@/nothing?host=/nonexistent/socket&port=1") }
         #expect(throws: DepotError.self) { try TestServer.makeStore(schema: String(repeating: "x", count: 64)) }

@@ -141,6 +141,33 @@ enum CRUDChecks {
             try await expectEqual(accounts.fetchAll().map(\.owner), ["bea", "cy", "ann", "bob"], "owners after the swap")
             try await expectEqual(accounts.count(.init(.isNil(\.nickname))), 3, "several nil nicknames")
         },
+        ConformanceCheck("a write that catches a refused statement goes on, and the rest of it commits") { store in
+            let accounts = Accounts(store: store)
+            try await accounts.insert([Account(id: "a", owner: "ann"), Account(id: "b", owner: "bob")])
+            let codes = try await accounts.operation { context -> [String] in
+                let attempts: [() throws -> Void] = [
+                    { try context.insert(Account(id: "a", owner: "zed")) },  // a taken key
+                    { try context.insert(Account(id: "c", owner: "ann")) },  // a taken unique value
+                    { try context.update(Account(id: "b", owner: "ann")) },  // updated to a taken one
+                    { try context.update(Account(id: "zz", owner: "zz")) },  // no such record
+                    { try context.save(Account(id: "d", owner: "bob")) },  // saved with a taken one
+                ]
+                var codes: [String] = []
+                for attempt in attempts {
+                    do {
+                        try attempt()
+                        codes.append("accepted")
+                    } catch let error as DepotError {
+                        codes.append(error.code.name)
+                    }
+                }
+                try context.insert(Account(id: "e", owner: "eve"))
+                try context.update(Account(id: "b", owner: "bea"))
+                return codes
+            }
+            try expectEqual(codes, ["duplicateKey", "duplicateKey", "duplicateKey", "notFound", "duplicateKey"], "each statement refused alone")
+            try await expectEqual(accounts.fetchAll().map(\.owner).sorted(), ["ann", "bea", "eve"], "what the write did besides commits")
+        },
         ConformanceCheck("string primary keys are byte-exact") { store in
             let accounts = Accounts(store: store)
             let composed = "caf\u{E9}"
