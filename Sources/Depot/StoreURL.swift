@@ -127,6 +127,22 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         return text
     }
 
+    /// ``description`` with a `postgres:` URL's password replaced by `***`, for logs and
+    /// messages.
+    public var redacted: String {
+        var copy = self
+        if copy.options["password"] != nil { copy.options["password"] = "***" }
+        var text = copy.description
+        if let server, let at = server.firstIndex(of: "@") {
+            let credentials = server[server.index(server.startIndex, offsetBy: 2)..<at]
+            if let colon = credentials.firstIndex(of: ":") {
+                let redactedServer = "//" + credentials[..<colon] + ":***" + server[at...]
+                text = text.replacingOccurrences(of: server, with: redactedServer)
+            }
+        }
+        return text
+    }
+
     private static let pathCharacters: CharacterSet = {
         var set = CharacterSet.urlPathAllowed
         set.remove(charactersIn: "%?#")

@@ -43,11 +43,19 @@ extension PostgresStore {
             entries.append(entry)
             if !touched.contains(change.entity) { touched.append(change.entity) }
         }
-        let object: [String: Any] = changes.isEmpty || size > payloadLimit
-            ? ["i": instance, "t": changes.isEmpty ? recorder.touchedEntities.sorted() : touched]
-            : ["i": instance, "c": entries]
-        guard let data = try? JSONSerialization.data(withJSONObject: object) else { return "{\"i\":\"\(instance)\",\"t\":[]}" }
-        return String(decoding: data, as: UTF8.self)
+        _ = size
+        let touchedOnly: [String: Any] = ["i": instance, "t": changes.isEmpty ? recorder.touchedEntities.sorted() : touched]
+        // Measured as sent (JSON escapes control characters into six bytes each).
+        if !changes.isEmpty, let data = try? JSONSerialization.data(withJSONObject: ["i": instance, "c": entries] as [String: Any]),
+            data.count <= payloadLimit
+        {
+            return String(decoding: data, as: UTF8.self)
+        }
+        if let data = try? JSONSerialization.data(withJSONObject: touchedOnly), data.count <= payloadLimit {
+            return String(decoding: data, as: UTF8.self)
+        }
+        // Entity names too long to list: everything may have changed.
+        return "{\"i\":\"\(instance)\",\"a\":true}"
     }
 
     static func encode(_ key: Value) -> String {
@@ -64,9 +72,12 @@ extension PostgresStore {
     }
 
     static func decode(_ text: String) -> Value? {
-        guard text.count >= 2 else { return nil }
-        let body = String(text.dropFirst(2))
-        switch text.prefix(2) {
+        // By bytes: a key that starts with a combining mark would join the ':' into one
+        // Character.
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 2, bytes[1] == UInt8(ascii: ":") else { return nil }
+        let body = String(decoding: bytes[2...], as: UTF8.self)
+        switch String(decoding: bytes[0..<2], as: UTF8.self) {
         case "n:": return .null
         case "i:": return Int64(body).map { .int($0) }
         case "b:": return .bool(body == "1")
@@ -79,21 +90,31 @@ extension PostgresStore {
         }
     }
 
-    /// Publishes one received payload, unless this store sent it.
+    /// Tells observers that every entity may have changed (after the listener lost its
+    /// connection, or a payload that could not list them).
+    func announceEverything() {
+        let names = tables.names
+        writerLane.submit { self.changes.publishTouched(names) }
+    }
+
+    /// Publishes one received payload, unless this store sent it, on the writer's lane:
+    /// the feed delivers commits one at a time, in order, whoever made them.
     func received(_ payload: String) {
         guard let data = payload.data(using: .utf8),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             let sender = object["i"] as? String, sender != instance
         else { return }
+        if object["a"] != nil { return announceEverything() }
         if let entries = object["c"] as? [[String]] {
             var list: [Change] = []
             for entry in entries where entry.count == 3 {
                 guard let kind = Change.Kind(rawValue: entry[1]), let key = Self.decode(entry[2]) else { continue }
                 list.append(Change(entity: entry[0], key: key, kind: kind))
             }
-            changes.publish(list)
+            let changes = list
+            writerLane.submit { self.changes.publish(changes) }
         } else if let entities = object["t"] as? [String] {
-            changes.publishTouched(entities)
+            writerLane.submit { self.changes.publishTouched(entities) }
         }
     }
 }
@@ -115,19 +136,25 @@ final class ChangeListener: Sendable {
         let thread = Thread { [weak store] in
             Thread.current.name = "depot.postgres.listen"
             while !stopped.withLockedValue({ $0 }) {
+                // A dropped connection (a server restart, a failover, a terminated backend):
+                // libpq has closed its socket. Reconnect, listen again, and tell observers
+                // that anything may have changed meanwhile.
+                if connection.isBroken || connection.socket < 0 {
+                    guard let handle = connection.handle, let channel = store?.channel else { break }
+                    PQreset(handle)
+                    if !connection.isBroken, (try? connection.execute("LISTEN \(quoted(channel))")) != nil {
+                        store?.announceEverything()
+                    } else {
+                        usleep(500_000)
+                    }
+                    continue
+                }
                 var descriptor = pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0)
                 // Wakes at least every 100 ms to see whether the store is closing.
                 let ready = poll(&descriptor, 1, 100)
                 if ready < 0 && errno != EINTR { break }
-                if ready <= 0 { continue }
                 guard let store else { break }
-                if connection.isBroken {
-                    if let handle = connection.handle {
-                        PQreset(handle)
-                        try? connection.execute("LISTEN \(quoted(store.channel))")
-                    }
-                    continue
-                }
+                // Also when nothing arrived: libpq may hold notifications it read already.
                 for notification in connection.notifications() where notification.channel == store.channel {
                     store.received(notification.payload)
                 }

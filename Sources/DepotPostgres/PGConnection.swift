@@ -138,7 +138,10 @@ struct PGFailure: Error {
         case "40001", "40P01", "55P03", "57014", "53300", "57P03": code = .busy
         case "53100": code = .storeFull
         case "42501", "28000", "28P01": code = .permissionDenied
-        case "42P01", "42703": code = .schemaMismatch
+        case "42P01", "42703", "0A000": code = .schemaMismatch
+        // An index row over PostgreSQL's limit (a long value in a key, unique or indexed
+        // column), a string the database's encoding cannot hold.
+        case "54000", "22P05", "22021": code = .invalidValue
         default:
             if sqlState.hasPrefix("08") || sqlState.hasPrefix("57P") || sqlState.hasPrefix("58") {
                 code = .io
@@ -236,6 +239,9 @@ final class PGConnection: @unchecked Sendable {
         pendingBegin = sql
     }
 
+    /// PostgreSQL's largest field, 1 GiB - 1 bytes.
+    static let fieldLimit = (1 << 30) - 1
+
     /// One statement of a pipeline.
     struct Step {
         var sql: String
@@ -266,6 +272,11 @@ final class PGConnection: @unchecked Sendable {
     /// results. A failing step throws, and the steps after it did not run.
     func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
+        for step in steps {
+            for param in step.params where (param.bytes?.count ?? 0) > Self.fieldLimit {
+                throw DepotError(.invalidValue, "\(step.context): a value of \(param.bytes?.count ?? 0) bytes is over PostgreSQL's limit of 1 GiB per field.")
+            }
+        }
         var all = steps
         if let begin = pendingBegin {
             pendingBegin = nil

@@ -100,14 +100,32 @@ enum PGDDL {
     /// entity name's length, so two pairs never share a name), or, when that exceeds
     /// PostgreSQL's 63 bytes, the entity's and attribute's names hashed.
     static func indexName(entity: String, attribute: String) -> String {
-        let full = "depot_idx_\(entity.utf8.count)_\(entity)_\(attribute)"
+        name("depot_idx", entity: entity, attribute: attribute)
+    }
+
+    /// The primary key constraint's name (and its index's). Named by Depot rather than left
+    /// to PostgreSQL, which cuts long generated names in its own way: errors are matched
+    /// against these names, and a schema rewrite renames them.
+    static func primaryKeyName(entity: String) -> String {
+        name("depot_pk", entity: entity, attribute: "")
+    }
+
+    /// The UNIQUE constraint's name of `attribute`.
+    static func uniqueName(entity: String, attribute: String) -> String {
+        name("depot_uq", entity: entity, attribute: attribute)
+    }
+
+    /// `<prefix>_<n>_<entity>_<attribute>`, or the names hashed when that is longer than
+    /// PostgreSQL keeps.
+    static func name(_ prefix: String, entity: String, attribute: String) -> String {
+        let full = "\(prefix)_\(entity.utf8.count)_\(entity)_\(attribute)"
         if full.utf8.count <= identifierLimit { return full }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in Array(entity.utf8) + [0] + Array(attribute.utf8) {
             hash ^= UInt64(byte)
             hash = hash &* 0x100_0000_01b3
         }
-        return "depot_idx_h\(String(hash, radix: 16))"
+        return "\(prefix)_h\(String(hash, radix: 16))"
     }
 
     /// The table with its key, NOT NULL and UNIQUE constraints and its indexes. Foreign keys
@@ -119,10 +137,10 @@ enum PGDDL {
         for (i, attribute) in entity.attributes.enumerated() {
             var column = "\(quoted(attribute.name)) \(columnType(attribute.type))"
             if i == entity.primaryKeyIndex {
-                column += " PRIMARY KEY"
+                column += " CONSTRAINT \(quoted(primaryKeyName(entity: entity.name))) PRIMARY KEY"
             } else {
                 if !attribute.isOptional { column += " NOT NULL" }
-                if attribute.isUnique { column += " UNIQUE" }
+                if attribute.isUnique { column += " CONSTRAINT \(quoted(uniqueName(entity: entity.name, attribute: attribute.name))) UNIQUE" }
             }
             columns.append(column)
         }

@@ -124,7 +124,7 @@ extension PostgresStore {
                 try writer.execute("ALTER TABLE \(table) ALTER COLUMN \(column) SET NOT NULL", "Adding \(entity.name).\(attribute.name)")
             }
             if attribute.isUnique {
-                try writer.execute("ALTER TABLE \(table) ADD CONSTRAINT \(quoted("\(entity.name)_\(attribute.name)_key")) UNIQUE (\(column))")
+                try writer.execute("ALTER TABLE \(table) ADD CONSTRAINT \(quoted(PGDDL.uniqueName(entity: entity.name, attribute: attribute.name))) UNIQUE (\(column))")
             }
             for statement in PGDDL.addForeignKey(attribute, of: entity.name, registered: registered) + PGDDL.referenceComment(attribute, in: entity) {
                 try writer.execute(statement, "Adding the reference \(entity.name).\(attribute.name)")
@@ -197,7 +197,6 @@ extension PostgresStore: SchemaRewritingStore {
     ) throws -> EntityHandle {
         var current = tables
         guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
-        let incoming = current.relationships.incoming[oldHandle.slot] ?? []
         let links = current.relationships.incoming.values.flatMap { $0 }
         try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { current[$0]?.entity }, relationships: links)
         let serial = state.withLockedValue { s in
@@ -220,16 +219,30 @@ extension PostgresStore: SchemaRewritingStore {
             let writing = PostgresTransaction(connection: writer, tables: local, writable: true)
             for row in rows { try writing.insert(try transform(row), into: stagingHandle) }
             writing.isFinished = true
-            // CASCADE drops the other tables' foreign keys to the old table; they are made
-            // again below, to the new one.
-            try writer.execute("DROP TABLE \(quoted(name)) CASCADE", "Dropping the old table of \(name)")
+            // Every other table's foreign key to the old table (whichever process made it),
+            // kept as PostgreSQL prints it, dropped, and made again on the new table. No
+            // CASCADE: a view or anything else of the user's on the table fails the step
+            // instead of vanishing.
+            let incomingKeys = try writer.query(
+                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE contype = 'f' AND confrelid = to_regclass($1) AND conrelid <> confrelid",
+                [.text(quoted(name))], "Reading the references to \(name)")
+            var recreate: [String] = []
+            for row in 0..<incomingKeys.rowCount {
+                let table = String(decoding: incomingKeys.bytes(row, 0), as: UTF8.self)
+                let constraint = quoted(String(decoding: incomingKeys.bytes(row, 1), as: UTF8.self))
+                let definition = String(decoding: incomingKeys.bytes(row, 2), as: UTF8.self)
+                try writer.execute("ALTER TABLE \(table) DROP CONSTRAINT \(constraint)", "Dropping a reference to \(name)")
+                recreate.append("ALTER TABLE \(table) ADD CONSTRAINT \(constraint) \(definition)")
+            }
+            try writer.execute("DROP TABLE \(quoted(name))", "Dropping the old table of \(name)")
             try writer.execute("ALTER TABLE depot_rewrite RENAME TO \(quoted(entity.name))")
             // The constraints keep the staging table's names: give them the entity's, which
             // the error messages are matched against.
-            try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT depot_rewrite_pkey TO \(quoted("\(entity.name)_pkey"))")
+            try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT \(quoted(PGDDL.primaryKeyName(entity: staging.name))) TO \(quoted(PGDDL.primaryKeyName(entity: entity.name)))")
             for attribute in entity.attributes where attribute.isUnique && attribute.name != entity.primaryKey.name {
-                try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT \(quoted("depot_rewrite_\(attribute.name)_key")) TO \(quoted("\(entity.name)_\(attribute.name)_key"))")
+                try writer.execute("ALTER TABLE \(quoted(entity.name)) RENAME CONSTRAINT \(quoted(PGDDL.uniqueName(entity: staging.name, attribute: attribute.name))) TO \(quoted(PGDDL.uniqueName(entity: entity.name, attribute: attribute.name)))")
             }
+            for statement in recreate { try writer.execute(statement, "Restoring a reference to \(entity.name)") }
             // The rewritten entity's own references (a self-reference names its new name).
             for statement in PGDDL.addForeignKeys(entity, registered: { $0 == entity.name ? entity : current[$0]?.entity }) {
                 try writer.execute(statement, "Adding the references of \(entity.name)")
@@ -240,12 +253,6 @@ extension PostgresStore: SchemaRewritingStore {
                     try writer.execute(PGDDL.dropIndex(attribute, in: entity))
                     try writer.execute(PGDDL.createIndex(attribute, in: entity))
                 }
-            }
-            for link in incoming where link.source.name != name && link.source.name != entity.name {
-                let attribute = link.source.entity.attributes[link.attribute]
-                try writer.execute(
-                    "ALTER TABLE \(quoted(link.source.name)) ADD FOREIGN KEY (\(quoted(attribute.name))) REFERENCES \(quoted(entity.name)) (\(quoted(entity.primaryKey.name))) ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED",
-                    "Restoring the reference \(link.source.name).\(attribute.name)")
             }
             if name != entity.name {
                 try writer.query("DELETE FROM depot_entities WHERE name = $1", [.text(name)], "Forgetting the description of \(name)")

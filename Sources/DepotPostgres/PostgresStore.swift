@@ -136,7 +136,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         self.conninfo = conninfo
         self.options = options
         self.log = log
-        self.channel = "depot_changes_\(options.schema)".utf8.count <= PGDDL.identifierLimit ? "depot_changes_\(options.schema)" : "depot_changes"
+        // One channel per schema; a long schema name is hashed, so two schemas never share one.
+        self.channel = "depot_changes_\(options.schema)".utf8.count <= PGDDL.identifierLimit
+            ? "depot_changes_\(options.schema)" : "depot_changes_h\(String(UInt64(bitPattern: Self.lockKey(options.schema)), radix: 16))"
         self.gate = StoreGate(store: "PostgreSQL store (schema \(options.schema))")
         let settings = Self.sessionSettings(options)
         let writer = try PGConnection.open(conninfo, settings: [])
@@ -174,9 +176,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             "SET client_encoding TO 'UTF8'",
         ]
         if let timeout = options.statementTimeout {
+            // PostgreSQL takes milliseconds up to Int32.max; longer is clamped to that.
             let (seconds, attoseconds) = timeout.components
-            let milliseconds = min(Int64(Int32.max), seconds.multipliedReportingOverflow(by: 1000).overflow ? Int64(Int32.max) : seconds * 1000 + attoseconds / 1_000_000_000_000_000)
-            settings.append("SET statement_timeout TO \(max(1, milliseconds))")
+            let milliseconds = seconds >= Int64(Int32.max) / 1000 ? Int64(Int32.max) : seconds * 1000 + attoseconds / 1_000_000_000_000_000
+            settings.append("SET statement_timeout TO \(max(1, min(Int64(Int32.max), milliseconds)))")
         }
         return settings
     }
@@ -198,13 +201,28 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         try connection.execute("BEGIN", "Opening the PostgreSQL store")
         do throws(DepotError) {
             try connection.query("SELECT pg_advisory_xact_lock($1)", [.int(lockKey(options.schema))], "Locking the schema \(options.schema)")
-            try connection.execute("CREATE SCHEMA IF NOT EXISTS \(quoted(options.schema))", "Creating the schema \(options.schema)")
+            let encoding = try connection.query("SELECT current_setting('server_encoding')", [], "Reading the database's encoding")
+            let serverEncoding = encoding.rowCount > 0 ? String(decoding: encoding.bytes(0, 0), as: UTF8.self) : ""
+            guard serverEncoding == "UTF8" else {
+                throw DepotError(.invalidConfiguration, "The PostgreSQL database uses the encoding \(serverEncoding), which cannot hold every string; Depot needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8').")
+            }
+            // Created only when missing: PostgreSQL checks the CREATE privilege before it
+            // looks at IF NOT EXISTS, and an application's role often has none.
+            let schemaExists = try connection.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [.text(options.schema)], "Looking up the schema \(options.schema)").rowCount > 0
+            if !schemaExists {
+                try connection.execute("CREATE SCHEMA \(quoted(options.schema))", "Creating the schema \(options.schema)")
+            }
             try connection.execute("SET LOCAL search_path TO \(quoted(options.schema))")
-            try connection.execute("CREATE TABLE IF NOT EXISTS depot_meta (key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)")
-            try connection.execute("CREATE TABLE IF NOT EXISTS depot_entities (name text COLLATE \"C\" PRIMARY KEY, description text NOT NULL)")
-            try connection.query(
-                "INSERT INTO depot_meta (key, value) VALUES ('format', $1) ON CONFLICT (key) DO NOTHING", [.text(String(formatVersion))],
-                "Recording the store's format")
+            func exists(_ table: String) throws(DepotError) -> Bool {
+                try connection.query("SELECT to_regclass($1) IS NOT NULL", [.text("\(quoted(options.schema)).\(table)")], "Looking up \(table)").bytes(0, 0).first == 1
+            }
+            if try !exists("depot_meta") {
+                try connection.execute("CREATE TABLE depot_meta (key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)", "Creating depot_meta")
+                try connection.query("INSERT INTO depot_meta (key, value) VALUES ('format', $1)", [.text(String(formatVersion))], "Recording the store's format")
+            }
+            if try !exists("depot_entities") {
+                try connection.execute("CREATE TABLE depot_entities (name text COLLATE \"C\" PRIMARY KEY, description text NOT NULL)", "Creating depot_entities")
+            }
             let format = try connection.query("SELECT value FROM depot_meta WHERE key = 'format'", [], "Reading the store's format")
             let version = format.rowCount > 0 ? String(decoding: format.bytes(0, 0), as: UTF8.self) : ""
             guard version == String(formatVersion) else {
@@ -413,14 +431,19 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let first = await gate.close()
         changes.finish()
         guard first else { return }
-        listener?.stop()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // On the lane: stopping the listener waits for its thread, and closing a
+            // connection is network I/O; neither belongs on the cooperative pool.
             let accepted = writerLane.submit {
+                self.listener?.stop()
                 for reader in self.readers { reader.close() }
                 self.writer.close()
                 continuation.resume()
             }
-            if !accepted { continuation.resume() }
+            if !accepted {
+                self.listener?.stop()
+                continuation.resume()
+            }
         }
         writerLane.stop()
         log.closed("postgres", at: "schema \(options.schema)")

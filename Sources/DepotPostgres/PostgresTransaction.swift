@@ -124,7 +124,7 @@ final class PostgresTransaction: WriteTransaction {
             guard let failure = connection.lastFailure, failure.sqlState == "23505" else { throw error }
             let key = row[value: table.keyIndex]
             let entity = table.entity.name
-            if let attribute = table.entity.attributes.first(where: { failure.constraint == "\(entity)_\($0.name)_key" }),
+            if let attribute = table.entity.attributes.first(where: { failure.constraint == PGDDL.uniqueName(entity: entity, attribute: $0.name) }),
                 let index = table.entity.index(of: attribute.name)
             {
                 throw DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(row[value: index].debugLiteral), and \(attribute.name) is declared unique.")

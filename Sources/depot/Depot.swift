@@ -50,7 +50,7 @@ func openCatalog(_ url: String) async throws -> (any CatalogStore, StoreURL) {
     let store = try await openStore(url: url)
     guard let catalog = store as? any CatalogStore else {
         await store.close()
-        throw CommandError("The \(store.backendName) store at \(url) cannot list its entities.")
+        throw CommandError("The \(store.backendName) store at \(parsed.redacted) cannot list its entities.")
     }
     return (catalog, parsed)
 }
@@ -375,7 +375,7 @@ struct Migrate: AsyncParsableCommand {
     func run() async throws {
         try await reporting {
             guard dryRun else {
-                throw CommandError("depot cannot run migration steps: they are the application's code. Run `depot migrate \(url) --dry-run` to see what the store has applied, and migrate from the application (Migrator.migrate, or DepotCommands' MigrateCommand in its executable).")
+                throw CommandError("depot cannot run migration steps: they are the application's code. Run `depot migrate \((try? StoreURL(url))?.redacted ?? "URL") --dry-run` to see what the store has applied, and migrate from the application (Migrator.migrate, or DepotCommands' MigrateCommand in its executable).")
             }
             let (store, _) = try await openCatalog(url)
             do {

@@ -143,6 +143,51 @@ struct PostgresSharingTests {
         await store.close()
     }
 
+    /// The listener's connection dropped (a server restart, a failover): it reconnects, and
+    /// observers hear of the other server's writes again.
+    @Test func observationSurvivesALostListenerConnection() async throws {
+        let schema = Self.schema()
+        guard let url = TestServer.url, let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            Issue.record("DEPOT_TEST_POSTGRES_URL and psql are needed")
+            return
+        }
+        let first = try TestServer.makeStore(schema: schema)
+        let second = try TestServer.makeStore(schema: schema)
+        let writer = Controller<Account, Account>(store: first)
+        let watcher = Controller<Account, Account>(store: second)
+        try await writer.save(Account(id: 1, balance: 1, owner: "a"))
+        var iterator = watcher.observe(Request<Account>.all.sorted(by: \.id)).makeAsyncIterator()
+        _ = try await iterator.next()
+        let channel = "depot_changes_\(schema)"
+        let killed = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = 'LISTEN \"\(channel)\"'"])
+        #expect(killed.stdout.hasPrefix("2"), "both stores' listeners: \(killed.stdout)\(killed.stderr)")
+        try await Task.sleep(for: .milliseconds(300))
+        try await writer.save(Account(id: 2, balance: 2, owner: "b"))
+        var latest = try #require(try await iterator.next())
+        while latest.objects.count != 2 { latest = try #require(try await iterator.next()) }
+        #expect(latest.objects.map(\.id) == [1, 2])
+        await first.close()
+        await second.close()
+    }
+
+    /// A write whose keys do not fit in one notification still commits; the others hear
+    /// which entity changed.
+    @Test func aWriteTooLargeToListStillCommits() async throws {
+        let schema = Self.schema()
+        let first = try TestServer.makeStore(schema: schema)
+        let second = try TestServer.makeStore(schema: schema)
+        let accounts = Controller<DepotTesting.Account, DepotTesting.Account>(store: first)
+        _ = try await Controller<DepotTesting.Account, DepotTesting.Account>(store: second).count()
+        var feed = second.changes.stream(entities: ["Account"]).makeAsyncIterator()
+        let key = String(repeating: "\u{2}", count: 3_000)
+        try await accounts.save(DepotTesting.Account(id: key, owner: "x"))
+        #expect(try await accounts.fetchOne(id: key)?.owner == "x")
+        let delivered = try #require(await feed.next())
+        #expect(delivered.entities == ["Account"])
+        await first.close()
+        await second.close()
+    }
+
     @Test func badURLsAndOptionsAreDepotErrors() async throws {
         #expect(throws: DepotError.self) { try PostgresStore(url: "postgresql://nobody@/nothing?host=/nonexistent/socket&port=1") }
         #expect(throws: DepotError.self) { try TestServer.makeStore(schema: String(repeating: "x", count: 64)) }

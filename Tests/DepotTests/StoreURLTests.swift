@@ -29,6 +29,8 @@ struct StoreURLTests {
         #expect(url[option: "schema"] == "tenant_1" && url[option: "sslmode"] == "require" && url[option: "readers"] == "8")
         #expect(try StoreURL(url.description) == url, "the description parses back: \(url.description)")
         #expect(try StoreURL("postgres:///app?host=/run/postgresql&port=5433").server == "///app")
+        #expect(url.redacted == url.description.replacingOccurrences(of: "s3cret", with: "***"), "\(url.redacted)")
+        #expect(try StoreURL("postgres://db/app?password=hunter2").redacted.contains("password=***"))
     }
 
     /// A real server (started by `make test`): the URL's options reach the store.
