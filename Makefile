@@ -94,11 +94,14 @@ bench-smoke: deps
 
 # The backend comparison for PostgreSQL: Depot's postgres store beside libpq used directly,
 # on a throwaway server on this machine (its fsync is off: commits cost what the server's
-# work costs, not the disk's). Release build.
+# work costs, not the disk's). Release build. 20,000 cats and 3 repetitions: every statement
+# is a round trip to a server process that shares the machine's cores, so 100,000 cats
+# took over ten minutes a run.
+POSTGRES_BENCH_RECORDS ?= 20000
 bench-postgres: deps
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --output depot-bench-postgres-report
+	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
 
 # A throwaway PostgreSQL server for running tests by hand: prints the URL to put in
 # DEPOT_TEST_POSTGRES_URL (its data is wiped at every start); postgres-stop stops it.

@@ -34,6 +34,9 @@ let package = Package(
         // instead of whole tables while readers hold snapshots.
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // Metrics and spans, off unless a store is given a StoreTelemetry.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.8.0"),
         // Property-based differential tests (DepotReliabilityTests): random records and
@@ -49,6 +52,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HashTreeCollections", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "DepotMacros",
             ]),
         // The compiler plugin behind @Record and its property markers (declared in DepotCore).
@@ -130,6 +135,8 @@ let package = Package(
                 "Depot", "DepotTesting", "DepotSQLite", "DepotLMDB", "DepotCommands",
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ]),
         // A `migrate` command for an application's own executable (its steps are its code).
         .target(

@@ -17,6 +17,11 @@ extension StoreURL {
     public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
         var log = logger.map { StoreLog(logger: $0) } ?? .disabled
         if let value = self[option: "slowThreshold"], let threshold = Self.parseDuration(value) { log.slowThreshold = threshold }
+        let metrics = self[option: "metrics"] == "true"
+        let tracing = self[option: "tracing"] == "true"
+        if metrics || tracing {
+            log.telemetry = StoreTelemetry(backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing)
+        }
         switch backend {
         case .memory:
             return MemoryStore(log: log)

@@ -47,7 +47,9 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// Options every backend accepts.
     public static let commonOptions: [OptionSpec] = [
-        OptionSpec(name: "slowThreshold", kind: .duration, help: "transactions slower than this are logged at warning (default 500ms)")
+        OptionSpec(name: "slowThreshold", kind: .duration, help: "transactions slower than this are logged at warning (default 500ms)"),
+        OptionSpec(name: "metrics", kind: .choice(["false", "true"]), help: "true: report transactions, errors, pool waits and map growths through swift-metrics (default false)"),
+        OptionSpec(name: "tracing", kind: .choice(["false", "true"]), help: "true: a swift-distributed-tracing span per read and write (default false)"),
     ]
 
     /// The options each backend accepts, besides ``commonOptions``.

@@ -132,6 +132,7 @@ extension LMDBStore {
     /// Grows the map (the whole transaction then runs again), and says so at `info`.
     func grow(_ env: Environment) throws {
         try env.grow()
+        log.telemetry?.mapGrew()
         log.logger.info("LMDB map grown; the write transaction runs again", metadata: ["depot.location": .string(directory)])
     }
 }

@@ -76,6 +76,7 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
     public let options: Options
     /// Where the store logs.
     public let log: StoreLog
+    public var telemetry: StoreTelemetry? { log.telemetry }
     public let changes = ChangeFeed()
     public var backendName: String { "lmdb" }
 

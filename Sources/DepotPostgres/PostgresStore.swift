@@ -80,6 +80,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     public let changes = ChangeFeed()
     public let options: Options
     public let log: StoreLog
+    public var telemetry: StoreTelemetry? { log.telemetry }
     /// The libpq connection string (a URI or `key=value` pairs), as given.
     let conninfo: String
     /// Tells this store's notifications from other stores'.
@@ -276,9 +277,19 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     // MARK: Reads
 
     func checkOutReader(_ job: @escaping @Sendable (PGConnection) -> Void) {
+        let telemetry = log.telemetry
         let reader = pool.withLockedValue { p -> PGConnection? in
             if let reader = p.idle.popLast() { return reader }
-            p.waiting.append(job)
+            if let telemetry {
+                // Every reader is busy: how long this read waits for one.
+                let since = DispatchTime.now().uptimeNanoseconds
+                p.waiting.append { reader in
+                    telemetry.poolWaited(nanoseconds: DispatchTime.now().uptimeNanoseconds &- since)
+                    job(reader)
+                }
+            } else {
+                p.waiting.append(job)
+            }
             return nil
         }
         guard let reader else { return }

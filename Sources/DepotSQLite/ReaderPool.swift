@@ -35,9 +35,19 @@ extension SQLiteStore {
     /// the resumed task usually runs on the thread that just finished (8-10 µs, W6 p99
     /// 0.1-0.3 ms on the same machine).
     func checkOutReader(_ job: @escaping @Sendable (Reader) -> Void) {
+        let telemetry = log.telemetry
         let reader = pool.withLockedValue { p -> Reader? in
             if let reader = p.idle.popLast() { return reader }
-            p.waiting.append(job)
+            if let telemetry {
+                // Every reader is busy: how long this read waits for one.
+                let since = DispatchTime.now().uptimeNanoseconds
+                p.waiting.append { reader in
+                    telemetry.poolWaited(nanoseconds: DispatchTime.now().uptimeNanoseconds &- since)
+                    job(reader)
+                }
+            } else {
+                p.waiting.append(job)
+            }
             return nil
         }
         guard let reader else { return }

@@ -84,6 +84,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     public let options: Options
     /// Where the store logs.
     public let log: StoreLog
+    public var telemetry: StoreTelemetry? { log.telemetry }
 
     struct State: Sendable {
         var tables = EntityRegistry<RegisteredEntity>()

@@ -26,6 +26,9 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "A PostgreSQL server for the postgres and raw-postgres subjects (a libpq URI; each run uses schemas of its own). Default: DEPOT_BENCH_POSTGRES_URL.")
     var postgresURL: String?
 
+    @Flag(help: "Open Depot's stores with metrics=true&tracing=true (into swift-metrics' and swift-distributed-tracing's no-op backends, which nothing bootstraps here): what the instrumentation itself costs, against a run without it.")
+    var telemetry = false
+
     @Option(help: "Measured runs per workload and subject, after one warm-up run.")
     var repetitions = 5
 
@@ -98,6 +101,7 @@ struct DepotBench: AsyncParsableCommand {
         }
         let durabilityText =
             "SQLite WAL + synchronous=\(durability == "full" ? "FULL" : "NORMAL") (Depot and raw); LMDB durable commits (Depot and raw)"
+            + (telemetry ? "; Depot's stores with metrics and tracing on (no-op backends)" : "")
         let report = Report(
             records: records, repetitions: repetitions, build: build, durability: durabilityText,
             date: ISO8601DateFormatter().string(from: Date()), machine: machineDescription(),
@@ -143,8 +147,10 @@ struct DepotBench: AsyncParsableCommand {
             let url = try storeURL(for: name)
             let raw = name == "memory" ? nil : "raw-\(name)"
             return SubjectKind(name: name, rawCounterpart: raw) {
-                DepotSubject(name: name, rawCounterpart: raw) { directory in
-                    try openStore(url: url(directory))
+                DepotSubject(name: name, rawCounterpart: raw) { [telemetry] directory in
+                    let location = url(directory)
+                    guard telemetry else { return try openStore(url: location) }
+                    return try openStore(url: location + (location.contains("?") ? "&" : "?") + "metrics=true&tracing=true")
                 }
             }
         }

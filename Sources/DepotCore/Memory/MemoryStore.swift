@@ -54,6 +54,7 @@ public final class MemoryStore: InlineReadingStore {
 
     /// Where the store logs.
     public let log: StoreLog
+    public var telemetry: StoreTelemetry? { log.telemetry }
 
     /// Creates an empty store.
     ///

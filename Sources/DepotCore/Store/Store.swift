@@ -102,6 +102,9 @@ public protocol Store: AnyObject, Sendable {
     /// The feed of committed changes.
     var changes: ChangeFeed { get }
 
+    /// Where the store reports metrics and spans; nil (the default) for none.
+    var telemetry: StoreTelemetry? { get }
+
     /// Waits for running work, then releases files and threads. Later calls fail with
     /// ``DepotError/Code/closed``. Closing twice is harmless.
     func close() async
@@ -201,6 +204,14 @@ extension Store {
     /// on the calling task when the store is an ``InlineReadingStore``.
     @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
+        if let telemetry, telemetry.tracing {
+            return try await telemetry.span("depot.readRow") { try await readRowUntraced(entity, key: key, decode: decode) }
+        }
+        return try await readRowUntraced(entity, key: key, decode: decode)
+    }
+
+    @inlinable
+    func readRowUntraced<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
         if let inline = self as? any InlineReadingStore {
             return try inline.readInline { transaction -> T? in
                 var result: T?
@@ -228,6 +239,13 @@ extension Store {
     /// Runs `body` in a read transaction and returns its result: on the calling task when
     /// the store is an ``InlineReadingStore``, on the store's threads otherwise.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        if let telemetry, telemetry.tracing {
+            return try await telemetry.span("depot.read") { try await readUntraced(body) }
+        }
+        return try await readUntraced(body)
+    }
+
+    func readUntraced<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         if let inline = self as? any InlineReadingStore {
             return try inline.readInline(body)
         }
@@ -244,7 +262,14 @@ extension Store {
     /// Runs `body` in a write transaction and returns its result; commits when it returns,
     /// rolls back when it throws.
     public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        if let telemetry, telemetry.tracing {
+            return try await telemetry.span("depot.write") {
+                try await withCheckedThrowingContinuation { continuation in
+                    submitWrite(body) { continuation.resume(with: $0) }
+                }
+            }
+        }
+        return try await withCheckedThrowingContinuation { continuation in
             submitWrite(body) { continuation.resume(with: $0) }
         }
     }

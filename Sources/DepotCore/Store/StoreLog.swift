@@ -18,6 +18,10 @@ public struct StoreLog: Sendable {
     public var slowThreshold: Duration {
         didSet { slowNanoseconds = Self.nanoseconds(slowThreshold) }
     }
+    /// Where the store reports metrics and spans (see ``StoreTelemetry``); nil, the
+    /// default, for nowhere.
+    public var telemetry: StoreTelemetry?
+
     /// The threshold in nanoseconds, computed once so checking a transaction cannot
     /// overflow whatever the caller set.
     @usableFromInline var slowNanoseconds: UInt64
@@ -25,8 +29,9 @@ public struct StoreLog: Sendable {
     /// A logger that discards everything.
     public static let disabled = StoreLog(logger: Logger(label: "depot", factory: { _ in SwiftLogNoOpLogHandler() }))
 
-    public init(logger: Logger, slowThreshold: Duration = .milliseconds(500)) {
+    public init(logger: Logger, slowThreshold: Duration = .milliseconds(500), telemetry: StoreTelemetry? = nil) {
         self.logger = logger
+        self.telemetry = telemetry
         self.slowThreshold = slowThreshold
         self.slowNanoseconds = Self.nanoseconds(slowThreshold)
     }
@@ -104,9 +109,11 @@ public struct StoreLog: Sendable {
         do {
             let result = try body()
             finished(kind, since: start)
+            if let telemetry { telemetry.transaction(kind, nanoseconds: DispatchTime.now().uptimeNanoseconds &- start, error: nil) }
             return result
         } catch {
             failed("\(kind) transaction", error)
+            if let telemetry { telemetry.transaction(kind, nanoseconds: DispatchTime.now().uptimeNanoseconds &- start, error: error) }
             throw error
         }
     }

@@ -1,0 +1,109 @@
+public import CoreMetrics
+import NIOConcurrencyHelpers
+public import Tracing
+
+/// What a store reports through swift-metrics and swift-distributed-tracing. Off unless a
+/// store is given one (the URL options `metrics=true` and `tracing=true`, or
+/// ``StoreLog/telemetry``): a store without one pays a nil check per transaction.
+///
+/// Metrics (through whatever `MetricsSystem` the application bootstrapped, e.g.
+/// swift-prometheus), every one with the dimension `backend`:
+/// - `depot_transactions_total` (`kind`: read, write) and `depot_transaction_duration`
+///   (a timer: the time a transaction ran on the store's thread);
+/// - `depot_errors_total` (`code`: the ``DepotError/Code`` name of each failed transaction);
+/// - `depot_pool_waits_total` and `depot_pool_wait_duration`: reads that found every reader
+///   connection busy (SQLite, PostgreSQL) and how long they waited;
+/// - `depot_lmdb_map_growths_total`: LMDB map resizes.
+///
+/// Tracing (through `InstrumentationSystem`'s tracer): a client span per read, write and
+/// single-record read of a controller or of ``Store/read(_:)``, ``Store/write(_:)`` and
+/// ``Store/readRow(_:key:decode:)``, named `depot.read`, `depot.write` and `depot.readRow`,
+/// a child of the calling task's span, with the attributes `db.system.name` and, on
+/// failure, the error.
+public final class StoreTelemetry: Sendable {
+    public let backend: String
+    public let metrics: Bool
+    public let tracing: Bool
+
+    let reads: Counter
+    let writes: Counter
+    let readDuration: Timer
+    let writeDuration: Timer
+    let poolWaits: Counter
+    let poolWaitDuration: Timer
+    let mapGrowths: Counter
+    private let errors = NIOLockedValueBox<[String: Counter]>([:])
+
+    /// - Parameters:
+    ///   - backend: The `backend` dimension ("sqlite", "lmdb", "memory", "postgres").
+    ///   - metrics: Whether to report metrics.
+    ///   - tracing: Whether to start spans.
+    public init(backend: String, metrics: Bool = true, tracing: Bool = true) {
+        self.backend = backend
+        self.metrics = metrics
+        self.tracing = tracing
+        reads = Counter(label: "depot_transactions_total", dimensions: [("backend", backend), ("kind", "read")])
+        writes = Counter(label: "depot_transactions_total", dimensions: [("backend", backend), ("kind", "write")])
+        readDuration = Timer(label: "depot_transaction_duration", dimensions: [("backend", backend), ("kind", "read")])
+        writeDuration = Timer(label: "depot_transaction_duration", dimensions: [("backend", backend), ("kind", "write")])
+        poolWaits = Counter(label: "depot_pool_waits_total", dimensions: [("backend", backend)])
+        poolWaitDuration = Timer(label: "depot_pool_wait_duration", dimensions: [("backend", backend)])
+        mapGrowths = Counter(label: "depot_lmdb_map_growths_total", dimensions: [("backend", backend)])
+    }
+
+    /// The database name OpenTelemetry's conventions give the backend.
+    var systemName: String {
+        switch backend {
+        case "postgres": "postgresql"
+        case "memory": "other_sql"
+        default: backend
+        }
+    }
+
+    @usableFromInline
+    func transaction(_ kind: StaticString, nanoseconds: UInt64, error: (any Error)?) {
+        guard metrics else { return }
+        let isWrite = kind.utf8Start.pointee == UInt8(ascii: "w")
+        (isWrite ? writes : reads).increment()
+        (isWrite ? writeDuration : readDuration).recordNanoseconds(Int64(clamping: nanoseconds))
+        if let error { failed(error) }
+    }
+
+    func failed(_ error: any Error) {
+        let code = (error as? DepotError)?.code.name ?? "caller"
+        let counter = errors.withLockedValue { counters in
+            if let counter = counters[code] { return counter }
+            let counter = Counter(label: "depot_errors_total", dimensions: [("backend", backend), ("code", code)])
+            counters[code] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    /// A read waited `nanoseconds` for a reader connection.
+    public func poolWaited(nanoseconds: UInt64) {
+        guard metrics else { return }
+        poolWaits.increment()
+        poolWaitDuration.recordNanoseconds(Int64(clamping: nanoseconds))
+    }
+
+    /// LMDB grew its map.
+    public func mapGrew() {
+        guard metrics else { return }
+        mapGrowths.increment()
+    }
+
+    /// Runs `operation` in a client span named `name`, a child of the task's current span.
+    @usableFromInline
+    func span<T>(_ name: String, _ operation: () async throws -> T) async throws -> T {
+        try await withSpan(name, ofKind: .client) { span in
+            span.attributes["db.system.name"] = systemName
+            return try await operation()
+        }
+    }
+}
+
+extension Store {
+    /// No telemetry: the default for a store that does not report any.
+    public var telemetry: StoreTelemetry? { nil }
+}

@@ -1,0 +1,96 @@
+import CoreMetrics
+import Depot
+import DepotTesting
+import Foundation
+import InMemoryTracing
+import MetricsTestKit
+import Testing
+import Tracing
+
+/// The process-wide metrics and tracing systems, bootstrapped once (both can be only once
+/// per process); no other test reports through them.
+enum TelemetrySystems {
+    static let metrics: TestMetrics = {
+        let metrics = TestMetrics()
+        MetricsSystem.bootstrap(metrics)
+        return metrics
+    }()
+    static let tracer: InMemoryTracer = {
+        let tracer = InMemoryTracer()
+        InstrumentationSystem.bootstrap(tracer)
+        return tracer
+    }()
+}
+
+@Suite("Metrics and tracing", .serialized)
+struct TelemetryTests {
+    func total(_ label: String, _ dimensions: [(String, String)]) -> Int64 {
+        (try? TelemetrySystems.metrics.expectCounter(label, dimensions))?.totalValue ?? 0
+    }
+
+    @Test(arguments: [("sqlite::memory:", "sqlite"), ("memory:", "memory"), ("lmdb:DIR", "lmdb")])
+    func storesReportTransactionsErrorsAndSpans(template: String, backend: String) async throws {
+        let metrics = TelemetrySystems.metrics
+        let tracer = TelemetrySystems.tracer
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-telemetry-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let base = template.replacingOccurrences(of: "DIR", with: directory.path)
+        let writes: [(String, String)] = [("backend", backend), ("kind", "write")]
+        let reads: [(String, String)] = [("backend", backend), ("kind", "read")]
+        let duplicates: [(String, String)] = [("backend", backend), ("code", "duplicateKey")]
+        let before = (total("depot_transactions_total", writes), total("depot_transactions_total", reads), total("depot_errors_total", duplicates))
+
+        let store = try await openStore(url: base + "?metrics=true&tracing=true")
+        let cats = Controller<Cat, CatRecord>(store: store)
+        tracer.clearAll()
+        try await withSpan("request") { _ in
+            try await cats.save(Cat.workload(count: 10))
+            #expect(try await cats.fetchAll().count == 10)
+            #expect(try await cats.fetchOne(id: 1) != nil)
+            await #expect(throws: DepotError.self) { try await cats.insert(Cat(id: 1, name: "again", weight: 1, age: 1)) }
+        }
+        #expect(total("depot_transactions_total", writes) - before.0 == 2, "the save and the refused insert")
+        #expect(total("depot_transactions_total", reads) - before.1 >= 1)
+        #expect(total("depot_errors_total", duplicates) - before.2 == 1)
+        #expect(try metrics.expectTimer("depot_transaction_duration", writes).values.count >= 2)
+        let spans = tracer.finishedSpans
+        let request = try #require(spans.first { $0.operationName == "request" })
+        let children = spans.filter { $0.parentSpanID == request.spanID }
+        #expect(children.map(\.operationName).sorted() == ["depot.read", "depot.readRow", "depot.write", "depot.write"], "\(children.map(\.operationName))")
+        #expect(children.allSatisfy { $0.kind == .client })
+        #expect(children.filter { !$0.errors.isEmpty }.count == 1, "the refused insert's span records its error")
+        await store.close()
+
+        // Off by default: a store opened without the options reports nothing.
+        let quiet = (total("depot_transactions_total", writes), tracer.finishedSpans.count)
+        let plain = try await openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path + "-plain"))
+        try await Controller<Cat, CatRecord>(store: plain).save(Cat.workload(count: 3))
+        await plain.close()
+        try? FileManager.default.removeItem(atPath: directory.path + "-plain")
+        #expect(total("depot_transactions_total", writes) == quiet.0)
+        #expect(tracer.finishedSpans.count == quiet.1)
+    }
+
+    /// Reads that find every reader connection busy are counted, with the time they waited.
+    @Test func poolWaitsAreCounted() async throws {
+        let metrics = TelemetrySystems.metrics
+        let dimensions = [("backend", "sqlite")]
+        let before = total("depot_pool_waits_total", dimensions)
+        let store = try await openStore(url: "sqlite::memory:?metrics=true&readers=1")
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.workload(count: 100))
+        // The one reader connection is held by a read that waits for the second read to be
+        // queued behind it.
+        let release = DispatchSemaphore(value: 0)
+        let holding = Task { try await store.read { _ in release.wait() } }
+        try await Task.sleep(for: .milliseconds(100))
+        let waiting = Task { try await cats.fetchAll().count }
+        try await Task.sleep(for: .milliseconds(100))
+        release.signal()
+        try await holding.value
+        #expect(try await waiting.value == 100)
+        #expect(total("depot_pool_waits_total", dimensions) > before, "a read queued behind the only reader connection")
+        #expect(try metrics.expectTimer("depot_pool_wait_duration", dimensions).values.isEmpty == false)
+        await store.close()
+    }
+}
