@@ -32,30 +32,44 @@ extension PostgresStore {
         changes.publish(recorder)
     }
 
+    /// The notification of a write, written by hand (JSONSerialization cost more than the
+    /// round trip it rides on): `{"i":instance,"c":[[entity,kind,key],...]}`, or
+    /// `{"i":instance,"t":[entity,...]}` when the keys would not fit, or `"a":true` (every
+    /// entity) when even the names would not.
     static func payload(_ recorder: ChangeRecorder, instance: String) -> String {
         let changes = recorder.changes()
-        var entries: [[String]] = []
-        var size = 0
+        var text = "{\"i\":" + quotedJSON(instance)
+        if !changes.isEmpty {
+            var list = ",\"c\":["
+            for (index, change) in changes.enumerated() {
+                if index > 0 { list += "," }
+                list += "[" + quotedJSON(change.entity) + ",\"" + change.kind.rawValue + "\"," + quotedJSON(encode(change.key)) + "]"
+                if list.utf8.count > payloadLimit { break }
+            }
+            list += "]}"
+            if text.utf8.count + list.utf8.count <= payloadLimit { return text + list }
+        }
         var touched: [String] = []
-        for change in changes {
-            let entry = [change.entity, change.kind.rawValue, encode(change.key)]
-            size += entry.reduce(8) { $0 + $1.utf8.count }
-            entries.append(entry)
-            if !touched.contains(change.entity) { touched.append(change.entity) }
+        for change in changes where !touched.contains(change.entity) { touched.append(change.entity) }
+        if changes.isEmpty { touched = recorder.touchedEntities.sorted() }
+        let names = ",\"t\":[" + touched.map(quotedJSON).joined(separator: ",") + "]}"
+        if text.utf8.count + names.utf8.count <= payloadLimit { return text + names }
+        text += ",\"a\":true}"
+        return text
+    }
+
+    /// A JSON string literal.
+    static func quotedJSON(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
         }
-        _ = size
-        let touchedOnly: [String: Any] = ["i": instance, "t": changes.isEmpty ? recorder.touchedEntities.sorted() : touched]
-        // Measured as sent (JSON escapes control characters into six bytes each).
-        if !changes.isEmpty, let data = try? JSONSerialization.data(withJSONObject: ["i": instance, "c": entries] as [String: Any]),
-            data.count <= payloadLimit
-        {
-            return String(decoding: data, as: UTF8.self)
-        }
-        if let data = try? JSONSerialization.data(withJSONObject: touchedOnly), data.count <= payloadLimit {
-            return String(decoding: data, as: UTF8.self)
-        }
-        // Entity names too long to list: everything may have changed.
-        return "{\"i\":\"\(instance)\",\"a\":true}"
+        return out + "\""
     }
 
     static func encode(_ key: Value) -> String {
@@ -135,22 +149,30 @@ final class ChangeListener: Sendable {
         let finished = self.finished
         let thread = Thread { [weak store] in
             Thread.current.name = "depot.postgres.listen"
+            // Listening only while someone observes the store: every notification wakes
+            // this thread and a server process, which a store nobody observes (most of a
+            // server's stores) should not pay for at each write of another server.
+            var listening = false
             while !stopped.withLockedValue({ $0 }) {
                 // A dropped connection (a server restart, a failover, a terminated backend):
-                // libpq has closed its socket. Reconnect, listen again, and tell observers
-                // that anything may have changed meanwhile.
+                // libpq has closed its socket. Reconnect; the loop listens again below.
                 if connection.isBroken || connection.socket < 0 {
-                    guard let handle = connection.handle, let channel = store?.channel else { break }
+                    guard let handle = connection.handle else { break }
                     PQreset(handle)
-                    if !connection.isBroken, (try? connection.execute("LISTEN \(quoted(channel))")) != nil {
-                        store?.announceEverything()
-                    } else {
-                        usleep(500_000)
-                    }
+                    listening = false
+                    if connection.isBroken { usleep(500_000) }
                     continue
                 }
+                guard let observed = store?.changes.isObserved, let channel = store?.channel else { break }
+                if observed != listening, (try? connection.execute(observed ? "LISTEN \(quoted(channel))" : "UNLISTEN \(quoted(channel))")) != nil {
+                    listening = observed
+                    // Whatever other servers wrote before this moment was not heard: tell
+                    // the observers to read again.
+                    if listening { store?.announceEverything() }
+                }
                 var descriptor = pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0)
-                // Wakes at least every 100 ms to see whether the store is closing.
+                // Wakes at least every 100 ms to see whether the store is closing, or
+                // observed.
                 let ready = poll(&descriptor, 1, 100)
                 if ready < 0 && errno != EINTR { break }
                 guard let store else { break }

@@ -101,7 +101,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     let pool: NIOLockedValueBox<Pool>
     let writer: PGConnection
     let readers: [PGConnection]
-    let writerLane = SerialLane(label: "depot.postgres.writer", concurrent: false)
+    /// A lane over a concurrent queue, as SQLite's: the task a write resumes usually goes on
+    /// on the thread that finished it (W3 measured 290 µs per save on a serial queue).
+    let writerLane = SerialLane(label: "depot.postgres.writer", concurrent: true)
     let readQueue = DispatchQueue(label: "depot.postgres.readers", attributes: .concurrent)
     let gate: StoreGate
     let listener: ChangeListener?
@@ -150,7 +152,6 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings)) }
             let listen = try PGConnection.open(conninfo, settings: settings)
             opened.append(listen)
-            try listen.execute("LISTEN \(quoted(channel))", "Listening for other processes' changes")
             self.writer = writer
             self.readers = Array(opened[1...options.readers])
             self.pool = NIOLockedValueBox(Pool(idle: Array(opened[1...options.readers])))
