@@ -11,6 +11,9 @@ import NIOConcurrencyHelpers
 /// observers read again. A thread of the store waits on the listener connection's socket
 /// and publishes other stores' payloads into the store's ``ChangeFeed``.
 extension PostgresStore {
+    /// How this store's own notifications begin.
+    var ownPayloadPrefix: String { "{\"i\":" + Self.quotedJSON(instance) }
+
     /// Payloads above this many bytes become a list of touched entities.
     static let payloadLimit = 7_000
 
@@ -114,6 +117,8 @@ extension PostgresStore {
     /// Publishes one received payload, unless this store sent it, on the writer's lane:
     /// the feed delivers commits one at a time, in order, whoever made them.
     func received(_ payload: String) {
+        // This store's own writes come back too: skip them before parsing anything.
+        if payload.hasPrefix(ownPayloadPrefix) { return }
         guard let data = payload.data(using: .utf8),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             let sender = object["i"] as? String, sender != instance
@@ -149,30 +154,42 @@ final class ChangeListener: Sendable {
         let finished = self.finished
         let thread = Thread { [weak store] in
             Thread.current.name = "depot.postgres.listen"
-            // Listening only while someone observes the store: every notification wakes
-            // this thread and a server process, which a store nobody observes (most of a
-            // server's stores) should not pay for at each write of another server.
+            var listened = false
+            // Listening all the time, not only while observed: an observer that starts
+            // between a remote commit and a late LISTEN would miss it (and announcing
+            // "everything" at each LISTEN would send observers batches for no commit).
             var listening = false
             while !stopped.withLockedValue({ $0 }) {
                 // A dropped connection (a server restart, a failover, a terminated backend):
-                // libpq has closed its socket. Reconnect; the loop listens again below.
+                // libpq has closed its socket. Reconnect without blocking, so closing the
+                // store is not held up by a server that does not answer.
                 if connection.isBroken || connection.socket < 0 {
-                    guard let handle = connection.handle else { break }
-                    PQreset(handle)
                     listening = false
-                    if connection.isBroken { usleep(500_000) }
+                    guard let handle = connection.handle, PQresetStart(handle) == 1 else {
+                        usleep(500_000)
+                        continue
+                    }
+                    var status = PGRES_POLLING_WRITING
+                    while !stopped.withLockedValue({ $0 }), status != PGRES_POLLING_OK, status != PGRES_POLLING_FAILED {
+                        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(status == PGRES_POLLING_READING ? POLLIN : POLLOUT), revents: 0)
+                        if poll(&descriptor, 1, 100) > 0 || descriptor.fd < 0 { status = PQresetPoll(handle) }
+                    }
+                    if status != PGRES_POLLING_OK { usleep(200_000) }
                     continue
                 }
-                guard let observed = store?.changes.isObserved, let channel = store?.channel else { break }
-                if observed != listening, (try? connection.execute(observed ? "LISTEN \(quoted(channel))" : "UNLISTEN \(quoted(channel))")) != nil {
-                    listening = observed
-                    // Whatever other servers wrote before this moment was not heard: tell
-                    // the observers to read again.
-                    if listening { store?.announceEverything() }
+                if !listening {
+                    guard let channel = store?.channel else { break }
+                    guard (try? connection.execute("LISTEN \(quoted(channel))")) != nil else {
+                        usleep(200_000)
+                        continue
+                    }
+                    // After a reconnect: whatever other servers wrote meanwhile was not heard.
+                    if listened { store?.announceEverything() }
+                    listening = true
+                    listened = true
                 }
                 var descriptor = pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0)
-                // Wakes at least every 100 ms to see whether the store is closing, or
-                // observed.
+                // Wakes at least every 100 ms to see whether the store is closing.
                 let ready = poll(&descriptor, 1, 100)
                 if ready < 0 && errno != EINTR { break }
                 guard let store else { break }
@@ -186,7 +203,8 @@ final class ChangeListener: Sendable {
         thread.start()
     }
 
-    /// Stops the thread (within 100 ms) and closes the connection.
+    /// Stops the thread (within half a second, even while reconnecting) and closes the
+    /// connection.
     func stop() {
         let first = stopped.withLockedValue { stopped -> Bool in
             defer { stopped = true }

@@ -239,6 +239,9 @@ final class PGConnection: @unchecked Sendable {
         pendingBegin = sql
     }
 
+    /// The most parameters one statement takes (the protocol counts them in 16 bits).
+    static let parameterLimit = 65_535
+
     /// PostgreSQL's largest field, 1 GiB - 1 bytes.
     static let fieldLimit = (1 << 30) - 1
 
@@ -277,12 +280,12 @@ final class PGConnection: @unchecked Sendable {
                 throw DepotError(.invalidValue, "\(step.context): a value of \(param.bytes?.count ?? 0) bytes is over PostgreSQL's limit of 1 GiB per field.")
             }
         }
-        var all = steps
-        if let begin = pendingBegin {
-            pendingBegin = nil
-            all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
+        for step in steps where step.params.count > Self.parameterLimit {
+            throw DepotError(.invalidPredicate, "\(step.context): \(step.params.count) values in one statement are more than PostgreSQL takes (\(Self.parameterLimit)); split the list.")
         }
-        for step in all {
+        // Prepared before the BEGIN is taken: a failure here leaves the transaction still
+        // to begin, not silently gone.
+        for step in steps {
             if let name = step.name, !prepared.contains(name) {
                 var types = step.params.map(\.oid)
                 guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
@@ -291,6 +294,11 @@ final class PGConnection: @unchecked Sendable {
                 try check(PGResult(result), step.context)
                 prepared.insert(name)
             }
+        }
+        var all = steps
+        if let begin = pendingBegin {
+            pendingBegin = nil
+            all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
         }
         if all.count == 1 {
             guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
@@ -330,7 +338,13 @@ final class PGConnection: @unchecked Sendable {
             PQclear(raw)
             if status == PGRES_PIPELINE_SYNC { break }
         }
-        PQexitPipelineMode(handle)
+        if PQexitPipelineMode(handle) != 1 {
+            // Left in pipeline mode, the connection would refuse every later call: start
+            // it afresh (the server ends the transaction with the old session).
+            PQreset(handle)
+            forgetPrepared()
+            failure = failure ?? connectionLost(all[0].context)
+        }
         if let failure { throw failure }
         if sent < all.count || results.count < all.count { throw connectionLost(all[0].context) }
         // The caller's steps' results, without the BEGIN's.

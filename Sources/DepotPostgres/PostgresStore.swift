@@ -281,8 +281,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let telemetry = log.telemetry
         let reader = pool.withLockedValue { p -> PGConnection? in
             if let reader = p.idle.popLast() { return reader }
-            if let telemetry {
+            if let telemetry, telemetry.metrics {
                 // Every reader is busy: how long this read waits for one.
+                telemetry.poolWaitBegan()
                 let since = DispatchTime.now().uptimeNanoseconds
                 p.waiting.append { reader in
                     telemetry.poolWaited(nanoseconds: DispatchTime.now().uptimeNanoseconds &- since)

@@ -79,17 +79,28 @@ struct TelemetryTests {
         let store = try await openStore(url: "sqlite::memory:?metrics=true&readers=1")
         let cats = Controller<Cat, CatRecord>(store: store)
         try await cats.save(Cat.workload(count: 100))
-        // The one reader connection is held by a read that waits for the second read to be
-        // queued behind it.
+        // The one reader connection is held by a read until a second read has queued
+        // behind it (the count rises when a read queues).
+        let started = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
-        let holding = Task { try await store.read { _ in release.wait() } }
-        try await Task.sleep(for: .milliseconds(100))
+        let holding = Task { try await store.read { _ in
+            started.signal()
+            release.wait()
+        } }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                started.wait()
+                continuation.resume()
+            }
+        }
         let waiting = Task { try await cats.fetchAll().count }
-        try await Task.sleep(for: .milliseconds(100))
+        for _ in 0..<500 where total("depot_pool_waits_total", dimensions) == before {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(total("depot_pool_waits_total", dimensions) > before, "a read queued behind the only reader connection")
         release.signal()
         try await holding.value
         #expect(try await waiting.value == 100)
-        #expect(total("depot_pool_waits_total", dimensions) > before, "a read queued behind the only reader connection")
         #expect(try metrics.expectTimer("depot_pool_wait_duration", dimensions).values.isEmpty == false)
         await store.close()
     }

@@ -15,8 +15,12 @@ public import Tracing
 ///   connection busy (SQLite, PostgreSQL) and how long they waited;
 /// - `depot_lmdb_map_growths_total`: LMDB map resizes.
 ///
+/// Transactions are counted as they end on the store's thread: a write that PostgreSQL
+/// aborts for a conflict and runs again counts once per attempt (the failed ones with code
+/// `busy`), and a write of a group commit counts when its own part succeeds.
+///
 /// Tracing (through `InstrumentationSystem`'s tracer): a client span per read, write and
-/// single-record read of a controller or of ``Store/read(_:)``, ``Store/write(_:)`` and
+/// single-record read of a controller's async API or of ``Store/read(_:)``, ``Store/write(_:)`` and
 /// ``Store/readRow(_:key:decode:)``, named `depot.read`, `depot.write` and `depot.readRow`,
 /// a child of the calling task's span, with the attributes `db.system.name` and, on
 /// failure, the error.
@@ -63,7 +67,7 @@ public final class StoreTelemetry: Sendable {
     @usableFromInline
     func transaction(_ kind: StaticString, nanoseconds: UInt64, error: (any Error)?) {
         guard metrics else { return }
-        let isWrite = kind.utf8Start.pointee == UInt8(ascii: "w")
+        let isWrite = kind.withUTF8Buffer { $0.starts(with: "write".utf8) }
         (isWrite ? writes : reads).increment()
         (isWrite ? writeDuration : readDuration).recordNanoseconds(Int64(clamping: nanoseconds))
         if let error { failed(error) }
@@ -80,10 +84,15 @@ public final class StoreTelemetry: Sendable {
         counter.increment()
     }
 
-    /// A read waited `nanoseconds` for a reader connection.
-    public func poolWaited(nanoseconds: UInt64) {
+    /// A read found every reader connection busy and queued for one (counted at once).
+    public func poolWaitBegan() {
         guard metrics else { return }
         poolWaits.increment()
+    }
+
+    /// A queued read got its reader connection after `nanoseconds`.
+    public func poolWaited(nanoseconds: UInt64) {
+        guard metrics else { return }
         poolWaitDuration.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
