@@ -189,11 +189,16 @@ extension ResultSet: AsyncSequence {
 
         /// The records strictly after `row` in the query's order (sort keys, then key).
         static func after(_ row: Row, in query: Query) -> PredicateExpression {
+            after(query.sort.map { row[value: $0.attributeIndex] }, in: query)
+        }
+
+        /// The records strictly after the position given by one value per sort key of
+        /// `query` (a page cursor's values), in the query's order.
+        static func after(_ sortValues: [Value], in query: Query) -> PredicateExpression {
             var alternatives: [PredicateExpression] = []
             var equalSoFar: [PredicateExpression] = []
-            for key in query.sort {
+            for (key, value) in zip(query.sort, sortValues) {
                 let name = query.entity.attributes[key.attributeIndex].name
-                let value = row[value: key.attributeIndex]
                 let later: PredicateExpression
                 let same: PredicateExpression
                 if value.isNull {

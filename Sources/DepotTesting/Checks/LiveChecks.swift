@@ -79,6 +79,99 @@ enum LiveChecks {
             for try await cat in cats.results.offset(10).limit(250).batched(100) { window.append(cat.id) }
             try expectEqual(window, Array(all.map(\.id)[10..<260]), "offset and limit across batches")
         },
+        ConformanceCheck("cursor pages cover a set once, in order, with limit and offset, and end without an empty page") { store in
+            let cats = Cats(store: store)
+            let all = Cat.workload(count: 500, seed: 11)
+            try await cats.save(all)
+            let set = cats.results.sorted(by: \.age, ascending: false).sorted(by: \.name)
+            let expected = try await set.fetchAll().map(\.id)
+            var seen: [Int64] = []
+            var token: String?
+            var pages = 0
+            repeat {
+                // Through the token, as a client would send it back.
+                let page = try await set.page(size: 37, after: try token.map { try PageCursor($0) })
+                try expect(page.items.count == 37 || page.next == nil, "only the last page is short (page \(pages) has \(page.items.count))")
+                seen += page.items.map(\.id)
+                token = page.next?.description
+                pages += 1
+            } while token != nil && pages < 100
+            try expectEqual(seen, expected, "every record once, in the set's order")
+            try expectEqual(pages, 14, "500 records in pages of 37, the last one not empty")
+            let exact = try await cats.results.sorted(by: \.name).limit(40).page(size: 20)
+            let second = try await cats.results.sorted(by: \.name).limit(40).page(size: 20, after: exact.next)
+            try expect(second.next == nil, "no page after the set's limit")
+            let window = cats.results.sorted(by: \.name).offset(5).limit(50)
+            var windowed: [Int64] = []
+            var cursor: PageCursor?
+            var sizes: [Int] = []
+            repeat {
+                let page = try await window.page(size: 20, after: cursor)
+                windowed += page.items.map(\.id)
+                sizes.append(page.items.count)
+                cursor = page.next
+            } while cursor != nil && sizes.count < 10
+            try expectEqual(sizes, [20, 20, 10], "the limit counts across pages")
+            try await expectEqual(windowed, window.fetchAll().map(\.id), "offset on the first page, limit across pages")
+            try await expectEqual(cats.results.filter(\.age > 99).page(size: 5), Page(items: [], next: nil), "an empty set is one empty page")
+        },
+        ConformanceCheck("a cursor page starts after its record while others are written, and refuses foreign cursors") { store in
+            let cats = Cats(store: store)
+            let all = Cat.workload(count: 300, seed: 12)
+            try await cats.save(all)
+            let set = cats.results.sorted(by: \.age).sorted(by: \.weight, ascending: false)
+            let expected = try await set.fetchAll().map(\.id)
+            let first = try await set.page(size: 100)
+            try expectEqual(first.items.map(\.id), Array(expected[0..<100]), "first page")
+            // A record sorting before the cursor and one deleted after it.
+            try await cats.save(Cat(id: 9_000, name: "early", weight: 99, age: 0))
+            try await cats.delete(id: expected[150])
+            try await cats.delete(id: expected[99])   // the cursor's own record: the next page still starts after it
+            let next = try await set.page(size: 100, after: first.next)
+            try expectEqual(next.items.map(\.id), Array(expected[100..<201]).filter { $0 != expected[150] }, "neither repeats nor skips")
+            guard let cursor = first.next else { throw ConformanceFailure(message: "the first page has a next cursor", file: #fileID, line: #line) }
+            try await expectError(.invalidPredicate, "a cursor used with another order") {
+                try await cats.results.sorted(by: \.name).page(size: 10, after: cursor)
+            }
+            try await expectError(.invalidPredicate, "page size 0") { try await set.page(size: 0) }
+            try await expectError(.invalidPredicate, "page size -1") { try await set.page(size: -1) }
+            let token = cursor.description
+            try await expectError(.invalidPredicate, "a truncated cursor") { try PageCursor(token.dropLast(3)) }
+            try await expectError(.invalidPredicate, "not a cursor") { try PageCursor("not a cursor!") }
+            try await expectError(.invalidPredicate, "an empty cursor") { try PageCursor("") }
+            try await expectError(.invalidPredicate, "a cursor with bytes appended") { try PageCursor(token + "AAAA") }
+            try await expectError(.invalidPredicate, "a cursor too long") { try PageCursor(String(repeating: "A", count: 20_000)) }
+            try expectEqual(try PageCursor(token), cursor, "a token reads back as its cursor")
+            let huge = try await set.page(size: .max)
+            try expectEqual(huge.items.count, 299, "a page size of Int.max reads to the end")
+            try expect(huge.next == nil, "and has no next page")
+        },
+        ConformanceCheck("cursors carry every attribute type and nil through their tokens") { store in
+            let samples = Controller<Sample, Sample>(store: store)
+            var records: [Sample] = []
+            for i in 0..<60 {
+                let n = Int64(i)
+                records.append(Sample(
+                    id: n, int: i % 3, double: Double(i % 4) - 1.5, bool: i % 2 == 0, string: "s\(i % 5)",
+                    data: Data([UInt8(i % 3), 0]), date: Date(timeIntervalSinceReferenceDate: Double(i % 7) * 1_000.25),
+                    uuid: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, UInt8(i % 6))),
+                    optionalString: i % 4 == 0 ? nil : "o\(i % 3)", optionalDate: i % 5 == 0 ? nil : Date(timeIntervalSinceReferenceDate: Double(i % 2))))
+            }
+            try await samples.save(records)
+            let set = samples.results.sorted(by: \.optionalString, ascending: false).sorted(by: \.bool).sorted(by: \.data)
+                .sorted(by: \.optionalDate).sorted(by: \.uuid, ascending: false).sorted(by: \.date).sorted(by: \.double).sorted(by: \.string)
+            let expected = try await set.fetchAll().map(\.id)
+            var seen: [Int64] = []
+            var token: String?
+            var pages = 0
+            repeat {
+                let page = try await set.page(size: 7, after: try token.map { try PageCursor($0) })
+                seen += page.items.map(\.id)
+                token = page.next?.description
+                pages += 1
+            } while token != nil && pages < 20
+            try expectEqual(seen, expected, "every record once across pages whose cursors hold nil, strings, data, dates, UUIDs, doubles and booleans")
+        },
         ConformanceCheck("streaming while a writer commits sees each existing record once") { store in
             let cats = Cats(store: store)
             let all = Cat.workload(count: 1_500, seed: 5)
