@@ -1,0 +1,218 @@
+import Depot
+import Foundation
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+@testable import PetClinic
+
+@Suite("PetClinic API", .serialized)
+struct APITests {
+    @Test("create, read, update and delete, with the nested pets and visits", arguments: TestBackend.all)
+    func crud(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, _ in
+            let owner = try await client.createOwner("Ana", city: "Lisbon", email: "ana@example.com")
+            var response = try await client.get("/owners/\(owner.id)")
+            #expect(response.status == .ok)
+            #expect(try decode(Owner.self, response) == owner)
+
+            response = try await client.put("/owners/\(owner.id)", try json(["name": "Ana Maria", "city": "Porto"]))
+            #expect(response.status == .ok)
+            #expect(try decode(Owner.self, response).city == "Porto")
+
+            let rex = try await client.createPet("Rex", species: "dog", birthYear: 2019, owner: owner.id)
+            _ = try await client.createPet("Ada", species: "cat", birthYear: 2021, owner: owner.id)
+            response = try await client.get("/owners/\(owner.id)/pets")
+            #expect(try decode(List<Pet>.self, response).items.map(\.name) == ["Ada", "Rex"], "the owner's pets by name")
+
+            response = try await client.put("/pets/\(rex.id)", try json(PetUpdate(name: "Rex", species: "dog", birthYear: 2018)))
+            #expect(response.status == .ok)
+            #expect(try decode(Pet.self, response).birthYear == 2018)
+            #expect(try decode(Pet.self, response).ownerID == owner.id, "an update without ownerID keeps the owner")
+
+            response = try await client.post("/pets/\(rex.id)/visits", try json(["reason": "vaccination"]))
+            #expect(response.status == .created)
+            response = try await client.get("/pets/\(rex.id)/visits")
+            #expect(try decode(List<Visit>.self, response).items.map(\.reason) == ["vaccination"])
+
+            // Deleting the owner deletes the pets and their visits (the references' cascade).
+            response = try await client.delete("/owners/\(owner.id)")
+            #expect(response.status == .noContent)
+            try expectError(try await client.get("/owners/\(owner.id)"), .notFound, mentioning: owner.id.uuidString)
+            try expectError(try await client.get("/pets/\(rex.id)"), .notFound, mentioning: "No pet")
+            try expectError(try await client.get("/pets/\(rex.id)/visits"), .notFound, mentioning: "No pet")
+            try expectError(try await client.delete("/pets/\(rex.id)"), .notFound, mentioning: "No pet")
+        }
+    }
+
+    @Test("lists filter, sort and page with cursors to the end", arguments: TestBackend.all)
+    func lists(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, clinic in
+            let owners = [
+                try await client.createOwner("Bo", city: "Oslo"),
+                try await client.createOwner("Cy", city: "Rome"),
+            ]
+            var expected: [Pet] = []
+            for i in 0..<45 {
+                let species = ["cat", "dog", "parrot"][i % 3]
+                expected.append(Pet(id: UUID(), ownerID: owners[i % 2].id, name: "pet\(i % 7)-\(i)", species: species, birthYear: 2000 + i % 20))
+            }
+            try await clinic.pets.save(expected)
+
+            // Every page of cats, by birth year descending then name, in pages of 4.
+            var seen: [Pet] = []
+            var uri = "/pets?species=cat&sort=-birthYear,name&limit=4"
+            var pages = 0
+            while pages < 20 {
+                let response = try await client.get(uri)
+                #expect(response.status == .ok, "\(String(buffer: response.body))")
+                let page = try decode(List<Pet>.self, response)
+                seen += page.items
+                pages += 1
+                guard let next = page.next else { break }
+                uri = "/pets?species=cat&sort=-birthYear,name&limit=4&cursor=\(next)"
+            }
+            let cats = expected.filter { $0.species == "cat" }.sorted { a, b in
+                a.birthYear != b.birthYear ? a.birthYear > b.birthYear : a.name.utf8.lexicographicallyPrecedes(b.name.utf8)
+            }
+            #expect(seen.map(\.id) == cats.map(\.id), "every cat once, in order")
+            #expect(pages == 4, "15 cats in pages of 4, no empty last page")
+
+            let byOwner = try decode(List<Pet>.self, try await client.get("/pets?ownerID=\(owners[1].id)&limit=100"))
+            #expect(byOwner.items.count == 22)
+            #expect(byOwner.next == nil)
+            let prefixed = try decode(List<Pet>.self, try await client.get("/pets?namePrefix=pet3-&limit=100"))
+            #expect(Set(prefixed.items.map(\.name)) == Set(expected.map(\.name).filter { $0.hasPrefix("pet3-") }))
+            let oslo = try decode(List<Owner>.self, try await client.get("/owners?city=Oslo"))
+            #expect(oslo.items.map(\.name) == ["Bo"])
+
+            // A cursor belongs to its order.
+            let first = try decode(List<Pet>.self, try await client.get("/pets?sort=name&limit=2"))
+            let cursor = try #require(first.next)
+            try expectError(try await client.get("/pets?sort=species&cursor=\(cursor)"), .badRequest, mentioning: "sort order")
+        }
+    }
+
+    @Test("bad input answers 400 with a message naming it", arguments: TestBackend.all)
+    func validation(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, _ in
+            let owner = try await client.createOwner("Di", city: "Kyiv", email: "di@example.com")
+            try expectError(try await client.get("/pets?limit=9223372036854775807"), .badRequest, mentioning: "limit must be a whole number from 1 to 100")
+            try expectError(try await client.get("/pets?limit=0"), .badRequest, mentioning: "'0'")
+            try expectError(try await client.get("/pets?limit=ten"), .badRequest, mentioning: "'ten'")
+            try expectError(try await client.get("/pets?sort=weight"), .badRequest, mentioning: "Unknown sort key 'weight'")
+            try expectError(try await client.get("/pets?sort=name,name"), .badRequest, mentioning: "twice")
+            try expectError(try await client.get("/pets?cursor=%21%21"), .badRequest, mentioning: "cursor is not valid")
+            try expectError(try await client.get("/pets/12345"), .badRequest, mentioning: "id must be a UUID")
+            try expectError(try await client.get("/owners/not-a-uuid/pets"), .badRequest, mentioning: "'not-a-uuid'")
+            try expectError(try await client.get("/pets?ownerID=7"), .badRequest, mentioning: "ownerID must be a UUID")
+            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"")), .badRequest, mentioning: "not JSON")
+            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"}")), .badRequest, mentioning: "city is missing")
+            try expectError(try await client.post("/owners", json("{\"name\": 5, \"city\": \"x\"}")), .badRequest, mentioning: "name must be a String")
+            try expectError(try await client.post("/owners", json("{\"name\": \" \", \"city\": \"x\"}")), .badRequest, mentioning: "name must not be empty")
+            try expectError(
+                try await client.post("/owners/\(owner.id)/pets", json("{\"name\": \"Fi\", \"species\": \"cat\", \"birthYear\": 1800}")),
+                .badRequest, mentioning: "birthYear must be from 1900")
+            // Store rules, through the error middleware.
+            try expectError(try await client.post("/owners", try json(["name": "Di 2", "city": "Kyiv", "email": "di@example.com"])), .conflict, mentioning: "email")
+            try expectError(
+                try await client.post("/pets", try json(PetCreate(ownerID: UUID(), name: "Gus", species: "dog", birthYear: 2020))),
+                .unprocessableContent, mentioning: "Owner")
+            try expectError(
+                try await client.post("/owners/\(UUID())/pets", json("{\"name\": \"Fi\", \"species\": \"cat\", \"birthYear\": 2020}")),
+                .notFound, mentioning: "No owner")
+            try expectError(try await client.put("/owners/\(UUID())", try json(["name": "X", "city": "Y"])), .notFound, mentioning: "Owner")
+        }
+    }
+
+    @Test("bulk import upserts a JSON array in one transaction and names a bad element", arguments: TestBackend.all)
+    func bulkImport(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, clinic in
+            let owner = try await client.createOwner("Hal", city: "Bern")
+            let pets = (0..<250).map { Pet(id: UUID(), ownerID: owner.id, name: "p\($0)", species: $0 % 2 == 0 ? "cat" : "dog", birthYear: 2010 + $0 % 10) }
+            var body = try json(pets.map { ["id": $0.id.uuidString, "ownerID": $0.ownerID.uuidString, "name": $0.name, "species": $0.species, "birthYear": String($0.birthYear)] })
+            var response = try await client.post("/pets/import", body)
+            #expect(response.status == .ok, "\(String(buffer: response.body))")
+            let report = try decode(ImportCounts.self, response)
+            #expect(report.inserted == 250)
+            #expect(try await clinic.pets.count() == 250)
+
+            // One bad element (a birth year that is not a number) refuses the whole import...
+            body = json("[{\"id\": \"\(UUID())\", \"ownerID\": \"\(owner.id)\", \"name\": \"ok\", \"species\": \"cat\", \"birthYear\": 2020}, {\"id\": \"\(UUID())\", \"ownerID\": \"\(owner.id)\", \"name\": \"bad\", \"species\": \"cat\", \"birthYear\": \"soon\"}]")
+            response = try await client.post("/pets/import", body)
+            try expectError(response, .badRequest, mentioning: "birthYear")
+            #expect(try await clinic.pets.count() == 250, "nothing imported")
+            // ...unless the client asks to skip it.
+            response = try await client.post("/pets/import?skipInvalid=true", body)
+            #expect(response.status == .ok)
+            let skipped = try decode(ImportCounts.self, response)
+            #expect(skipped.inserted == 1)
+            #expect(skipped.skipped.map(\.index) == [1])
+            try expectError(try await client.post("/pets/import", json("{\"not\": \"an array\"}")), .badRequest, mentioning: "expected an array")
+        }
+    }
+
+    @Test("the live endpoint streams the first result, then change sets", arguments: TestBackend.all)
+    func live(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, clinic in
+            let owner = try await client.createOwner("Ivy", city: "Riga")
+            _ = try await client.createPet("Ann", species: "cat", birthYear: 2020, owner: owner.id)
+            // Keeps adding cats until the stream has had its two events, so the test does not
+            // depend on when the observation's first read happens.
+            let writer = Task {
+                var i = 0
+                while !Task.isCancelled {
+                    try await clinic.pets.save(Pet(id: UUID(), ownerID: owner.id, name: "Zed\(i)", species: "cat", birthYear: 2021))
+                    _ = try? await clinic.pets.save(Pet(id: UUID(), ownerID: owner.id, name: "Dog\(i)", species: "dog", birthYear: 2021))
+                    i += 1
+                    try await Task.sleep(for: .milliseconds(30))
+                }
+            }
+            defer { writer.cancel() }
+            let response = try await client.get("/pets/live?species=cat&events=2")
+            writer.cancel()
+            #expect(response.status == .ok)
+            #expect(response.headers[.contentType] == "text/event-stream")
+            let events = String(buffer: response.body).components(separatedBy: "\n\n").filter { !$0.isEmpty }
+            #expect(events.count == 2, "\(events)")
+            #expect(events.first?.hasPrefix("event: snapshot\ndata: ") == true)
+            #expect(events.last?.hasPrefix("event: changes\ndata: ") == true)
+            let lastData = String(events.last?.split(separator: "\n").last?.dropFirst("data: ".count) ?? "")
+            let changes = try JSONDecoder().decode(LiveChanges.self, from: Data(lastData.utf8))
+            #expect(changes.inserted?.allSatisfy { $0.pet.species == "cat" } == true, "only cats")
+            #expect(changes.inserted?.isEmpty == false)
+            try expectError(try await client.get("/pets/live?limit=5000"), .badRequest, mentioning: "limit must be a whole number from 1 to 1000")
+        }
+    }
+}
+
+struct PetUpdate: Encodable {
+    let name: String
+    let species: String
+    let birthYear: Int
+}
+
+struct PetCreate: Encodable {
+    let ownerID: UUID
+    let name: String
+    let species: String
+    let birthYear: Int
+}
+
+struct ImportCounts: Decodable {
+    struct Problem: Decodable {
+        let index: Int
+    }
+    let inserted: Int
+    let updated: Int
+    let skipped: [Problem]
+}
+
+struct LiveChanges: Decodable {
+    struct Indexed: Decodable {
+        let index: Int
+        let pet: Pet
+    }
+    let kind: String
+    let inserted: [Indexed]?
+}
