@@ -161,7 +161,7 @@ let package = Package(
             name: "DepotServiceLifecycleTests",
             dependencies: [
                 "DepotServiceLifecycle", "DepotTesting", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
     ]
 )

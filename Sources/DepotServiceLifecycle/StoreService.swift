@@ -6,13 +6,16 @@ public import ServiceLifecycle
 ///
 /// ```swift
 /// let store = try openStore(url: "sqlite:///var/lib/app/app.sqlite")
-/// let group = ServiceGroup(services: [httpServer, StoreService(store)], logger: logger)
+/// let group = ServiceGroup(services: [StoreService(store), httpServer], logger: logger)
 /// try await group.run()
 /// ```
 ///
 /// On graceful shutdown (or cancellation) the service closes the store: running work
 /// finishes, later calls fail with ``DepotError/Code/closed``, files and threads are
-/// released. Put it after the services that use the store, so the group stops them first.
+/// released. A `ServiceGroup` stops its services in reverse order, so list it *before* the
+/// services that use the store: they stop first (an HTTP server finishes its requests in
+/// flight, writes included), then the store closes. Hummingbird's `Application` runs its
+/// server after the `services:` it is given, so passing `StoreService` there orders it right.
 public struct StoreService: Service {
     public let store: any Store
 
