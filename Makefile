@@ -6,7 +6,7 @@
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan stress fuzz bench bench-smoke bench-postgres benchmarks postgres-server postgres-stop
+.PHONY: deps test test-tsan stress fuzz bench bench-smoke bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -102,6 +102,40 @@ bench-postgres: deps
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
+
+# The example service (Examples/PetClinic, a package of its own that depends on Depot by
+# path): its API tests on memory, SQLite, LMDB and PostgreSQL (a throwaway server), and the
+# built server process stopped with SIGTERM under load. Hummingbird, swift-nio-ssl and a
+# second copy of Depot's dependencies make its first build take several minutes.
+example-test: WITH_POSTGRES_DIR = Examples/PetClinic/.build/postgres
+example-test: WITH_POSTGRES_RUN = $(SWIFT) test --package-path Examples/PetClinic
+example-test: deps
+	$(WITH_POSTGRES)
+
+load-deps:
+	@missing=""; \
+	command -v wrk >/dev/null 2>&1 || missing="$$missing wrk"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# The HTTP load benchmark (scripts/load/run.sh): the example in release mode on loopback,
+# one backend after another (memory, SQLite, LMDB), driven by wrk through 80 % reads by id,
+# 10 % list pages and 10 % writes for LOAD_SECONDS (15) each; prints requests/s, p50/p99
+# latency and errors, and writes load-report/{results.json,report.md}. About 2 minutes after
+# the build.
+load: deps load-deps
+	$(SWIFT) build -c release --package-path Examples/PetClinic --product pet-clinic
+	scripts/load/run.sh
+
+# The same with PostgreSQL as a fourth backend, on a throwaway server (fsync off).
+load-postgres: deps load-deps
+	$(SWIFT) build -c release --package-path Examples/PetClinic --product pet-clinic
+	@url=$$($(POSTGRES_SERVER) start .build/postgres-load | tail -n 1) && [ -n "$$url" ] || exit 1; \
+	trap '$(POSTGRES_SERVER) stop .build/postgres-load' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	LOAD_BACKENDS="memory sqlite lmdb postgres" LOAD_POSTGRES_URL="$$url" LOAD_OUTPUT=load-report-postgres scripts/load/run.sh
 
 # A throwaway PostgreSQL server for running tests by hand: prints the URL to put in
 # DEPOT_TEST_POSTGRES_URL (its data is wiped at every start); postgres-stop stops it.
