@@ -42,6 +42,9 @@ let package = Package(
         // Property-based differential tests (DepotReliabilityTests): random records and
         // requests checked against the memory reference, with shrinking.
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        // `make docs`: builds the DocC catalogues, warnings (broken links) failing the build.
+        // A command plugin only: nothing of it is linked into Depot.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
         // The @Record macro. Its major version follows the toolchain (603 = Swift 6.3).
         .package(url: "https://github.com/swiftlang/swift-syntax.git", from: "603.0.1"),
     ],

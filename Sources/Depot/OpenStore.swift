@@ -11,9 +11,9 @@ extension StoreURL {
     ///
     /// - Parameter logger: Where the store logs (nothing by default). The URL's
     ///   `slowThreshold` option sets when a transaction is logged as slow.
-    /// - Throws: ``DepotError`` from the backend: ``DepotError/Code/storeCorrupted`` for a
-    ///   file that is not a store of that kind, ``DepotError/Code/permissionDenied`` or
-    ///   ``DepotError/Code/io`` when the path cannot be used.
+    /// - Throws: `DepotError` from the backend: `DepotError.Code.storeCorrupted` for a
+    ///   file that is not a store of that kind, `DepotError.Code.permissionDenied` or
+    ///   `DepotError.Code.io` when the path cannot be used.
     public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
         var log = logger.map { StoreLog(logger: $0) } ?? .disabled
         if let value = self[option: "slowThreshold"], let threshold = Self.parseDuration(value) { log.slowThreshold = threshold }
@@ -79,7 +79,7 @@ extension StoreURL {
 /// Opens the store a URL string names, e.g. `sqlite:///var/lib/app/app.sqlite?durability=full`
 /// (see ``StoreURL`` for every scheme and option).
 ///
-/// - Throws: ``DepotError/Code/invalidConfiguration`` for a malformed URL or option, and
+/// - Throws: `DepotError.Code.invalidConfiguration` for a malformed URL or option, and
 ///   the backend's errors when opening fails.
 public func openStore(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
     try StoreURL(url).open(logger: logger)
@@ -103,7 +103,7 @@ extension StoreURL {
 }
 
 /// Opens the store a URL string names without blocking the calling task's thread (see
-/// ``StoreURL/open(logger:)-(Logger?)async``).
+/// `StoreURL.open(logger:)`).
 ///
 /// ```swift
 /// let store = try await openStore(url: "sqlite:///var/lib/app/app.sqlite")
@@ -135,7 +135,7 @@ public enum BlockingWork {
 }
 
 /// Opens the store named by swift-configuration's `depot.store.url` without blocking the
-/// calling task's thread (see ``openStore(url:logger:)-(String,Logger?)async``).
+/// calling task's thread (see `openStore(url:logger:)`).
 public func openStore(config: ConfigReader, logger: Logger? = nil) async throws(DepotError) -> any Store {
     guard let url = try StoreURL(config: config) else {
         throw DepotError(.invalidConfiguration, "No store is configured: set \(StoreURL.configurationKey) (environment variable \(StoreURL.environmentVariable)) to a store URL such as sqlite:///var/lib/app/app.sqlite.")

@@ -15,7 +15,7 @@ extension StoreURL {
     /// Reads the store URL from the environment (`DEPOT_STORE_URL`).
     ///
     /// - Returns: `nil` when the variable is not set.
-    /// - Throws: ``DepotError/Code/invalidConfiguration`` when it is set but malformed.
+    /// - Throws: `DepotError.Code.invalidConfiguration` when it is set but malformed.
     public static func fromEnvironment(_ environment: [String: String]? = nil) throws(DepotError) -> StoreURL? {
         let variables = environment ?? ProcessInfo.processInfo.environment
         guard let value = variables[environmentVariable], !value.isEmpty else { return nil }
@@ -30,7 +30,7 @@ extension StoreURL {
     /// swift-configuration spells camel-case keys with underscores in the environment).
     ///
     /// - Returns: `nil` when `depot.store.url` is not set.
-    /// - Throws: ``DepotError/Code/invalidConfiguration`` for a malformed URL or option.
+    /// - Throws: `DepotError.Code.invalidConfiguration` for a malformed URL or option.
     public init?(config: ConfigReader) throws(DepotError) {
         guard let text = config.string(forKey: ConfigKey(Self.configurationKey)) else { return nil }
         var url = try StoreURL(text)
@@ -54,7 +54,7 @@ extension StoreURL {
 /// Opens the store named by swift-configuration's `depot.store.url` (see
 /// ``StoreURL/init(config:)``).
 ///
-/// - Throws: ``DepotError/Code/invalidConfiguration`` when the key is missing or malformed,
+/// - Throws: `DepotError.Code.invalidConfiguration` when the key is missing or malformed,
 ///   and the backend's errors when opening fails.
 public func openStore(config: ConfigReader, logger: Logger? = nil) throws(DepotError) -> any Store {
     guard let url = try StoreURL(config: config) else {

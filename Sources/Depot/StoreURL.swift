@@ -6,7 +6,7 @@ import Foundation
 ///
 /// | URL | store |
 /// |---|---|
-/// | `memory:` | a ``MemoryStore`` |
+/// | `memory:` | a `MemoryStore` |
 /// | `sqlite:///var/lib/app/app.sqlite` | an SQLite file (absolute path) |
 /// | `sqlite:data/app.sqlite` | an SQLite file (relative to the working directory) |
 /// | `sqlite::memory:` | a private SQLite database that lives as long as the store |
@@ -18,7 +18,7 @@ import Foundation
 /// `sqlite:` URLs take `adopt=true` to open a database another program made (see
 /// `SQLiteStore.Options.adoptForeignDatabase`); without it such a file is refused untouched.
 /// Every option is typed and validated; an unknown scheme or option, or a bad value, is a
-/// ``DepotError`` with code ``DepotError/Code/invalidConfiguration`` that names the problem
+/// `DepotError` with code `DepotError.Code.invalidConfiguration` that names the problem
 /// and lists what is accepted.
 public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// The backends a URL can name.
@@ -163,7 +163,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses and validates a store URL.
     ///
-    /// - Throws: ``DepotError/Code/invalidConfiguration`` naming the problem.
+    /// - Throws: `DepotError.Code.invalidConfiguration` naming the problem.
     public init(_ string: String) throws(DepotError) {
         let text = string.trimmingCharacters(in: .whitespaces)
         guard let colon = text.firstIndex(of: ":") else {
@@ -307,7 +307,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// This URL with `value` for the option `name`, validated.
     ///
-    /// - Throws: ``DepotError/Code/invalidConfiguration`` for an unknown option or bad value.
+    /// - Throws: `DepotError.Code.invalidConfiguration` for an unknown option or bad value.
     public func setting(_ name: String, to value: String) throws(DepotError) -> StoreURL {
         guard let spec = Self.options(for: backend).first(where: { $0.name == name }) else {
             throw Self.problem("Unknown option '\(name)' for \(backend.rawValue) stores. Accepted options: \(Self.options(for: backend).map(\.name).joined(separator: ", ")).")

@@ -14,7 +14,7 @@ public struct MigrateOptions: ParsableArguments {
 }
 
 /// A `migrate` subcommand for an application's own executable, which knows its
-/// ``Migrator``'s steps and its record types (the `depot` tool does not: steps are code).
+/// `Migrator`'s steps and its record types (the `depot` tool does not: steps are code).
 ///
 /// ```swift
 /// struct Migrate: MigrateCommand {
@@ -26,7 +26,7 @@ public struct MigrateOptions: ParsableArguments {
 ///
 /// `app migrate sqlite:///var/lib/app.sqlite --dry-run` prints the plan; without
 /// `--dry-run` it runs the pending steps and prints their names. A failure prints the
-/// ``DepotError`` on standard error and exits with status 2.
+/// `DepotError` on standard error and exits with status 2.
 public protocol MigrateCommand: AsyncParsableCommand {
     /// The application's steps, in order.
     static var migrator: Migrator { get }

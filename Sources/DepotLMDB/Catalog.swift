@@ -35,7 +35,7 @@ struct StoredEntity: Codable {
     /// Decodes and checks the stored schema of entity `name` (bytes from the file: anything
     /// may be there).
     ///
-    /// - Throws: ``DepotError/Code/storeCorrupted`` for bytes that are not a valid schema of
+    /// - Throws: `DepotError.Code.storeCorrupted` for bytes that are not a valid schema of
     ///   `name`, or a record format this version does not read.
     static func parse(_ bytes: UnsafeRawBufferPointer, name: String, store: String) throws(DepotError) -> StoredEntity {
         func corrupted(_ what: String) -> DepotError {
@@ -121,7 +121,7 @@ extension LMDBTransaction {
         return Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
     }
 
-    /// ``register(_:current:)``, with the handles stamped with the stored schema they
+    /// `register(_:current:)`, with the handles stamped with the stored schema they
     /// belong to.
     func registerStamped(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
         try register(entity, current: current).stamped(try storedStamp(entity.name))
@@ -138,8 +138,8 @@ extension LMDBTransaction {
 
     /// Creates, opens or migrates the databases of `entity`.
     ///
-    /// - Throws: ``DepotError/Code/schemaMismatch`` for a change ``SchemaMigration``
-    ///   refuses; ``DepotError/Code/invalidValue`` when an existing value is too long for a
+    /// - Throws: `DepotError.Code.schemaMismatch` for a change `SchemaMigration`
+    ///   refuses; `DepotError.Code.invalidValue` when an existing value is too long for a
     ///   new index.
     func register(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
         if let current, current.entity == entity { return current }

@@ -97,7 +97,7 @@ struct DataFileCheck {
         DepotError(.storeCorrupted, "\(path) is truncated: it has \(fileSize) bytes, but \(detail). It was not modified; restore it from a backup or point the store at another directory.")
     }
 
-    /// Throws ``DepotError/Code/storeCorrupted`` unless every page `meta`'s snapshot uses lies
+    /// Throws `DepotError.Code.storeCorrupted` unless every page `meta`'s snapshot uses lies
     /// within the first `fileSize` bytes.
     func check(_ meta: Meta, fileSize: Int) throws(DepotError) {
         let filePages = UInt64(fileSize / pageSize)

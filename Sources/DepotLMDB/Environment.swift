@@ -41,7 +41,7 @@ final class TransactionGate: @unchecked Sendable {
     }
 
     /// Admits a transaction (waiting while a resize attempt holds the gate closed) and
-    /// returns the ticket to give to ``leave(_:)``.
+    /// returns the ticket to give to `leave(_:)`.
     func enter() -> UInt64 {
         condition.lock()
         defer { condition.unlock() }

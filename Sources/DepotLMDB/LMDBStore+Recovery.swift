@@ -22,7 +22,7 @@ extension LMDBStore {
     /// `epoch` is the ``Environment/epoch`` the caller's failed begin saw: when another
     /// transaction reopened the environment since, there is nothing to do.
     ///
-    /// - Throws: ``DepotError/Code/io`` (``DepotError/Code/storeCorrupted`` when the reopened
+    /// - Throws: `DepotError.Code.io` (`DepotError.Code.storeCorrupted` when the reopened
     ///   file fails its check) when the environment cannot be opened again; the environment
     ///   then stays closed, and the next transaction tries again.
     func recover(_ env: Environment, seen epoch: UInt64) throws(DepotError) {

@@ -106,11 +106,12 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
     /// - Parameters:
     ///   - directory: The environment's directory.
     ///   - options: Map size, reader and database limits, durability.
-    /// - Throws: ``DepotError`` — ``DepotError/Code/storeCorrupted`` when the directory holds
-    ///   a damaged or foreign `data.mdb`; ``DepotError/Code/invalidConfiguration`` for a
-    ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; ``DepotError/Code/busy`` when the directory is
-    ///   already open in this process; ``DepotError/Code/permissionDenied`` or
-    ///   ``DepotError/Code/io`` when the files cannot be created.
+    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    /// - Throws: `DepotError` — `DepotError.Code.storeCorrupted` when the directory holds
+    ///   a damaged or foreign `data.mdb`; `DepotError.Code.invalidConfiguration` for a
+    ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; `DepotError.Code.busy` when the directory is
+    ///   already open in this process; `DepotError.Code.permissionDenied` or
+    ///   `DepotError.Code.io` when the files cannot be created.
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
     public convenience init(directory: String, options: Options = .init(), log: StoreLog = .disabled) throws {
         do {
@@ -245,7 +246,7 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
     }
 
     /// How often one transaction follows schema changes of other processes before it gives
-    /// up with the ``DepotError/Code/schemaMismatch`` it met.
+    /// up with the `DepotError.Code.schemaMismatch` it met.
     static let catalogReloads = 8
 
     /// Reloads the handles of every entity whose stored schema another process changed.
@@ -540,7 +541,7 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
     }
 
     /// Waits for running transactions, then closes the environment. Later calls fail with
-    /// ``DepotError/Code/closed``; closing twice is harmless. A store that is never closed
+    /// `DepotError.Code.closed`; closing twice is harmless. A store that is never closed
     /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
     /// when the store is released.
     public func close() async {

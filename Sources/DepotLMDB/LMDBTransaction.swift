@@ -5,11 +5,11 @@ import Foundation
 /// A read or write transaction over one `MDB_txn`.
 ///
 /// Only valid inside the closure it was passed to: the store ends the LMDB transaction
-/// when the closure returns and sets ``isFinished``, after which every call throws
-/// ``DepotError/Code/closed`` instead of touching the freed handle.
+/// when the closure returns and sets `isFinished`, after which every call throws
+/// `DepotError.Code.closed` instead of touching the freed handle.
 final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
-    /// The reader ``fetchRow(_:key:_:)`` reuses.
+    /// The reader `fetchRow(_:key:_:)` reuses.
     var keyColumns: RecordColumns?
     let catalog: EntityRegistry<RegisteredEntity>
     let writable: Bool

@@ -1,7 +1,7 @@
 public import DepotCore
 public import Foundation
 
-/// A ``ColumnReader`` over a stored record's bytes, read in place inside the transaction
+/// A `ColumnReader` over a stored record's bytes, read in place inside the transaction
 /// (LMDB hands out pointers into its memory map): no `Value` and no copy of the record.
 ///
 /// ``load(_:)`` checks the whole record once — version, every tag against its attribute's
@@ -168,7 +168,7 @@ final class RecordColumns: ColumnReader {
         return UUID(uuid: uuid)
     }
 
-    /// Compares attribute `index` of the loaded record with `other` in ``Value``'s order,
+    /// Compares attribute `index` of the loaded record with `other` in `Value`'s order,
     /// reading integers and strings in place (no `String` is made).
     func compare(_ index: Int, with other: Value) throws(DepotError) -> Int {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }

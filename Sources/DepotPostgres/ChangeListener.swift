@@ -9,7 +9,7 @@ import NIOConcurrencyHelpers
 /// store and the changed records (entity, kind, key); a write too large for one payload
 /// (PostgreSQL takes under 8,000 bytes) names only the entities it touched, which
 /// observers read again. A thread of the store waits on the listener connection's socket
-/// and publishes other stores' payloads into the store's ``ChangeFeed``.
+/// and publishes other stores' payloads into the store's `ChangeFeed`.
 extension PostgresStore {
     /// How this store's own notifications begin.
     var ownPayloadPrefix: String { "{\"i\":" + Self.quotedJSON(instance) }

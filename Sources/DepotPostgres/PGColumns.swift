@@ -2,7 +2,7 @@ import CLibPQ
 import DepotCore
 import Foundation
 
-/// A ``ColumnReader`` over one row of a binary-format result: each read decodes the
+/// A `ColumnReader` over one row of a binary-format result: each read decodes the
 /// column's bytes by its declared type, with no `Value` built in between.
 final class PGColumns: ColumnReader {
     let result: PGResult

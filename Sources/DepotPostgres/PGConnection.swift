@@ -118,7 +118,7 @@ final class PGResult {
     }
 }
 
-/// A PostgreSQL failure with its SQLSTATE, before it becomes a ``DepotError``.
+/// A PostgreSQL failure with its SQLSTATE, before it becomes a `DepotError`.
 struct PGFailure: Error {
     let sqlState: String
     let message: String

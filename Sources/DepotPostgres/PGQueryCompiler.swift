@@ -8,7 +8,7 @@ struct PGCompiledQuery {
     var params: [PGParam]
 }
 
-/// Compiles a ``Filter`` and a ``Query``'s order, limit and offset into PostgreSQL with the
+/// Compiles a ``Filter`` and a `Query`'s order, limit and offset into PostgreSQL with the
 /// semantics of `Filter.evaluate`:
 /// - SQL's three-valued logic is Depot's: a comparison with NULL is unknown;
 /// - strings are `COLLATE "C"` (UTF-8 byte order) in Depot's NUL-safe form (``PGText``);

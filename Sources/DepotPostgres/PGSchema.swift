@@ -154,7 +154,7 @@ enum PGDDL {
 
     /// The foreign key of a reference attribute, so PostgreSQL knows the relationship (`\d`
     /// in psql) and refuses, at commit, a row any program leaves pointing to nothing. Always
-    /// NO ACTION and deferred: Depot applies its own rule (``ReferenceEnforcement``), so
+    /// NO ACTION and deferred: Depot applies its own rule (`ReferenceEnforcement`), so
     /// observers hear of every record a cascade touches and the backends agree; the rule is
     /// in the column's comment.
     static func addForeignKey(_ attribute: AttributeDescription, of entity: String, registered: (String) -> EntityDescription?) -> [String] {

@@ -54,7 +54,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// Reader connections, so the number of reads that run at once; 4 by default.
         public var readers: Int
         public var durability: Durability
-        /// The longest a statement may run before PostgreSQL cancels it (``DepotError/Code/busy``);
+        /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`);
         /// nil (the default) for no limit.
         public var statementTimeout: Duration?
         /// How many times a write whose transaction PostgreSQL aborted for a serialization
@@ -116,12 +116,15 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// Opening blocks the calling thread (it connects and reads the catalog): from async
     /// code use `openStore(url:)`, which opens off the cooperative pool.
     ///
-    /// - Parameter conninfo: A libpq connection string: `postgresql://user:password@host:5432/db?sslmode=require`
-    ///   or `host=/run/postgresql dbname=app`.
-    /// - Throws: ``DepotError/Code/io`` when the server cannot be reached,
-    ///   ``DepotError/Code/permissionDenied`` when it refuses the login,
-    ///   ``DepotError/Code/invalidConfiguration`` for bad options,
-    ///   ``DepotError/Code/storeCorrupted`` when the schema holds Depot tables of an unknown
+    /// - Parameters:
+    ///   - conninfo: A libpq connection string: `postgresql://user:password@host:5432/db?sslmode=require`
+    ///     or `host=/run/postgresql dbname=app`.
+    ///   - options: The schema, reader connections, durability, statement timeout and retries.
+    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    /// - Throws: `DepotError.Code.io` when the server cannot be reached,
+    ///   `DepotError.Code.permissionDenied` when it refuses the login,
+    ///   `DepotError.Code.invalidConfiguration` for bad options,
+    ///   `DepotError.Code.storeCorrupted` when the schema holds Depot tables of an unknown
     ///   format.
     public init(url conninfo: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
         guard (1...Self.maximumReaders).contains(options.readers) else {
@@ -320,7 +323,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     /// A connection whose server went away (a restart, a failover) is reconnected before
-    /// its next use; the operation that found it broken has failed with ``DepotError/Code/io``.
+    /// its next use; the operation that found it broken has failed with `DepotError.Code.io`.
     func healthy(_ connection: PGConnection) {
         guard connection.isBroken, let handle = connection.handle else { return }
         PQreset(handle)

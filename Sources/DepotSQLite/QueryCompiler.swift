@@ -7,7 +7,7 @@ struct CompiledQuery {
     var bindings: [Binding]
 }
 
-/// Compiles a resolved ``Filter`` and a ``Query``'s order, limit and offset into SQL with
+/// Compiles a resolved ``Filter`` and a `Query`'s order, limit and offset into SQL with
 /// the semantics of `Filter.evaluate`:
 /// - SQL's three-valued logic is Depot's: a comparison with NULL is unknown, and AND, OR
 ///   and NOT treat unknown the way `evaluate` does;

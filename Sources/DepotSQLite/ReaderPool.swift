@@ -25,7 +25,7 @@ extension SQLiteStore {
     }
 
     /// Runs `job` with an idle reader now (on the calling thread when it is a
-    /// ``StoreExecutor``'s, else on the read queue), or with the next reader handed back.
+    /// `StoreExecutor`'s, else on the read queue), or with the next reader handed back.
     /// Nothing blocks a thread while waiting.
     ///
     /// Reads run on a concurrent dispatch queue (not Swift's cooperative pool), at most one

@@ -151,7 +151,7 @@ enum DDL {
     ///
     /// Always `ON DELETE NO ACTION DEFERRABLE INITIALLY DEFERRED`, whatever Depot's rule
     /// (which the trailing comment names, kept by SQLite in the table's SQL): Depot applies
-    /// the rules itself (``ReferenceEnforcement``) so that observers hear of every record
+    /// the rules itself (`ReferenceEnforcement`) so that observers hear of every record
     /// they touch and every backend behaves alike. SQLite's own CASCADE would delete records
     /// of a cascade cycle behind Depot's back, and its RESTRICT is checked at once, where
     /// Depot's deny lets a record go with the records that refer to it.

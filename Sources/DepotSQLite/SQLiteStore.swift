@@ -41,18 +41,18 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         /// 4 by default. From 1 to ``SQLiteStore/maximumReaders``.
         public var readers: Int
         /// How long a connection waits for a lock held by another process before failing
-        /// with ``DepotError/Code/busy``; 5 seconds by default.
+        /// with `DepotError.Code.busy`; 5 seconds by default.
         public var busyTimeout: Duration
         /// Whether to open an SQLite database that another program created; `false` by
         /// default (URL option `adopt=true`).
         ///
         /// By default a database that has tables but none of Depot's bookkeeping
         /// (`depot_meta`, `depot_entities`) is refused with
-        /// ``DepotError/Code/storeCorrupted`` and left byte for byte as it was, so a
+        /// `DepotError.Code.storeCorrupted` and left byte for byte as it was, so a
         /// mistyped path never changes another program's file. Set this when you mean
         /// Depot to share the file: Depot then adds its bookkeeping tables and one table
         /// per entity beside the existing ones, never reads, changes or drops those, and
-        /// refuses an entity whose name is already taken (``DepotError/Code/invalidSchema``).
+        /// refuses an entity whose name is already taken (`DepotError.Code.invalidSchema`).
         /// The file is switched to WAL mode for good, so every program that uses it must
         /// run on the same host (WAL needs shared memory) with SQLite 3.7 or newer.
         public var adoptForeignDatabase: Bool
@@ -123,12 +123,13 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     ///   - path: The database file.
     ///   - options: Durability, reader count, busy timeout and whether to adopt another
     ///     program's database.
-    /// - Throws: ``DepotError`` with ``DepotError/Code/storeCorrupted`` for a file that is
+    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    /// - Throws: `DepotError` with `DepotError.Code.storeCorrupted` for a file that is
     ///   not a database, is damaged, or is another program's database (see
-    ///   ``Options/adoptForeignDatabase``), ``DepotError/Code/invalidConfiguration`` for bad
-    ///   options or a path that is a directory, ``DepotError/Code/io`` or
-    ///   ``DepotError/Code/permissionDenied`` when the file cannot be opened or created,
-    ///   ``DepotError/Code/busy`` when another process holds a lock past the timeout.
+    ///   ``Options/adoptForeignDatabase``), `DepotError.Code.invalidConfiguration` for bad
+    ///   options or a path that is a directory, `DepotError.Code.io` or
+    ///   `DepotError.Code.permissionDenied` when the file cannot be opened or created,
+    ///   `DepotError.Code.busy` when another process holds a lock past the timeout.
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
     public convenience init(path: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
         guard !path.isEmpty else {
@@ -162,9 +163,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// when the store closes or is released (a crashed process leaves it behind). It
     /// behaves exactly like a file store.
     ///
-    /// - Parameter options: Reader count and busy timeout; durability is ignored.
-    /// - Throws: ``DepotError`` with ``DepotError/Code/io`` when the temporary directory
-    ///   cannot be created, ``DepotError/Code/invalidConfiguration`` for bad options.
+    /// - Parameters:
+    ///   - options: Reader count and busy timeout; durability is ignored.
+    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    /// - Throws: `DepotError` with `DepotError.Code.io` when the temporary directory
+    ///   cannot be created, `DepotError.Code.invalidConfiguration` for bad options.
     public static func inMemory(options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) -> SQLiteStore {
         var base = FileManager.default.temporaryDirectory
         var isDirectory: ObjCBool = false

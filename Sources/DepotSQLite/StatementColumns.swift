@@ -2,7 +2,7 @@ import CSQLite
 public import DepotCore
 public import Foundation
 
-/// A ``ColumnReader`` over the current row of a stepped statement: each read is one
+/// A `ColumnReader` over the current row of a stepped statement: each read is one
 /// `sqlite3_column_*` call on the live statement, with no `Value` built in between.
 ///
 /// Columns are in the entity's attribute order (the SELECTs list them so), and each is read

@@ -11,7 +11,7 @@ public import ServiceLifecycle
 /// ```
 ///
 /// On graceful shutdown (or cancellation) the service closes the store: running work
-/// finishes, later calls fail with ``DepotError/Code/closed``, files and threads are
+/// finishes, later calls fail with `DepotError.Code.closed`, files and threads are
 /// released. A `ServiceGroup` stops its services in reverse order, so list it *before* the
 /// services that use the store: they stop first (an HTTP server finishes its requests in
 /// flight, writes included), then the store closes. Hummingbird's `Application` runs its

@@ -16,8 +16,11 @@ public enum JSONExport {
     /// returns the number of records.
     ///
     /// - Parameters:
+    ///   - query: The records to export, in its order.
+    ///   - store: The store to read them from.
     ///   - keys: The JSON key of each attribute whose key differs from its name.
     ///   - progress: Called after each page with the number of records written so far.
+    ///   - sink: Receives the JSON text, a piece at a time, in order.
     @discardableResult
     public static func run(
         _ query: Query, of store: any Store, keys: [String: String] = [:], progress: (@Sendable (_ records: Int) -> Void)? = nil,

@@ -9,7 +9,7 @@
 /// ```
 ///
 /// Nil values are skipped: a sum, average, minimum or maximum over no non-nil values is
-/// nil, and ``count(_:)`` counts only non-nil values (``count`` counts records). Integer
+/// nil, and `count(_:)` counts only non-nil values (`count` counts records). Integer
 /// sums are exact (a sum beyond `Int64` is ``DepotError/Code/invalidValue``); double sums
 /// are the exact sum rounded once, so every backend returns the same double.
 public struct Aggregate<Record: ManagedRecord>: Sendable, Hashable {
@@ -206,7 +206,7 @@ extension RecordContext {
 
 extension Controller {
     /// Computes `aggregates` over the records `request` selects, per group of equal values of
-    /// `groupedBy`, in one read; see ``RecordContext/aggregate(_:groupedBy:_:)``.
+    /// `groupedBy`, in one read; see `RecordContext.aggregate(_:groupedBy:_:)`.
     public func aggregate(
         _ aggregates: [Aggregate<Managed>], groupedBy: [PartialKeyPath<Managed>] = [], _ request: Request<Managed> = .all
     ) async throws -> [AggregateGroup<Managed>] {

@@ -139,7 +139,7 @@ extension ReadTransaction {
 /// whatever the order of the values), the count of values and the extremes.
 ///
 /// Backends that aggregate natively keep this same state (SQLite hands it back from its
-/// aggregate function, see ``init(function:attributeType:state:)``), so every backend
+/// aggregate function), so every backend
 /// finishes with the same arithmetic.
 public struct AggregateAccumulator: Sendable {
     public let function: AggregateFunction

@@ -10,7 +10,7 @@ public enum ComparisonOperator: String, Sendable, Hashable, Codable, CaseIterabl
 
 /// The untyped predicate tree: attributes by name, values in neutral form.
 ///
-/// Applications usually build predicates with key paths through ``Predicate``; this form
+/// Applications usually build predicates with key paths through ``Condition``; this form
 /// is for dynamic use (names from a request's query string) and for backends.
 ///
 /// Semantics, shared by every backend (the SQL three-valued logic):

@@ -62,6 +62,8 @@ public struct Attribute<Record>: Sendable {
     /// ```
     ///
     /// - Parameters:
+    ///   - name: The attribute's name in the store.
+    ///   - keyPath: The record's property holding the referenced record's key.
     ///   - target: The referenced record type.
     ///   - onDelete: What happens to this record when the referenced one is deleted.
     ///   - unique: Whether at most one record may refer to each target (a one-to-one).

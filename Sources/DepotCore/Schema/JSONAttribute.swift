@@ -72,7 +72,7 @@ extension JSONAttribute {
     public static var isJSON: Bool { true }
 
     /// The canonical JSON text; a value whose encoding throws has none, and is `null`
-    /// here. Depot itself uses ``storedValue()``, which reports that failure instead.
+    /// here. Depot itself uses `storedValue()`, which reports that failure instead.
     public var value: Value { (try? storedValue()) ?? .null }
 
     public func storedValue() throws(DepotError) -> Value { .string(try JSONForm.text(self)) }

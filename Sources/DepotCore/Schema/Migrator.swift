@@ -25,7 +25,7 @@ import Foundation
 ///   leaves the previous version too.
 /// - Steps already applied are skipped, also when another process applied one meanwhile
 ///   (each step checks the ledger inside its own transaction). A store that records a step this migrator does not
-///   know was written by a newer application: ``migrate(_:registering:)`` refuses it by name
+///   know was written by a newer application: `migrate(_:registering:)` refuses it by name
 ///   with ``DepotError/Code/schemaMismatch`` before running anything.
 /// - The record types given describe the schema after the steps. They are registered before
 ///   the first step after the last pending schema step (first of all when none is pending),
@@ -38,7 +38,7 @@ import Foundation
 ///   ``registerSchemaStep(_:entity:describe:row:)``) rewrite one entity's stored schema and
 ///   every record in one transaction with their record; the store must be a
 ///   ``SchemaRewritingStore`` (memory, SQLite and LMDB are).
-/// - ``plan(_:registering:)`` says what would happen without writing anything.
+/// - `plan(_:registering:)` says what would happen without writing anything.
 ///
 /// An entity others refer to keeps its name and its key's type through a schema step.
 public struct Migrator: Sendable {
@@ -142,7 +142,7 @@ public struct Migrator: Sendable {
         DepotError(.invalidSchema, "The migration step \"\(step)\" names \(entity.name).\(attribute), but the stored \(entity.name) has no such attribute (its attributes: \(entity.attributes.map(\.name).joined(separator: ", "))).")
     }
 
-    /// What ``migrate(_:registering:)`` would do.
+    /// What `migrate(_:registering:)` would do.
     public struct Plan: Sendable, CustomStringConvertible {
         /// Steps the store has applied, in order.
         public let applied: [String]
@@ -297,7 +297,7 @@ public struct Migrator: Sendable {
         return true
     }
 
-    /// What ``migrate(_:registering:)`` would do, without writing anything: the steps applied
+    /// What `migrate(_:registering:)` would do, without writing anything: the steps applied
     /// and pending, and the automatic changes registering the record types would make.
     ///
     /// - Throws: what `migrate` would refuse before running anything.

@@ -54,7 +54,7 @@ public struct CommittedChanges: Sendable, Hashable {
 /// (insert then delete is nothing; delete then insert is an update).
 ///
 /// A backend takes one from ``ChangeFeed/makeRecorder()`` when a write transaction begins,
-/// records every row it writes, and hands it to ``ChangeFeed/publish(_:)`` after the
+/// records every row it writes, and hands it to `ChangeFeed.publish(_:)` after the
 /// commit. When nobody observes the feed at the start, the recorder only notes which
 /// entities were touched (a store nobody observes pays almost nothing for the feed); if
 /// someone subscribes while the write runs, the commit still reaches them, as an
@@ -154,7 +154,7 @@ public final class ChangeFeed: Sendable {
     public var isFinished: Bool { subscribers.withLockedValue { $0.finished } }
 
     /// A recorder for a write transaction that begins now: detailed when someone observes
-    /// the feed, coarse otherwise. Pass it to ``publish(_:)`` after the commit.
+    /// the feed, coarse otherwise. Pass it to `publish(_:)` after the commit.
     @inline(__always)
     public func makeRecorder() -> ChangeRecorder { ChangeRecorder(detailed: isObserved) }
 

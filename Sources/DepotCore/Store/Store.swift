@@ -6,6 +6,7 @@ public protocol ReadTransaction {
     /// Visits the records matching `query`, in the query's order.
     ///
     /// - Parameters:
+    ///   - query: What to read: the entity, filter, order, limit and offset.
     ///   - reserve: Called at most once, before the first record, with the number of
     ///     records to expect when the backend knows it cheaply; lets callers reserve
     ///     capacity.
@@ -155,8 +156,10 @@ public protocol ExecutorReadingStore: Store {
     /// the read would have to wait (every connection busy); the caller then submits it as
     /// usual.
     ///
-    /// - Parameter singleStatement: `body` runs one statement, which may be its own
-    ///   snapshot (SQLite's autocommit lookup).
+    /// - Parameters:
+    ///   - singleStatement: `body` runs one statement, which may be its own snapshot
+    ///     (SQLite's autocommit lookup).
+    ///   - body: The read, given the transaction.
     func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool
 }
 

@@ -21,7 +21,10 @@ public enum StoreCopy {
     /// in the target; records whose references name records of a later page wait for a
     /// last transaction. Entities go in reference order (referenced ones first).
     ///
-    /// - Parameter progress: Called after each page with the entity and the records copied.
+    /// - Parameters:
+    ///   - source: The store to copy from; it lists its entities itself.
+    ///   - target: The store to copy into.
+    ///   - progress: Called after each page with the entity and the records copied.
     public static func run(
         from source: any CatalogStore, to target: any Store, progress: (@Sendable (_ entity: String, _ records: Int) -> Void)? = nil
     ) async throws -> [EntityReport] {
