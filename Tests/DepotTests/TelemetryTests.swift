@@ -71,6 +71,30 @@ struct TelemetryTests {
         #expect(tracer.finishedSpans.count == quiet.1)
     }
 
+    /// Spans go to the tracer active at each call, so a no-op tracer costs no span at all and
+    /// a tracer scoped with `withTracer` (or bootstrapped after the store opened) gets them.
+    @Test func spansFollowTheActiveTracer() async throws {
+        let global = TelemetrySystems.tracer
+        let store = try await openStore(url: "memory:?tracing=true")
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.workload(count: 3))
+        global.clearAll()
+        try await withTracer(NoOpTracer()) {
+            #expect(try await cats.fetchOne(id: 1) != nil)
+            try await cats.save(Cat(id: 9, name: "Nine", weight: 1, age: 1))
+        }
+        #expect(global.finishedSpans.isEmpty, "nothing reaches the bootstrapped tracer while a no-op tracer is active")
+        let scoped = InMemoryTracer()
+        let count = try await withTracer(scoped) { () async throws -> Int in try await cats.fetchAll().count }
+        #expect(count == 4)
+        #expect(scoped.finishedSpans.map(\.operationName) == ["depot.read"])
+        #expect(scoped.finishedSpans.first?.attributes["db.system.name"]?.toSpanAttribute() == .string("other_sql"))
+        #expect(global.finishedSpans.isEmpty)
+        _ = try await cats.count()
+        #expect(global.finishedSpans.map(\.operationName) == ["depot.read"], "outside the scope, the bootstrapped tracer again")
+        await store.close()
+    }
+
     /// Reads that find every reader connection busy are counted, with the time they waited.
     @Test func poolWaitsAreCounted() async throws {
         let metrics = TelemetrySystems.metrics

@@ -207,8 +207,8 @@ extension Store {
     /// on the calling task when the store is an ``InlineReadingStore``.
     @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
-        if let telemetry, telemetry.tracing {
-            return try await telemetry.span("depot.readRow") { try await readRowUntraced(entity, key: key, decode: decode) }
+        if let telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span("depot.readRow", on: tracer) { try await readRowUntraced(entity, key: key, decode: decode) }
         }
         return try await readRowUntraced(entity, key: key, decode: decode)
     }
@@ -242,8 +242,8 @@ extension Store {
     /// Runs `body` in a read transaction and returns its result: on the calling task when
     /// the store is an ``InlineReadingStore``, on the store's threads otherwise.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
-        if let telemetry, telemetry.tracing {
-            return try await telemetry.span("depot.read") { try await readUntraced(body) }
+        if let telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span("depot.read", on: tracer) { try await readUntraced(body) }
         }
         return try await readUntraced(body)
     }
@@ -265,8 +265,8 @@ extension Store {
     /// Runs `body` in a write transaction and returns its result; commits when it returns,
     /// rolls back when it throws.
     public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
-        if let telemetry, telemetry.tracing {
-            return try await telemetry.span("depot.write") {
+        if let telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span("depot.write", on: tracer) {
                 try await withCheckedThrowingContinuation { continuation in
                     submitWrite(body) { continuation.resume(with: $0) }
                 }

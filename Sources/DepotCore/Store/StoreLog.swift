@@ -108,8 +108,10 @@ public struct StoreLog: Sendable {
         let start = DispatchTime.now().uptimeNanoseconds
         do {
             let result = try body()
-            finished(kind, since: start)
-            if let telemetry { telemetry.transaction(kind, nanoseconds: DispatchTime.now().uptimeNanoseconds &- start, error: nil) }
+            // One clock read serves the log and the metrics.
+            let elapsed = DispatchTime.now().uptimeNanoseconds &- start
+            finished(kind, elapsed: elapsed)
+            if let telemetry { telemetry.transaction(kind, nanoseconds: elapsed, error: nil) }
             return result
         } catch {
             failed("\(kind) transaction", error)
@@ -119,8 +121,7 @@ public struct StoreLog: Sendable {
     }
 
     @usableFromInline
-    func finished(_ kind: StaticString, since start: UInt64) {
-        let elapsed = DispatchTime.now().uptimeNanoseconds &- start
+    func finished(_ kind: StaticString, elapsed: UInt64) {
         if elapsed > slowNanoseconds {
             logger.warning("Depot \(kind) transaction was slow", metadata: ["depot.milliseconds": .stringConvertible(Double(elapsed) / 1_000_000)])
         } else if logger.logLevel <= .debug {

@@ -53,16 +53,15 @@ public final class StoreTelemetry: Sendable {
         poolWaits = Counter(label: "depot_pool_waits_total", dimensions: [("backend", backend)])
         poolWaitDuration = Timer(label: "depot_pool_wait_duration", dimensions: [("backend", backend)])
         mapGrowths = Counter(label: "depot_lmdb_map_growths_total", dimensions: [("backend", backend)])
-    }
-
-    /// The database name OpenTelemetry's conventions give the backend.
-    var systemName: String {
-        switch backend {
+        systemName = switch backend {
         case "postgres": "postgresql"
         case "memory": "other_sql"
         default: backend
         }
     }
+
+    /// The database name OpenTelemetry's conventions give the backend.
+    let systemName: String
 
     @usableFromInline
     func transaction(_ kind: StaticString, nanoseconds: UInt64, error: (any Error)?) {
@@ -102,10 +101,23 @@ public final class StoreTelemetry: Sendable {
         mapGrowths.increment()
     }
 
-    /// Runs `operation` in a client span named `name`, a child of the task's current span.
+    /// The tracer spans go to, or `nil` when tracing is off or the active tracer (the
+    /// bootstrapped one, or a `withTracer` scope's) is the no-op tracer: then no span is
+    /// started at all, which is most of what a span costs (a task-local context, an async
+    /// frame, the span itself). Looked up per call, so a tracer bootstrapped after the
+    /// store opened is used.
     @usableFromInline
-    func span<T>(_ name: String, _ operation: () async throws -> T) async throws -> T {
-        try await withSpan(name, ofKind: .client) { span in
+    var activeTracer: (any Tracer)? {
+        guard tracing else { return nil }
+        let tracer = InstrumentationSystem.tracer
+        return tracer is NoOpTracer ? nil : tracer
+    }
+
+    /// Runs `operation` in a client span named `name` on `tracer`, a child of the task's
+    /// current span.
+    @usableFromInline
+    func span<T>(_ name: String, on tracer: any Tracer, _ operation: () async throws -> T) async throws -> T {
+        try await tracer.withSpan(name, ofKind: .client) { span in
             span.attributes["db.system.name"] = systemName
             return try await operation()
         }
