@@ -30,7 +30,7 @@ import Synchronization
 /// The directory is readable with LMDB's tools: `mdb_stat -a <directory>` lists the
 /// databases, `mdb_dump -s <Entity> <directory>` dumps one. See <doc:DepotLMDB> for the
 /// layout.
-public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
+public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupRunner {
     /// How durable a commit is once the write call returns.
     public enum Durability: Sendable, Hashable {
         /// LMDB's default: every commit is flushed to disk (data and metadata) before it
@@ -518,6 +518,20 @@ public final class LMDBStore: ExecutorReadingStore, WriteGroupRunner {
         if StoreExecutor.isCurrent { return completion(Result { try readNow(body) }) }
         readers.async {
             completion(Result { try self.readNow(body) })
+        }
+    }
+
+    /// One row by key in a read transaction of its own. Not generic (see
+    /// `RowReadingStore`): the awaited lookup instantiates no type at run time.
+    public func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) {
+        if StoreExecutor.isCurrent {
+            return completion(Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } })
+        }
+        readers.async {
+            completion(Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } })
         }
     }
 

@@ -358,20 +358,18 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     /// One row by key as a single statement in autocommit mode, which is its own snapshot.
-    public func submitRowRead<T: Sendable>(
-        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
-        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    public func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result {
-                try self.log.transaction("read") { () throws -> T? in
+            let result = Result { () throws -> Bool in
+                try self.log.transaction("read") { () throws -> Bool in
                     let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
                     defer { transaction.isFinished = true }
-                    var result: T?
-                    _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
-                    return result
+                    return try transaction.fetchRow(entity, key: key, visit)
                 }
             }
             self.checkIn(reader)

@@ -319,20 +319,18 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// One row by key, without a transaction around it: in autocommit mode a single
     /// SELECT is its own consistent snapshot, so BEGIN, the snapshot pin and ROLLBACK
     /// would only add three statements to the one that matters.
-    public func submitRowRead<T: Sendable>(
-        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
-        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    public func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
-            let result = Result {
-                try self.log.transaction("read") { () throws -> T? in
+            let result = Result { () throws -> Bool in
+                try self.log.transaction("read") { () throws -> Bool in
                     let transaction = SQLiteTransaction(
                         connection: reader.connection, tables: self.tables, writable: false, explicit: false)
                     defer { transaction.isFinished = true }
-                    var result: T?
-                    _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
-                    return result
+                    return try transaction.fetchRow(entity, key: key, visit)
                 }
             }
             self.checkIn(reader)

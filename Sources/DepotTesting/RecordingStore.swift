@@ -49,11 +49,11 @@ public final class RecordingStore: RowReadingStore {
         base.submitWrite({ try body(RecordingWrite(base: $0, store: self)) }, completion: completion)
     }
 
-    public func submitRowRead<T: Sendable>(
-        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
-        completion: @escaping @Sendable (Result<T?, any Error>) -> Void
+    public func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
-        base.readRow(entity, key: key, decode: decode, completion: completion)
+        base.readRow(entity, key: key, visit: visit, completion: completion)
     }
 
     public func close() async { await base.close() }

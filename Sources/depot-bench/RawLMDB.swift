@@ -213,6 +213,23 @@ final class RawLMDBSubject: BenchSubject {
             lookUp: { _, id in try await reads.run { try handle.lookUp(id) } })
     }
 
+    /// W4ph: W4' with each lookup (a read transaction of its own) handed to a thread of a
+    /// concurrent queue and awaited, as Depot's reads from an ordinary task.
+    func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64 {
+        let reads = HandOff.concurrent("raw-lmdb.readers")
+        let handle = UnsafeLMDBHandle(env: env, dbi: dbi)
+        var sum: Int64 = 0
+        for id in ids { sum &+= try await reads.run { checksum(try handle.lookUp(id)) } }
+        return sum
+    }
+
+    /// W3h: W3 with each save handed to a serial queue and awaited, as Depot's writes.
+    func saveEachBehindHandOff(_ cats: [Cat]) async throws {
+        let writer = HandOff.serial("raw-lmdb.writer")
+        let subject = Unchecked(self)
+        for cat in cats { try await writer.run { try subject.value.saveOne(cat) } }
+    }
+
     /// One save in its own durable commit, as `saveEach` does per cat.
     func saveOne(_ cat: Cat) throws {
         var buffer: [UInt8] = []

@@ -70,6 +70,23 @@ final class RawPostgresSubject: BenchSubject {
     /// per-call async hop is compared with.
     func lookUpEach(_ ids: [Int64]) async throws -> Int64 { try live().lookUp(ids) }
 
+    /// W4ph: W4' with each lookup handed to a thread of a concurrent queue and awaited, as
+    /// Depot's reads from an ordinary task (one connection: the lookups follow each other).
+    func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64 {
+        let reads = HandOff.concurrent("raw-postgres.readers")
+        let connection = Unchecked(try live())
+        var sum: Int64 = 0
+        for id in ids { sum &+= try await reads.run { checksum(try connection.value.lookUpOne(id)) } }
+        return sum
+    }
+
+    /// W3h: W3 with each save handed to a serial queue and awaited, as Depot's writes.
+    func saveEachBehindHandOff(_ cats: [Cat]) async throws {
+        let writer = HandOff.serial("raw-postgres.writer")
+        let connection = Unchecked(try live())
+        for cat in cats { try await writer.run { try connection.value.upsert(cat) } }
+    }
+
     func oldestByName() async throws -> [Int64] {
         try live().cats("oldest", []).map(\.id)
     }

@@ -178,6 +178,26 @@ final class RawSQLiteSubject: BenchSubject {
             lookUp: { connection, id in try await reads.run { try connection.value.lookUp(id) } })
     }
 
+    /// W4ph: W4' with each lookup on a reader connection of its own, handed to a thread of
+    /// a concurrent queue and awaited, as Depot's reads from an ordinary task.
+    func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64 {
+        let reads = HandOff.concurrent("raw-sqlite.readers")
+        let path = self.path
+        let synchronous = self.synchronous
+        let reader = try await reads.run { Unchecked(try RawReader(path: path, synchronous: synchronous)) }
+        defer { reader.value.close() }
+        var sum: Int64 = 0
+        for id in ids { sum &+= try await reads.run { checksum(try reader.value.lookUp(id)) } }
+        return sum
+    }
+
+    /// W3h: W3 with each save handed to a serial queue and awaited, as Depot's writes.
+    func saveEachBehindHandOff(_ cats: [Cat]) async throws {
+        let writer = HandOff.serial("raw-sqlite.writer")
+        let subject = Unchecked(self)
+        for cat in cats { try await writer.run { try subject.value.saveOne(cat) } }
+    }
+
     /// One save in its own autocommit, as `saveEach` does per cat.
     func saveOne(_ cat: Cat) throws {
         try insert(cat, with: try statement(Self.upsertSQL))

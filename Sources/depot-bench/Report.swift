@@ -112,6 +112,38 @@ enum Targets {
     }
 }
 
+/// Where an ordinary task's per-call time goes: the raw engine's own call, the hop every
+/// async call from an ordinary task makes (the raw engine behind the same hand-off, W4ph and
+/// W3h), and what Depot adds above that. Figures, not targets: the targets stay the ones of
+/// `Targets`.
+enum Breakdown {
+    static func lines(_ results: [Measurement]) -> [String] {
+        func find(_ backend: String, _ workload: String) -> Measurement? {
+            results.first { $0.backend == backend && $0.workload == workload && !$0.samplesMs.isEmpty }
+        }
+        var lines: [String] = []
+        for backend in ["sqlite", "lmdb", "postgres"] {
+            if let depot = find(backend, "W4p")?.perCallMicroseconds, let raw = find("raw-\(backend)", "W4p")?.perCallMicroseconds,
+                let hop = find("raw-\(backend)", "W4ph")?.perCallMicroseconds
+            {
+                lines.append(
+                    String(
+                        format: "W4p %@: raw %.2f µs per call; raw behind the same hand-off %.2f µs (the hop: %.2f µs); Depot %.2f µs, %.2f µs above the raw engine behind the hop",
+                        backend, raw, hop, hop - raw, depot, depot - hop))
+            }
+            if let depot = find(backend, "W3"), let raw = find("raw-\(backend)", "W3"), let hop = find("raw-\(backend)", "W3h") {
+                // W3 is 1,000 saves: its milliseconds are microseconds per save.
+                let perSave = { (m: Measurement) in m.medianMs }
+                lines.append(
+                    String(
+                        format: "W3 %@: raw %.1f µs per save; raw behind the same hand-off %.1f µs (%.2f× raw); Depot %.1f µs, %.2f× the raw engine behind the hop",
+                        backend, perSave(raw), perSave(hop), hop.medianMs / raw.medianMs, perSave(depot), depot.medianMs / hop.medianMs))
+            }
+        }
+        return lines
+    }
+}
+
 /// Everything a run produced, in the shape `results.json` promises.
 struct Report: Codable {
     let records: Int
@@ -122,6 +154,8 @@ struct Report: Codable {
     let machine: String
     let results: [Measurement]
     let targets: [TargetCheck]
+    /// Where an ordinary task's per-call time goes (``Breakdown``).
+    let breakdown: [String]
 
     static let backendOrder = ["memory", "sqlite", "raw-sqlite", "lmdb", "raw-lmdb", "postgres", "raw-postgres"]
 
@@ -191,6 +225,10 @@ struct Report: Codable {
         }
         lines.append("")
         lines += targets.map(\.line)
+        if !breakdown.isEmpty {
+            lines.append("")
+            lines += breakdown
+        }
         return lines.joined(separator: "\n")
     }
 
@@ -209,6 +247,10 @@ struct Report: Codable {
         }
         md += "\n## Targets (PERFORMANCE.md)\n\n"
         md += targets.map { "- \($0.line)" }.joined(separator: "\n") + "\n"
+        if !breakdown.isEmpty {
+            md += "\n## The hop from an ordinary task\n\n"
+            md += breakdown.map { "- \($0)" }.joined(separator: "\n") + "\n"
+        }
         md += "\n![chart](chart.svg)\n"
         return md
     }

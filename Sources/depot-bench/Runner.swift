@@ -4,8 +4,8 @@ import Foundation
 
 /// The workloads of PERFORMANCE.md.
 enum Workload: String, CaseIterable, Codable {
-    case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w5 = "W5", w6 = "W6", w6t = "W6t"
-    case w7 = "W7"
+    case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
+    case w5 = "W5", w6 = "W6", w6t = "W6t", w7 = "W7"
 
     var summary: String {
         switch self {
@@ -13,10 +13,12 @@ enum Workload: String, CaseIterable, Codable {
         case .w2: "fetch all N objects"
         case .w3: "1,000 saves of one object, each its own durable commit (fresh store)"
         case .w3e: "W3 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W3"
+        case .w3h: "W3 for the raw engines behind the same async hand-off as Depot's writes (each save handed to a serial queue and awaited)"
         case .w3c: "W3's 1,000 saves from 8 concurrent tasks, each save awaited (raw engines: W3, one commit per save)"
         case .w4: "random primary-key lookups inside one read operation"
         case .w4p: "10,000 random lookups, each its own async fetchOne(id:) call"
         case .w4pe: "W4' from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W4'"
+        case .w4ph: "W4' for the raw engines behind the same async hand-off as Depot's reads (each lookup handed to a concurrent queue and awaited)"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
         case .w6: "4 concurrent readers doing W4' while one writer does W3 (raw engines behind the same async hand-off as Depot)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
@@ -25,7 +27,10 @@ enum Workload: String, CaseIterable, Codable {
     }
 
     /// Whether the workload needs the populated store (the others start from a fresh one).
-    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3c, .w7].contains(self) }
+    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3h, .w3c, .w7].contains(self) }
+
+    /// Whether only the raw engines run it: the hand-off baselines and the floor.
+    var isRawOnly: Bool { [.w3h, .w4ph, .w6t].contains(self) }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -197,7 +202,7 @@ struct Runner {
                 for offset in 0..<kinds.count {
                     let index = (offset + run) % kinds.count
                     let kind = kinds[index]
-                    if workload == .w6t && !kind.name.hasPrefix("raw-") { continue }
+                    if workload.isRawOnly && !kind.name.hasPrefix("raw-") { continue }
                     progress("\(workload.rawValue) \(kind.name) \(run == 0 ? "warm-up" : "run \(run)/\(repetitions)")")
                     let sample = try await measure(workload, kind: kind, populated: populated[kind.name], fixture: fixture, run: run)
                     if run == 0 { continue }
@@ -216,7 +221,7 @@ struct Runner {
                 switch workload {
                 case .w1, .w7: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w2: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
-                case .w4p, .w4pe: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
+                case .w4p, .w4pe, .w4ph: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
                 default: break
                 }
             }
@@ -275,6 +280,11 @@ struct Runner {
                 let (_, ms) = try await time { try await subject.saveEachPreferringStoreExecutor(fixture.singles) }
                 return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
             }
+        case .w3h:
+            return try await withFreshSubject(kind, run: run) { subject in
+                let (_, ms) = try await time { try await subject.saveEachBehindHandOff(fixture.singles) }
+                return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
+            }
         case .w3c:
             return try await withFreshSubject(kind, run: run) { subject in
                 let (_, ms) = try await time { try await subject.saveEachConcurrently(fixture.singles, writers: 8) }
@@ -303,6 +313,9 @@ struct Runner {
             case .w4pe:
                 let (sum, ms) = try await time { try await subject.lookUpEachPreferringStoreExecutor(fixture.callLookups) }
                 return Sample(ms: ms, checksumOK: sum == fixture.callChecksum)
+            case .w4ph:
+                let (sum, ms) = try await time { try await subject.lookUpEachBehindHandOff(fixture.callLookups) }
+                return Sample(ms: ms, checksumOK: sum == fixture.callChecksum)
             case .w5:
                 var ok = true
                 let (_, ms) = try await time {
@@ -320,7 +333,7 @@ struct Runner {
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
-            case .w1, .w3, .w3e, .w3c, .w7:
+            case .w1, .w3, .w3e, .w3h, .w3c, .w7:
                 throw BenchError("unreachable")
             }
         }

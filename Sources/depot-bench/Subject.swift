@@ -41,6 +41,12 @@ protocol BenchSubject: AnyObject {
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
     /// W6t (raw engines only): the same mix on plain threads, no async hand-off: the floor.
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
+    /// W4ph (raw engines only): W4', each lookup handed to a thread of a concurrent queue
+    /// and awaited, as Depot's reads from an ordinary task are: what the hop itself costs.
+    func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64
+    /// W3h (raw engines only): W3, each save handed to a serial queue and awaited, as
+    /// Depot's writes from an ordinary task are.
+    func saveEachBehindHandOff(_ cats: [Cat]) async throws
 }
 
 /// A cat as an API sends it: what W7 imports.
@@ -85,6 +91,14 @@ extension BenchSubject {
 
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         throw BenchError("\(name) runs W6 only through its async API; W6t is for the raw engines")
+    }
+
+    func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64 {
+        throw BenchError("\(name) hands its reads off itself; W4ph is for the raw engines")
+    }
+
+    func saveEachBehindHandOff(_ cats: [Cat]) async throws {
+        throw BenchError("\(name) hands its writes off itself; W3h is for the raw engines")
     }
 }
 

@@ -24,6 +24,8 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Where the ``callbacks`` view delivers completion handlers.
     public let operatingQueue: OperatingQueue
     @usableFromInline let registration: Registration
+    /// ``store`` with its capabilities looked up once.
+    @usableFromInline let access: StoreAccess
 
     /// Creates a controller.
     ///
@@ -34,6 +36,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         self.store = store
         self.operatingQueue = operatingQueue
         self.registration = Registration()
+        self.access = StoreAccess(store)
     }
 
     static var entity: EntityDescription { Managed.entity.description }
@@ -117,7 +120,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
         let entity = try await registeredEntity()
-        return try await store.readRow(entity, key: id.value) { columns in
+        return try await access.readRow(entity, key: id.value) { columns in
             try Conversion<Object, Managed>.object(from: columns)
         }
     }
@@ -133,7 +136,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
         let entity = try await registeredEntity()
-        return try await store.readRow(entity, key: id.value) { _ in true } != nil
+        return try await access.readRow(entity, key: id.value) { _ in true } != nil
     }
 
     // MARK: Writes

@@ -117,11 +117,15 @@ public protocol Store: AnyObject, Sendable {
 ///
 /// ``Store/readRow(_:key:decode:completion:)`` uses it when the store has it.
 public protocol RowReadingStore: Store {
-    /// Reads the record with primary key `key` as a read of its own, decodes it with
-    /// `decode`, then calls `completion` with the result (`nil` when there is none).
-    func submitRowRead<T: Sendable>(
-        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
-        completion: @escaping @Sendable (Result<T?, any Error>) -> Void)
+    /// Reads the record with primary key `key` as a read of its own, calls `visit` with it
+    /// when there is one, then calls `completion` with whether there was.
+    ///
+    /// Not generic: the caller keeps what `visit` decoded, so an awaited lookup makes the
+    /// backend instantiate no generic type (a `Result` of the caller's type, its closures)
+    /// at run time on every call.
+    func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void)
 }
 
 /// A store that lists the entities it holds: those registered in this process and, for a
@@ -181,57 +185,39 @@ extension ReadTransaction {
 }
 
 extension Store {
+    /// Reads the record with primary key `key` as a read of its own, calls `visit` with it
+    /// when there is one, then calls `completion` with whether there was.
+    ///
+    /// Through ``RowReadingStore/submitRowRead(_:key:visit:completion:)`` when the store
+    /// has it; otherwise one ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
+    public func readRow(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) {
+        if let fast = self as? any RowReadingStore {
+            return fast.submitRowRead(entity, key: key, visit: visit, completion: completion)
+        }
+        submitRead({ transaction -> Bool in try transaction.fetchRow(entity, key: key, visit) }, completion: completion)
+    }
+
     /// Reads the record with primary key `key` as a read of its own, decodes it with
     /// `decode`, then calls `completion` with the result (`nil` when there is none).
-    ///
-    /// Through ``RowReadingStore/submitRowRead(_:key:decode:completion:)`` when the store
-    /// has it; otherwise one ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
-    // Inlinable, like the async form: specialized in the caller, an awaited lookup does not
-    // look up generic metadata (`T?`, its `Result`, the continuation) on every call.
     @inlinable
     public func readRow<T: Sendable>(
         _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T,
         completion: @escaping @Sendable (Result<T?, any Error>) -> Void
     ) {
-        if let fast = self as? any RowReadingStore {
-            return fast.submitRowRead(entity, key: key, decode: decode, completion: completion)
+        let box = ReadBox<T>()
+        readRow(entity, key: key, visit: { box.value = try decode($0) }) { found in
+            completion(found.map { _ in box.value })
         }
-        submitRead({ transaction -> T? in
-            var result: T?
-            _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
-            return result
-        }, completion: completion)
     }
 
     /// Reads the record with primary key `key` as a read of its own, decoded by `decode`:
     /// on the calling task when the store is an ``InlineReadingStore``.
     @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
-        if let telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span("depot.readRow", on: tracer) { try await readRowUntraced(entity, key: key, decode: decode) }
-        }
-        return try await readRowUntraced(entity, key: key, decode: decode)
-    }
-
-    @inlinable
-    func readRowUntraced<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
-        if let inline = self as? any InlineReadingStore {
-            return try inline.readInline { transaction -> T? in
-                var result: T?
-                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
-                return result
-            }
-        }
-        if StoreExecutor.isCurrent, let here = self as? any ExecutorReadingStore {
-            var result: T?
-            let ran = try here.readOnCallingThread(singleStatement: true) { transaction in
-                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
-            }
-            if ran { return result }
-        }
-        return try await withCheckedThrowingContinuation { continuation in
-            readRow(entity, key: key, decode: decode) { continuation.resume(with: $0) }
-        }
+        try await StoreAccess(self).readRow(entity, key: key, decode: decode)
     }
 
     /// Reads the row with primary key `key` as a read of its own, in backend-neutral form.
@@ -319,6 +305,84 @@ extension Store {
             }
             return handle
         }
+    }
+}
+
+/// What a read's `visit` decoded, kept by the caller while the backend runs the read on its
+/// thread.
+///
+/// `@unchecked Sendable`: the backend's thread writes `value` before it completes the
+/// read, and the caller reads it only after the completion (a continuation's resume, or the
+/// completion handler itself), which orders the two.
+@usableFromInline
+final class ReadBox<T>: @unchecked Sendable {
+    @usableFromInline var value: T?
+    @inlinable init() {}
+}
+
+/// A store held as `any Store` (as a ``Controller`` holds it) with its capabilities looked
+/// up once, for the awaited calls made through it.
+///
+/// A protocol extension method called on an existential runs generic over the opened
+/// type, unspecialized, and looks up the generic metadata of every `Result`, continuation
+/// and closure it makes on every call; these calls take the store as a value instead, so
+/// the caller's code is specialized for the result type. And a cast to a capability costs
+/// a conformance lookup per call, so a controller makes them once.
+@usableFromInline
+struct StoreAccess: Sendable {
+    @usableFromInline let store: any Store
+    @usableFromInline let inline: (any InlineReadingStore)?
+    @usableFromInline let onCallingThread: (any ExecutorReadingStore)?
+    @usableFromInline let rows: (any RowReadingStore)?
+
+    @usableFromInline
+    init(_ store: any Store) {
+        self.store = store
+        inline = store as? any InlineReadingStore
+        onCallingThread = store as? any ExecutorReadingStore
+        rows = store as? any RowReadingStore
+    }
+
+    @inlinable
+    func readRow<T: Sendable>(
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
+    ) async throws -> T? {
+        if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span("depot.readRow", on: tracer) { try await readRowUntraced(entity, key: key, decode: decode) }
+        }
+        return try await readRowUntraced(entity, key: key, decode: decode)
+    }
+
+    @inlinable
+    func readRowUntraced<T: Sendable>(
+        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
+    ) async throws -> T? {
+        if let inline {
+            var result: T?
+            try inline.readInline { transaction -> Void in
+                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+            }
+            return result
+        }
+        if let onCallingThread, StoreExecutor.isCurrent {
+            var result: T?
+            let ran = try onCallingThread.readOnCallingThread(singleStatement: true) { transaction in
+                _ = try transaction.fetchRow(entity, key: key) { result = try decode($0) }
+            }
+            if ran { return result }
+        }
+        let box = ReadBox<T>()
+        let visit: @Sendable (any ColumnReader) throws -> Void = { box.value = try decode($0) }
+        if let rows {
+            _ = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
+                rows.submitRowRead(entity, key: key, visit: visit) { continuation.resume(with: $0) }
+            }
+        } else {
+            _ = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
+                store.readRow(entity, key: key, visit: visit) { continuation.resume(with: $0) }
+            }
+        }
+        return box.value
     }
 }
 
