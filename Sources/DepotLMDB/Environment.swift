@@ -27,8 +27,10 @@ final class TransactionGate: @unchecked Sendable {
     static let resizePatience: TimeInterval = 600
 
     private let condition = NSCondition()
-    /// Open transactions per generation.
-    private var active: [UInt64: Int] = [:]
+    /// Open transactions per generation, oldest generation first. An array, not a
+    /// dictionary: there is one generation almost always (a new one starts only when a resize
+    /// gives up waiting), and every read enters and leaves, so hashing would be wasted work.
+    private var active: [(generation: UInt64, count: Int)] = []
     private var generation: UInt64 = 0
     private var closed = false
     private var resizing = false
@@ -46,17 +48,23 @@ final class TransactionGate: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         while closed { condition.wait() }
-        active[generation, default: 0] += 1
+        // Generations only grow: the current one, if it has open transactions, is last.
+        if let last = active.indices.last, active[last].generation == generation {
+            active[last].count += 1
+        } else {
+            active.append((generation, 1))
+        }
         return generation
     }
 
     func leave(_ ticket: UInt64) {
         condition.lock()
         defer { condition.unlock() }
-        if let count = active[ticket], count > 1 {
-            active[ticket] = count - 1
+        guard let index = active.firstIndex(where: { $0.generation == ticket }) else { return }
+        if active[index].count > 1 {
+            active[index].count -= 1
         } else {
-            active[ticket] = nil
+            active.remove(at: index)
             if resizing { condition.broadcast() }
         }
     }
@@ -90,8 +98,8 @@ final class TransactionGate: @unchecked Sendable {
             condition.broadcast()
             let stuck = generation
             generation += 1
-            while active.keys.contains(where: { $0 <= stuck }) {
-                if !condition.wait(until: deadline) && active.keys.contains(where: { $0 <= stuck }) { return nil }
+            while active.contains(where: { $0.generation <= stuck }) {
+                if !condition.wait(until: deadline) && active.contains(where: { $0.generation <= stuck }) { return nil }
             }
         }
     }

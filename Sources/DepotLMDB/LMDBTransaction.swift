@@ -68,15 +68,22 @@ final class LMDBTransaction: WriteTransaction {
             // Several processes may share the directory: one may have migrated the entity
             // since this process loaded its catalog. Writing with stale handles would store
             // rows in the old layout and skip new indexes, so the stored schema is compared,
-            // once per entity per transaction (one lookup in the small metadata database).
-            guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
-                Self.compare(stored, handles.stamp) == 0
-            else {
-                catalogChanged = true
-                throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
+            // once per entity per transaction (one lookup in the small metadata database)
+            // unless an earlier read of this process compared it in the same snapshot.
+            let snapshot = writable ? 0 : UInt64(mdb_txn_id(txn))
+            if snapshot == 0 || handles.verifiedSnapshot.load(ordering: .relaxed) != snapshot {
+                guard let stored = try get(metaDBI, Catalog.entityKey(entity.name), context: "Reading the schema of \(entity.name)"),
+                    Self.compare(stored, handles.stamp) == 0
+                else {
+                    catalogChanged = true
+                    throw DepotError(.schemaMismatch, "The schema of \(entity.name) in the LMDB store at \(storeName) was changed by another process; the transaction runs again with the new schema.")
+                }
+                if snapshot != 0 { handles.verifiedSnapshot.store(snapshot, ordering: .relaxed) }
             }
-            verifiedSlots.insert(entity.slot)
         }
+        // The set remembers the entities verified before the last one, so a transaction
+        // of one entity never allocates it.
+        if lastVerifiedSlot >= 0 { verifiedSlots.insert(lastVerifiedSlot) }
         lastVerifiedSlot = entity.slot
         return handles
     }

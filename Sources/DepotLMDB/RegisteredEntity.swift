@@ -1,6 +1,7 @@
 import CLMDB
 import DepotCore
 import Foundation
+import Synchronization
 
 /// An index database of one attribute: `MDB_DUPSORT`, index key → primary keys.
 struct IndexHandle: Sendable, Equatable {
@@ -24,6 +25,11 @@ final class RegisteredEntity: Sendable {
     /// transaction compares them before using the handles (see
     /// ``LMDBTransaction/handles(for:)``).
     let stamp: [UInt8]
+    /// The newest read snapshot (`mdb_txn_id`) in which a transaction of this process found
+    /// the stored schema equal to ``stamp``; 0 for none yet. A read transaction on the same
+    /// snapshot sees the same bytes, so it skips the comparison: a lookup by key in a read
+    /// of its own then costs one B-tree search, not two.
+    let verifiedSnapshot = Atomic<UInt64>(0)
 
     init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int, stamp: [UInt8] = []) {
         self.entity = entity
