@@ -14,8 +14,6 @@ final class SQLiteTransaction: WriteTransaction {
     /// the transaction began).
     var recorder: ChangeRecorder
     var isFinished = false
-    /// The reader the last lookup by key used, with its statement and table.
-    private var keyColumns: (statement: OpaquePointer, serial: Int, columns: StatementColumns)?
 
     init(connection: Connection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
@@ -83,14 +81,14 @@ final class SQLiteTransaction: WriteTransaction {
         defer { connection.release(statement) }
         try connection.bind(key, at: 1, in: statement)
         guard try connection.step(statement, "Reading a \(entity.name) record") else { return false }
-        // One reader per transaction for lookups by key, which come in bursts on the one
-        // cached statement: no allocation per lookup.
+        // One reader per connection for lookups by key on its cached statement: no
+        // allocation per lookup (see `Connection.rowColumns`).
         let columns: StatementColumns
-        if let cached = keyColumns, cached.statement == statement.handle, cached.serial == table.serial {
+        if let cached = connection.rowColumns, cached.statement == statement.handle, cached.serial == table.serial {
             columns = cached.columns
         } else {
             columns = StatementColumns(statement, table: table)
-            keyColumns = (statement.handle, table.serial, columns)
+            connection.rowColumns = (statement.handle, table.serial, columns)
         }
         try body(columns)
         return true
