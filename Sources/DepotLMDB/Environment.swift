@@ -105,6 +105,17 @@ final class TransactionGate: @unchecked Sendable {
     }
 }
 
+/// What the reads on one reader handle reuse from one read transaction to the next: the
+/// record reader of lookups by key and the key buffer. A lookup in a read of its own (an
+/// awaited `fetchOne`) would otherwise allocate both, six allocations, every time.
+///
+/// `@unchecked Sendable`: it travels with its ``Environment/ReaderHandle``, which one party
+/// owns at a time (the idle list, under its lock, or the one transaction using it).
+final class ReadScratch: @unchecked Sendable {
+    var keyColumns: RecordColumns?
+    var keyBuffer: [UInt8] = []
+}
+
 /// The directories open in this process: LMDB forbids opening one environment twice in a
 /// process (closing either would drop the other's file locks).
 enum OpenDirectories {
@@ -146,6 +157,8 @@ final class Environment: @unchecked Sendable {
     struct ReaderHandle: @unchecked Sendable {
         // Owned by exactly one party at a time: the pool (under its lock) or one reader.
         let txn: OpaquePointer
+        /// Buffers the reads on this handle reuse (see ``ReadScratch``).
+        let scratch: ReadScratch
     }
     /// Growth stops here (the map is virtual address space, not disk).
     static let maximumMapSize = 1 << 44
@@ -203,27 +216,28 @@ final class Environment: @unchecked Sendable {
 
     /// Begins a read transaction, renewing an idle one when there is one. Call holding a
     /// gate ticket, with ``pointer`` not `nil`.
-    func beginReader(_ pointer: OpaquePointer) -> (Int32, OpaquePointer?) {
+    func beginReader(_ pointer: OpaquePointer) -> (Int32, ReaderHandle?) {
         if let idle = idleReaders.withLockedValue({ $0.popLast() }) {
             let rc = mdb_txn_renew(idle.txn)
-            if rc == 0 { return (0, idle.txn) }
+            if rc == 0 { return (0, idle) }
             mdb_txn_abort(idle.txn)
             if rc == MDB_MAP_RESIZED || rc == MDB_PANIC { return (rc, nil) }
         }
         var begun: OpaquePointer?
         let rc = mdb_txn_begin(pointer, nil, UInt32(MDB_RDONLY), &begun)
-        return (rc, rc == 0 ? begun : nil)
+        guard rc == 0, let begun else { return (rc == 0 ? MDB_PANIC : rc, nil) }
+        return (0, ReaderHandle(txn: begun, scratch: ReadScratch()))
     }
 
-    /// Ends a read transaction, keeping its handle for the next reader.
-    func endReader(_ txn: OpaquePointer) {
-        mdb_txn_reset(txn)
+    /// Ends a read transaction, keeping its handle (and its scratch) for the next reader.
+    func endReader(_ handle: ReaderHandle) {
+        mdb_txn_reset(handle.txn)
         let kept = idleReaders.withLockedValue { idle -> Bool in
             guard idle.count < Self.idleReaderLimit else { return false }
-            idle.append(ReaderHandle(txn: txn))
+            idle.append(handle)
             return true
         }
-        if !kept { mdb_txn_abort(txn) }
+        if !kept { mdb_txn_abort(handle.txn) }
     }
 
     /// Closes the environment LMDB declared dead (`MDB_PANIC`: a write of its meta page

@@ -186,7 +186,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    func beginRead() throws(DepotError) -> (OpaquePointer, EntityRegistry<RegisteredEntity>, UInt64) {
+    func beginRead() throws(DepotError) -> (Environment.ReaderHandle, EntityRegistry<RegisteredEntity>, UInt64) {
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
@@ -201,10 +201,10 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             let begun: Environment.ReaderHandle?
             let snapshot: EntityRegistry<RegisteredEntity>
             (rc, begun, snapshot) = catalog.withLockedValue { entities in
-                let (rc, txn) = env.beginReader(pointer)
-                return (rc, txn.map { Environment.ReaderHandle(txn: $0) }, entities)
+                let (rc, handle) = env.beginReader(pointer)
+                return (rc, handle, entities)
             }
-            if rc == 0, let txn = begun?.txn { return (txn, snapshot, ticket) }
+            if rc == 0, let begun { return (begun, snapshot, ticket) }
             env.gate.leave(ticket)
             if rc == MDB_MAP_RESIZED {
                 try env.adoptMapSize()
@@ -230,13 +230,14 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         var attempts = 0
         while true {
             attempts += 1
-            let (txn, snapshot, ticket) = try beginRead()
+            let (reader, snapshot, ticket) = try beginRead()
             let transaction = LMDBTransaction(
-                txn: txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
-                metaDBI: environment.metaDBI, storeName: directory, recording: false)
+                txn: reader.txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
+                metaDBI: environment.metaDBI, storeName: directory, recording: false, scratch: reader.scratch)
             let result = Result { try body(transaction) }
             transaction.isFinished = true
-            environment.endReader(txn)
+            transaction.returnScratch()
+            environment.endReader(reader)
             environment.gate.leave(ticket)
             // Another process migrated an entity: reload the catalog (on the writer queue,
             // where every mdb_dbi_open of this process runs) and read again.

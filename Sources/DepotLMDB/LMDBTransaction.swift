@@ -11,6 +11,9 @@ final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
     /// The reader `fetchRow(_:key:_:)` reuses.
     var keyColumns: RecordColumns?
+    /// Where a read transaction found its reusable buffers, to give them back when it ends
+    /// (``returnScratch()``).
+    private let scratch: ReadScratch?
     let catalog: EntityRegistry<RegisteredEntity>
     let writable: Bool
     let maxKeySize: Int
@@ -38,9 +41,10 @@ final class LMDBTransaction: WriteTransaction {
 
     init(
         txn: OpaquePointer, catalog: EntityRegistry<RegisteredEntity>, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
-        storeName: String, recording: Bool
+        storeName: String, recording: Bool, scratch: ReadScratch? = nil
     ) {
         self.txn = txn
+        self.scratch = scratch
         self.catalog = catalog
         self.writable = writable
         self.maxKeySize = maxKeySize
@@ -48,6 +52,26 @@ final class LMDBTransaction: WriteTransaction {
         self.storeName = storeName
         // Not recording still notes the touched entities (see ChangeRecorder).
         self.recorder = ChangeRecorder(detailed: recording)
+        if let scratch {
+            // Moved, not copied: the reader must be referenced only from here for
+            // returnScratch to tell whether anything kept it.
+            keyColumns = scratch.keyColumns
+            scratch.keyColumns = nil
+            swap(&keyBuffer, &scratch.keyBuffer)
+        }
+    }
+
+    /// Gives the reader and the key buffer back to the reader handle, for its next
+    /// transaction. Call after setting `isFinished`: nothing reads them here afterwards.
+    func returnScratch() {
+        guard let scratch else { return }
+        if var columns = keyColumns {
+            keyColumns = nil
+            // Reused only when nothing else holds it: a record's init(row:) that kept its
+            // reader must not see the next transaction's record through it.
+            if !columns.isLent && isKnownUniquelyReferenced(&columns) { scratch.keyColumns = columns }
+        }
+        swap(&keyBuffer, &scratch.keyBuffer)
     }
 
     // MARK: Plumbing
