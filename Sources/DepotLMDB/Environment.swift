@@ -225,7 +225,9 @@ final class Environment: @unchecked Sendable {
         }
         var begun: OpaquePointer?
         let rc = mdb_txn_begin(pointer, nil, UInt32(MDB_RDONLY), &begun)
-        guard rc == 0, let begun else { return (rc == 0 ? MDB_PANIC : rc, nil) }
+        // LMDB returns 0 only with a transaction; a nil one is reported as the code it came
+        // with, which the caller turns into an error like any other.
+        guard rc == 0, let begun else { return (rc, nil) }
         return (0, ReaderHandle(txn: begun, scratch: ReadScratch()))
     }
 
