@@ -106,14 +106,15 @@ final class TransactionGate: @unchecked Sendable {
 }
 
 /// What the reads on one reader handle reuse from one read transaction to the next: the
-/// record reader of lookups by key and the key buffer. A lookup in a read of its own (an
-/// awaited `fetchOne`) would otherwise allocate both, six allocations, every time.
+/// transaction object itself, with the record reader of lookups by key and the key buffer
+/// it keeps. A lookup in a read of its own (an awaited `fetchOne`) would otherwise allocate
+/// and free the transaction, its reader and its buffer, and retain and release what the
+/// transaction holds, every time.
 ///
 /// `@unchecked Sendable`: it travels with its ``Environment/ReaderHandle``, which one party
 /// owns at a time (the idle list, under its lock, or the one transaction using it).
 final class ReadScratch: @unchecked Sendable {
-    var keyColumns: RecordColumns?
-    var keyBuffer: [UInt8] = []
+    var transaction: LMDBTransaction?
 }
 
 /// The directories open in this process: LMDB forbids opening one environment twice in a

@@ -86,7 +86,7 @@ extension LMDBStore {
     /// the stored schema, like ``reloadCatalog()``: another process may have migrated an
     /// entity meanwhile. Writes nothing. Runs inside the gate, with no transaction open.
     func reopenCatalog(_ env: Environment, pointer: OpaquePointer) throws(DepotError) {
-        let snapshot = catalog.withLockedValue { $0 }
+        let snapshot = catalog.snapshot
         for _ in 0..<64 {
             var begun: OpaquePointer?
             var rc = mdb_txn_begin(pointer, nil, 0, &begun)
@@ -103,7 +103,7 @@ extension LMDBStore {
                 storeName: directory, recording: false)
             var reopened: [String: RegisteredEntity] = [:]
             do {
-                for name in snapshot.names {
+                for name in snapshot.registry.names {
                     guard let stored = try transaction.readStoredEntity(name) else { continue }
                     reopened[name] = try transaction.registerStamped(stored.entity, current: nil)
                 }
@@ -113,7 +113,7 @@ extension LMDBStore {
                 throw DepotError.wrapping(error, code: .backend, context: "Reopening the databases of the LMDB store at \(directory)")
             }
             transaction.isFinished = true
-            rc = catalog.withLockedValue { entities in
+            rc = catalog.mutate { entities in
                 let rc = mdb_txn_commit(txn)
                 if rc == 0 {
                     // Keep the registry (its handles stay valid); an entity whose stored

@@ -26,10 +26,10 @@ extension LMDBStore: SchemaRewritingStore {
     ) throws -> EntityHandle {
         try begin()
         defer { end() }
-        let snapshot = catalog.withLockedValue { $0 }
-        guard let oldHandle = snapshot.handle(named: name) else { throw DepotError.notRegistered(name) }
-        let links = snapshot.relationships.incoming.values.flatMap { $0 }
-        try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { snapshot[$0]?.entity }, relationships: links)
+        let snapshot = catalog.snapshot
+        guard let oldHandle = snapshot.registry.handle(named: name) else { throw DepotError.notRegistered(name) }
+        let links = snapshot.registry.relationships.incoming.values.flatMap { $0 }
+        try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { snapshot.registry[$0]?.entity }, relationships: links)
         _ = try runWrite(catalog: snapshot, recording: false, publish: { [entity.name: $0] }) { transaction in
             var rows: [Row] = []
             try transaction.fetchRows(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append($0) }
@@ -62,7 +62,7 @@ extension LMDBStore: SchemaRewritingStore {
                 let targetMain: MDB_dbi
                 if target == entity.name {
                     targetMain = main
-                } else if let handle = snapshot.handle(named: target) {
+                } else if let handle = snapshot.registry.handle(named: target) {
                     targetMain = try transaction.handles(for: handle).main
                 } else {
                     throw DepotError.notRegistered(target)
@@ -78,10 +78,10 @@ extension LMDBStore: SchemaRewritingStore {
             _ = try transaction.write(ledgerRow, try transaction.handles(for: ledger), mode: .insert)
             return registered
         }
-        if name != entity.name { catalog.withLockedValue { $0.remove(named: name) } }
+        if name != entity.name { catalog.mutate { $0.remove(named: name) } }
         changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
-        guard let handle = catalog.withLockedValue({ $0 }).handle(named: entity.name) else { throw DepotError.notRegistered(entity.name) }
+        guard let handle = catalog.registry.handle(named: entity.name) else { throw DepotError.notRegistered(entity.name) }
         return handle
     }
 }

@@ -84,7 +84,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock, as does the start of every read transaction: so a reader's
     /// snapshot and its schema always belong together.
-    let catalog = NIOLockedValueBox(EntityRegistry<RegisteredEntity>())
+    let catalog = CatalogCell()
     /// Registration, writes and closing, one at a time in submission order; writes queued
     /// behind a running one are committed together (see ``runWrites(_:)``).
     let writerLane = SerialLane(label: "depot.lmdb.writer", concurrent: false)
@@ -186,7 +186,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     // MARK: Transactions
 
     /// Begins a read transaction and takes the catalog that belongs to its snapshot.
-    func beginRead() throws(DepotError) -> (Environment.ReaderHandle, EntityRegistry<RegisteredEntity>, UInt64) {
+    func beginRead() throws(DepotError) -> (Environment.ReaderHandle, CatalogSnapshot, UInt64) {
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
@@ -199,8 +199,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 continue
             }
             let begun: Environment.ReaderHandle?
-            let snapshot: EntityRegistry<RegisteredEntity>
-            (rc, begun, snapshot) = catalog.withLockedValue { entities in
+            let snapshot: CatalogSnapshot
+            (rc, begun, snapshot) = catalog.withSnapshot { entities in
                 let (rc, handle) = env.beginReader(pointer)
                 return (rc, handle, entities)
             }
@@ -231,12 +231,11 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         while true {
             attempts += 1
             let (reader, snapshot, ticket) = try beginRead()
-            let transaction = LMDBTransaction(
-                txn: reader.txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
-                metaDBI: environment.metaDBI, storeName: directory, recording: false, scratch: reader.scratch)
+            let transaction = readTransaction(on: reader, catalog: snapshot)
             let result = Result { try body(transaction) }
             transaction.isFinished = true
-            transaction.returnScratch()
+            // Kept for the next read on this handle; reused only if nothing else keeps it.
+            reader.scratch.transaction = transaction
             environment.endReader(reader)
             environment.gate.leave(ticket)
             // Another process migrated an entity: reload the catalog (on the writer queue,
@@ -246,6 +245,19 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         }
     }
 
+    /// The read transaction object for a read on `reader`: the one its last read used when
+    /// nothing outside the store kept that one, else a new one.
+    @inline(__always)
+    private func readTransaction(on reader: Environment.ReaderHandle, catalog snapshot: CatalogSnapshot) -> LMDBTransaction {
+        if var kept = reader.scratch.transaction {
+            reader.scratch.transaction = nil
+            if isKnownUniquelyReferenced(&kept), kept.reopen(catalog: snapshot) { return kept }
+        }
+        return LMDBTransaction(
+            txn: reader.txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
+            metaDBI: environment.metaDBI, storeName: directory, recording: false)
+    }
+
     /// How often one transaction follows schema changes of other processes before it gives
     /// up with the `DepotError.Code.schemaMismatch` it met.
     static let catalogReloads = 8
@@ -253,10 +265,10 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// Reloads the handles of every entity whose stored schema another process changed.
     /// Runs on the writer queue.
     func reloadCatalog() throws {
-        let snapshot = catalog.withLockedValue { $0 }
+        let snapshot = catalog.snapshot
         let (changed, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
-            for (handle, handles) in snapshot.all {
+            for (handle, handles) in snapshot.registry.all {
                 let name = handle.name
                 guard try transaction.storedStamp(name) != handles.stamp, let stored = try transaction.readStoredEntity(name) else {
                     continue
@@ -278,7 +290,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// `publish` turns the result into catalog entries, published atomically with the
     /// commit.
     func runWrite<T>(
-        catalog snapshot: EntityRegistry<RegisteredEntity>, recording: Bool,
+        catalog snapshot: CatalogSnapshot, recording: Bool,
         publish: ((T) -> [String: RegisteredEntity])? = nil, _ body: (LMDBTransaction) throws -> T
     ) throws -> (T, ChangeRecorder?) {
         let env = environment
@@ -333,7 +345,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 if transaction.catalogChanged, reloads < Self.catalogReloads {
                     reloads += 1
                     try reloadCatalog()
-                    snapshot = catalog.withLockedValue { $0 }
+                    snapshot = catalog.snapshot
                     continue
                 }
                 if log.tracing { log.trace("LMDB write transaction aborted") }
@@ -355,12 +367,12 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 env.gate.leave(ticket)
                 reloads += 1
                 try reloadCatalog()
-                snapshot = catalog.withLockedValue { $0 }
+                snapshot = catalog.snapshot
                 continue
             }
             if let publish {
                 let published = publish(result)
-                rc = catalog.withLockedValue { entities in
+                rc = catalog.mutate { entities in
                     let rc = mdb_txn_commit(txn)
                     if rc == 0 { for entry in published.values { entities.set(entry.entity, entry) } }
                     return rc
@@ -398,7 +410,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         do {
             try begin()
             defer { end() }
-            let snapshot = catalog.withLockedValue { $0 }
+            let snapshot = catalog.snapshot
             let recording = changes.makeRecorder().isDetailed
             _ = try runWrite(catalog: snapshot, recording: recording) { parent in
                 // Run again from the start after a map growth or a catalog reload.
@@ -411,7 +423,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                         throw parent.fail(rc, "Beginning a nested write transaction in the LMDB store at \(directory)")
                     }
                     let transaction = LMDBTransaction(
-                        txn: child, catalog: parent.catalog, writable: true, maxKeySize: parent.maxKeySize, metaDBI: parent.metaDBI,
+                        txn: child, catalog: parent.snapshot, writable: true, maxKeySize: parent.maxKeySize, metaDBI: parent.metaDBI,
                         storeName: directory, recording: recording)
                     do {
                         try log.transaction("write") {
@@ -464,7 +476,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         try begin()
         defer { end() }
-        let snapshot = catalog.withLockedValue { $0 }
+        let snapshot = catalog.snapshot
         let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { transaction in
             try ReferenceEnforcement.run(transaction, transaction.catalog.relationships, body)
         }
@@ -476,27 +488,28 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         try begin()
         defer { end() }
         for entity in entities { try entity.validate() }
-        let snapshot = catalog.withLockedValue { $0 }
-        try Relationships.validate(entities, registered: { snapshot[$0]?.entity })
-        if entities.allSatisfy({ snapshot[$0.name]?.entity == $0 }) {
-            return entities.compactMap { snapshot.handle(named: $0.name) }
+        let snapshot = catalog.snapshot
+        let registered = snapshot.registry
+        try Relationships.validate(entities, registered: { registered[$0]?.entity })
+        if entities.allSatisfy({ registered[$0.name]?.entity == $0 }) {
+            return entities.compactMap { registered.handle(named: $0.name) }
         }
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
             for entity in entities {
-                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? snapshot[entity.name]?.entry)
+                updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? registered[entity.name]?.entry)
             }
             return updated
         }
         for entity in entities {
-            if let stored = snapshot[entity.name]?.entity {
+            if let stored = registered[entity.name]?.entity {
                 if stored != entity, let migration = try? SchemaMigration.plan(from: stored, to: entity) { log.schemaMigrated(migration) }
             } else {
                 log.schemaCreated(entity)
             }
         }
-        let registered = catalog.withLockedValue { $0 }
-        return entities.compactMap { registered.handle(named: $0.name) }
+        let current = catalog.registry
+        return entities.compactMap { current.handle(named: $0.name) }
     }
 
     // MARK: Store
@@ -546,6 +559,13 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        submitWriteThroughUntyped(body, completion: completion)
+    }
+
+    public func submitUntypedWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
         let write = PendingWrite(body, completion: completion, runner: self)
         // On a thread that may block (a task preferring the store executor), an idle writer
         // runs the write right here: no hop to the lane's thread and back.
@@ -585,7 +605,7 @@ extension LMDBStore: CatalogStore {
                 continuation.resume(with: Result {
                     try self.begin()
                     defer { self.end() }
-                    let snapshot = self.catalog.withLockedValue { $0 }
+                    let snapshot = self.catalog.snapshot
                     return try self.runWrite(catalog: snapshot, recording: false) { transaction in
                         try transaction.storedEntityDescriptions()
                     }.0
@@ -594,6 +614,6 @@ extension LMDBStore: CatalogStore {
             if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
         }
         if !stored.isEmpty { _ = try await register(stored) }
-        return catalog.withLockedValue { $0 }.all.map(\.handle)
+        return catalog.registry.all.map(\.handle)
     }
 }

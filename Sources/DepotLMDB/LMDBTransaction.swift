@@ -11,10 +11,11 @@ final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
     /// The reader `fetchRow(_:key:_:)` reuses.
     var keyColumns: RecordColumns?
-    /// Where a read transaction found its reusable buffers, to give them back when it ends
-    /// (``returnScratch()``).
-    private let scratch: ReadScratch?
-    let catalog: EntityRegistry<RegisteredEntity>
+    /// The registry this transaction resolves handles in (shared, see ``CatalogSnapshot``).
+    let snapshot: CatalogSnapshot
+    var catalog: EntityRegistry<RegisteredEntity> {
+        @inline(__always) _read { yield snapshot.registry }
+    }
     let writable: Bool
     let maxKeySize: Int
     let metaDBI: MDB_dbi
@@ -40,38 +41,37 @@ final class LMDBTransaction: WriteTransaction {
     @exclusivity(unchecked) var oldRow = Row()
 
     init(
-        txn: OpaquePointer, catalog: EntityRegistry<RegisteredEntity>, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
-        storeName: String, recording: Bool, scratch: ReadScratch? = nil
+        txn: OpaquePointer, catalog: CatalogSnapshot, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
+        storeName: String, recording: Bool
     ) {
         self.txn = txn
-        self.scratch = scratch
-        self.catalog = catalog
+        self.snapshot = catalog
         self.writable = writable
         self.maxKeySize = maxKeySize
         self.metaDBI = metaDBI
         self.storeName = storeName
         // Not recording still notes the touched entities (see ChangeRecorder).
         self.recorder = ChangeRecorder(detailed: recording)
-        if let scratch {
-            // Moved, not copied: the reader must be referenced only from here for
-            // returnScratch to tell whether anything kept it.
-            keyColumns = scratch.keyColumns
-            scratch.keyColumns = nil
-            swap(&keyBuffer, &scratch.keyBuffer)
-        }
     }
 
-    /// Gives the reader and the key buffer back to the reader handle, for its next
-    /// transaction. Call after setting `isFinished`: nothing reads them here afterwards.
-    func returnScratch() {
-        guard let scratch else { return }
+    /// Makes a finished read transaction usable again for the next read on the same reader
+    /// handle (renewed by the caller), when nothing outside the store kept it: returns
+    /// `false` when the transaction cannot serve (a write transaction, another catalog).
+    /// Call only on a transaction the caller holds the one reference to.
+    func reopen(catalog: CatalogSnapshot) -> Bool {
+        guard !writable, snapshot === catalog else { return false }
+        isFinished = false
+        mapFull = false
+        catalogChanged = false
+        // Schema checks are per transaction: this is a new snapshot.
+        lastVerifiedSlot = -1
+        if !verifiedSlots.isEmpty { verifiedSlots.removeAll(keepingCapacity: true) }
+        // A record's init(row:) that kept its reader must not see the next record through it.
         if var columns = keyColumns {
             keyColumns = nil
-            // Reused only when nothing else holds it: a record's init(row:) that kept its
-            // reader must not see the next transaction's record through it.
-            if !columns.isLent && isKnownUniquelyReferenced(&columns) { scratch.keyColumns = columns }
+            if !columns.isLent && isKnownUniquelyReferenced(&columns) { keyColumns = columns }
         }
-        swap(&keyBuffer, &scratch.keyBuffer)
+        return true
     }
 
     // MARK: Plumbing

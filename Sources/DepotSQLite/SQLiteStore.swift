@@ -381,6 +381,13 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        submitWriteThroughUntyped(body, completion: completion)
+    }
+
+    public func submitUntypedWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
         do { try begin() } catch { return completion(.failure(error)) }
         let write = PendingWrite(body, completion: completion, runner: self)
         // On a thread that may block (a task preferring the store executor), an idle writer

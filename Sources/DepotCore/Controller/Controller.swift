@@ -95,7 +95,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func operation<T: Sendable>(_ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
         let entity = try await registeredEntity()
-        return try await store.write { transaction in try body(Context(transaction, entity: entity)) }
+        return try await access.write { transaction in try body(Context(transaction, entity: entity)) }
     }
 
     // MARK: Reads
@@ -204,7 +204,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func deleteAll(where request: Request<Managed>) async throws -> Int {
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
-        return try await store.write { try $0.delete(query) }
+        return try await access.write { try $0.delete(query) }
     }
 }
 

@@ -18,17 +18,22 @@ package protocol GroupedWrite: AnyObject, Sendable {
     func complete(failure: (any Error)?)
 }
 
-/// The closure and completion of one ``Store/submitWrite(_:completion:)`` call.
-package final class PendingWrite<T: Sendable>: GroupedWrite, @unchecked Sendable {
-    // @unchecked: `result` is written and read only by the lane's job running this write,
+/// The closure and completion of one ``Store/submitUntypedWrite(_:completion:)`` call.
+///
+/// Not generic: a backend queues it without instantiating a type at run time per write
+/// (``Store/submitWrite(_:completion:)`` keeps a typed result beside it, see
+/// `submitWriteThroughUntyped`).
+package final class PendingWrite: GroupedWrite, @unchecked Sendable {
+    // @unchecked: `outcome` is written and read only by the lane's job running this write,
     // one job at a time.
-    private let body: @Sendable (any WriteTransaction) throws -> T
-    private let completion: @Sendable (Result<T, any Error>) -> Void
-    private var result: Result<T, any Error>?
+    private let body: @Sendable (any WriteTransaction) throws -> Void
+    private let completion: @Sendable (Result<Void, any Error>) -> Void
+    private var outcome: Result<Void, any Error>?
     package let runner: any WriteGroupRunner
 
     package init(
-        _ body: @escaping @Sendable (any WriteTransaction) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void,
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void,
         runner: any WriteGroupRunner
     ) {
         self.body = body
@@ -38,9 +43,10 @@ package final class PendingWrite<T: Sendable>: GroupedWrite, @unchecked Sendable
 
     package func perform(_ transaction: any WriteTransaction) throws {
         do {
-            result = .success(try body(transaction))
+            try body(transaction)
+            outcome = .success(())
         } catch {
-            result = .failure(error)
+            outcome = .failure(error)
             throw error
         }
     }
@@ -49,7 +55,7 @@ package final class PendingWrite<T: Sendable>: GroupedWrite, @unchecked Sendable
         if let failure {
             completion(.failure(failure))
         } else {
-            completion(result ?? .failure(DepotError(.storeCorrupted, "A write was completed without having run.")))
+            completion(outcome ?? .failure(DepotError(.storeCorrupted, "A write was completed without having run.")))
         }
     }
 }

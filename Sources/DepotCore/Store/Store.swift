@@ -68,7 +68,8 @@ public protocol WriteTransaction: ReadTransaction {
 /// a consistent snapshot and never see an open writer's changes.
 ///
 /// Backends implement registration, the two `submit…` primitives, ``changes`` and
-/// ``close()``; everything else (the async forms, single-row reads) comes from extensions.
+/// ``close()``, and call each `completion` they are handed exactly once, on success and on
+/// failure alike; everything else (the async forms, single-row reads) comes from extensions.
 /// A backend with a faster way to do one of those adopts a capability protocol:
 /// ``RowReadingStore`` for reads of one row by key, ``InlineReadingStore`` for reads that
 /// never block.
@@ -99,6 +100,17 @@ public protocol Store: AnyObject, Sendable {
     func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void)
+
+    /// Runs `body` in a write transaction as ``submitWrite(_:completion:)`` does, for a
+    /// caller that keeps what `body` computed itself.
+    ///
+    /// Not generic, so a backend runs it without instantiating a type of the caller's at run
+    /// time (its queued write, its `Result`, its closures), which a generic requirement
+    /// called through `any Store` does on every call. A ``Controller``'s writes come here.
+    /// The default calls ``submitWrite(_:completion:)``.
+    func submitUntypedWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
 
     /// The feed of committed changes.
     var changes: ChangeFeed { get }
@@ -165,6 +177,29 @@ public protocol ExecutorReadingStore: Store {
     ///     (SQLite's autocommit lookup).
     ///   - body: The read, given the transaction.
     func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool
+}
+
+extension Store {
+    /// Runs the write through ``submitWrite(_:completion:)``: a backend without a faster
+    /// way to run a write whose result the caller keeps.
+    public func submitUntypedWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        submitWrite(body, completion: completion)
+    }
+
+    /// ``submitWrite(_:completion:)`` for a backend whose writes all go through its
+    /// ``submitUntypedWrite(_:completion:)``: the result is kept in a box beside the write.
+    package func submitWriteThroughUntyped<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let box = ReadBox<T>()
+        submitUntypedWrite({ box.value = try body($0) }) { result in
+            completion(result.flatMap { box.result(of: "write") })
+        }
+    }
 }
 
 extension ReadTransaction {
@@ -318,6 +353,14 @@ extension Store {
 final class ReadBox<T>: @unchecked Sendable {
     @usableFromInline var value: T?
     @inlinable init() {}
+
+    /// The kept value, or an error naming the broken contract when a backend completed
+    /// successfully without running the closure that sets it.
+    @inlinable
+    func result(of operation: String) -> Result<T, any Error> {
+        if let value { return .success(value) }
+        return .failure(DepotError(.storeCorrupted, "The store completed a \(operation) without running it; the backend breaks the Store contract."))
+    }
 }
 
 /// A store held as `any Store` (as a ``Controller`` holds it) with its capabilities looked
@@ -371,18 +414,90 @@ struct StoreAccess: Sendable {
             }
             if ran { return result }
         }
-        let box = ReadBox<T>()
-        let visit: @Sendable (any ColumnReader) throws -> Void = { box.value = try decode($0) }
+        // One object carries the decoder, the decoded value and the continuation, so the
+        // closures handed to the backend capture one reference each and allocate no
+        // context of their own.
+        let call = AwaitedCall<any ColumnReader, T>(decode)
         if let rows {
-            _ = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
-                rows.submitRowRead(entity, key: key, visit: visit) { continuation.resume(with: $0) }
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                call.continuation = continuation
+                rows.submitRowRead(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
             }
         } else {
-            _ = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
-                store.readRow(entity, key: key, visit: visit) { continuation.resume(with: $0) }
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                call.continuation = continuation
+                store.readRow(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
             }
         }
-        return box.value
+        return call.value
+    }
+
+    /// ``Store/write(_:)`` specialized for the caller's result type, through the store's
+    /// ``Store/submitUntypedWrite(_:completion:)``: no generic type is instantiated at run
+    /// time per call, by the caller or by the backend.
+    @inlinable
+    func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+        if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span("depot.write", on: tracer) { try await writeUntraced(body) }
+        }
+        return try await writeUntraced(body)
+    }
+
+    @inlinable
+    func writeUntraced<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+        let call = AwaitedCall<any WriteTransaction, T>(body)
+        try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+            call.continuation = continuation
+            store.submitUntypedWrite({ try call.run($0) }, completion: { call.resume(with: $0) })
+        }
+        return try call.result(of: "write").get()
+    }
+}
+
+/// One awaited call into a backend: the caller's closure, what it produced and the
+/// continuation to resume, in one object.
+///
+/// The closures a backend is handed (`{ try call.run($0) }`, `{ call.resume(with: $0) }`)
+/// each capture this one reference, which Swift passes as the closure's context: no
+/// allocation per closure. The continuation is unsafe (no canary object per call): the
+/// ``Store`` contract has a backend call each `completion` exactly once, and a second call
+/// is ignored here.
+///
+/// `@unchecked Sendable`: `continuation` is set before the operation is submitted; the
+/// backend's thread writes `value` before it completes the operation, and the caller reads
+/// it only after the continuation resumed, which orders the two.
+@usableFromInline
+final class AwaitedCall<Input, T>: @unchecked Sendable {
+    @usableFromInline let body: @Sendable (Input) throws -> T
+    @usableFromInline var value: T?
+    @usableFromInline var continuation: UnsafeContinuation<Void, any Error>?
+
+    @inlinable
+    init(_ body: @escaping @Sendable (Input) throws -> T) {
+        self.body = body
+    }
+
+    @inlinable
+    func run(_ input: Input) throws {
+        value = try body(input)
+    }
+
+    @inlinable
+    func resume<S>(with result: Result<S, any Error>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        switch result {
+        case .success: continuation.resume()
+        case .failure(let error): continuation.resume(throwing: error)
+        }
+    }
+
+    /// The value `run` kept, or an error naming the broken contract when a backend
+    /// completed successfully without running the closure.
+    @inlinable
+    func result(of operation: String) -> Result<T, any Error> {
+        if let value { return .success(value) }
+        return .failure(DepotError(.storeCorrupted, "The store completed a \(operation) without running it; the backend breaks the Store contract."))
     }
 }
 

@@ -239,5 +239,39 @@ enum TransactionChecks {
             let batches = collector.all.map { $0.changes.map { "\($0.kind.rawValue) \($0.key)" } }
             try expectEqual(batches, kept.map { ["insert \($0)"] }, "one change set per successful write, in order")
         },
+        ConformanceCheck("a read transaction kept past its closure stays ended while later reads run") { store in
+            // A backend may reuse its transaction objects from one read to the next; one that
+            // a closure kept must not come back to life as another read's transaction.
+            let cats = try await seededCats(store)
+            let entity = try await cats.registeredEntity()
+            final class Kept: @unchecked Sendable { var transactions: [any ReadTransaction] = [] }
+            let kept = Kept()
+            for round in 0..<3 {
+                // Inside a later read: each kept transaction refuses, and this one works.
+                let refusals = try await store.read { transaction -> [String] in
+                    var refusals: [String] = []
+                    for old in kept.transactions {
+                        do {
+                            _ = try old.count(Query(all: entity))
+                            refusals.append("counted")
+                        } catch let error as DepotError {
+                            refusals.append(error.code == .closed ? "closed" : "\(error)")
+                        }
+                    }
+                    _ = try transaction.count(Query(all: entity))
+                    kept.transactions.append(transaction)
+                    return refusals
+                }
+                try expectEqual(refusals, Array(repeating: "closed", count: round), "kept transactions used inside a later read")
+                try await expectEqual(cats.fetchOne(id: 5)?.name, "Tom", "a lookup after a kept transaction")
+            }
+            for (index, transaction) in kept.transactions.enumerated() {
+                try await expectError(.closed, "kept read transaction \(index)") {
+                    var row = Row()
+                    return try transaction.fetchRow(entity, key: .int(5), into: &row)
+                }
+            }
+            try await expectEqual(cats.count(), fixtureCats.count, "reads after the kept transactions were used")
+        },
     ]
 }
