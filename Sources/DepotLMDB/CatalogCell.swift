@@ -1,19 +1,9 @@
 import DepotCore
 import NIOConcurrencyHelpers
 
-/// An immutable copy of the store's registry of entities, shared by every transaction that
-/// began while it was current.
-///
-/// A class, so that handing it to a transaction is one retain: copying the registry itself
-/// retains each of its arrays and dictionaries, and an awaited lookup by key did that (and
-/// released them again) on every call.
-final class CatalogSnapshot: Sendable {
-    let registry: EntityRegistry<RegisteredEntity>
-
-    init(_ registry: EntityRegistry<RegisteredEntity>) {
-        self.registry = registry
-    }
-}
+/// The registry a transaction resolves handles in, shared among the transactions that
+/// began while it was current (see ``SharedRegistry``).
+typealias CatalogSnapshot = SharedRegistry<RegisteredEntity>
 
 /// The store's registry of entities behind one lock, with the snapshot transactions take.
 ///

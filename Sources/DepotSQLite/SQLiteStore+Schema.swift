@@ -254,7 +254,7 @@ extension SQLiteStore: SchemaRewritingStore {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do {
             var rows: [Row] = []
-            let reading = SQLiteTransaction(connection: writer, tables: current, writable: true)
+            let reading = SQLiteTransaction(connection: writer, tables: SharedRegistry(current), writable: true)
             try reading.fetch(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
             reading.isFinished = true
             // The new table under a name of Depot's own, with the new columns and constraints.
@@ -264,7 +264,7 @@ extension SQLiteStore: SchemaRewritingStore {
             try writer.execute(DDL.createTable(staging, registered: { current[$0]?.entity }))
             var local = current
             let stagingHandle = local.set(staging, RegisteredEntity(entity: staging, serial: serial))
-            let writing = SQLiteTransaction(connection: writer, tables: local, writable: true)
+            let writing = SQLiteTransaction(connection: writer, tables: SharedRegistry(local), writable: true)
             for row in rows { try writing.insert(try transform(row), into: stagingHandle) }
             writing.isFinished = true
             try writer.execute("DROP TABLE \(quoted(name))")
@@ -283,7 +283,7 @@ extension SQLiteStore: SchemaRewritingStore {
             if try writer.step(check, "Checking the references of the rewritten \(entity.name)") {
                 throw DepotError(.missingReference, "After the rewrite, a record of \(entity.name) would refer to a record that does not exist; nothing was changed.")
             }
-            let recording = SQLiteTransaction(connection: writer, tables: current, writable: true)
+            let recording = SQLiteTransaction(connection: writer, tables: SharedRegistry(current), writable: true)
             try recording.insert(ledgerRow, into: ledger)
             recording.isFinished = true
             try writer.run(key: Keys.commit, "COMMIT")

@@ -87,8 +87,19 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     public var telemetry: StoreTelemetry? { log.telemetry }
 
     struct State: Sendable {
-        var tables = EntityRegistry<RegisteredEntity>()
+        var tables = EntityRegistry<RegisteredEntity>() {
+            didSet { shared = nil }
+        }
         var nextSerial = 1
+        /// `tables` as transactions share it; made again after each change.
+        private var shared: SharedRegistry<RegisteredEntity>?
+
+        mutating func sharedTables() -> SharedRegistry<RegisteredEntity> {
+            if let shared { return shared }
+            let made = SharedRegistry(tables)
+            shared = made
+            return made
+        }
     }
 
     let state = NIOLockedValueBox(State())
@@ -283,6 +294,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     func end() { gate.leave() }
 
     var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables } }
+    /// The registered tables as transactions take them: one retain, not one per array and
+    /// dictionary of the registry.
+    var sharedTables: SharedRegistry<RegisteredEntity> { state.withLockedValue { $0.sharedTables() } }
 
     // MARK: Transactions
 
@@ -324,19 +338,31 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        checkOutReader { reader in
-            let result = Result { () throws -> Bool in
-                try self.log.transaction("read") { () throws -> Bool in
-                    let transaction = SQLiteTransaction(
-                        connection: reader.connection, tables: self.tables, writable: false, explicit: false)
-                    defer { transaction.isFinished = true }
-                    return try transaction.fetchRow(entity, key: key, visit)
-                }
-            }
-            self.checkIn(reader)
-            self.end()
-            completion(result)
+        // An idle reader is taken here, so the read queue gets one block capturing
+        // everything, not a block around the closure checkOutReader would keep.
+        guard let reader = pool.withLockedValue({ $0.idle.popLast() }) else {
+            return checkOutReader { reader in self.readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
         }
+        if StoreExecutor.isCurrent { return readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
+        readQueue.async { self.readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
+    }
+
+    /// The single-row read of `submitRowRead` on a checked-out reader, which it checks in.
+    private func readRow(
+        _ entity: EntityHandle, key: Value, visit: (any ColumnReader) throws -> Void,
+        completion: @Sendable (Result<Bool, any Error>) -> Void, on reader: Reader
+    ) {
+        let result = Result { () throws -> Bool in
+            try log.transaction("read") { () throws -> Bool in
+                let connection = reader.connection
+                connection.lastError = nil
+                let table = try sharedTables.registry.resolve(entity)
+                return try SQLiteTransaction.fetchRow(entity, key: key, table: table, on: connection, visit)
+            }
+        }
+        checkIn(reader)
+        end()
+        completion(result)
     }
 
     /// Runs a read right here with an idle reader connection; returns `false` when every
@@ -349,7 +375,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         if singleStatement {
             // One statement in autocommit mode is its own snapshot (see submitRowRead).
             try log.transaction("read") {
-                let transaction = SQLiteTransaction(connection: reader.connection, tables: tables, writable: false, explicit: false)
+                let transaction = SQLiteTransaction(connection: reader.connection, tables: sharedTables, writable: false, explicit: false)
                 defer { transaction.isFinished = true }
                 try body(transaction)
             }
@@ -364,7 +390,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
-        let tables = self.tables
+        let tables = self.sharedTables
         try connection.run(key: Keys.begin, "BEGIN")
         let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false)
         defer {
@@ -433,7 +459,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             finish(group, failure: error)
             return []
         }
-        let tables = self.tables
+        let tables = self.sharedTables
         var done: [(write: any GroupedWrite, recorder: ChangeRecorder)] = []
         var index = group.startIndex
         while index < group.endIndex {
@@ -443,7 +469,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             do {
                 try writer.run(key: Keys.savepoint, "SAVEPOINT depot_write")
                 try log.transaction("write") {
-                    try ReferenceEnforcement.run(transaction, tables.relationships) { try write.perform($0) }
+                    try ReferenceEnforcement.run(transaction, tables.registry.relationships) { try write.perform($0) }
                 }
                 transaction.isFinished = true
                 if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
@@ -487,12 +513,12 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        let tables = self.tables
+        let tables = self.sharedTables
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
         let result: T
         do {
-            result = try ReferenceEnforcement.run(transaction, tables.relationships, body)
+            result = try ReferenceEnforcement.run(transaction, tables.registry.relationships, body)
             transaction.isFinished = true
             if !writer.isInTransaction { throw DepotError.rolledBack(after: writer.lastError) }
             try writer.run(key: Keys.commit, "COMMIT")

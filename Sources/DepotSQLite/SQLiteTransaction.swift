@@ -5,7 +5,11 @@ import DepotCore
 /// transaction around the closure; this object only runs statements inside it.
 final class SQLiteTransaction: WriteTransaction {
     let connection: Connection
-    let tables: EntityRegistry<RegisteredEntity>
+    /// The registry handles resolve in, shared with the transactions that began with it.
+    let shared: SharedRegistry<RegisteredEntity>
+    var tables: EntityRegistry<RegisteredEntity> {
+        @inline(__always) _read { yield shared.registry }
+    }
     let writable: Bool
     /// Whether the store opened an SQL transaction around this one; a single-row read runs
     /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
@@ -15,9 +19,9 @@ final class SQLiteTransaction: WriteTransaction {
     var recorder: ChangeRecorder
     var isFinished = false
 
-    init(connection: Connection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
+    init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
-        self.tables = tables
+        self.shared = tables
         self.writable = writable
         self.explicit = explicit
         self.recorder = recorder
@@ -73,7 +77,14 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
-        let table = try table(entity)
+        try Self.fetchRow(entity, key: key, table: try table(entity), on: connection, body)
+    }
+
+    /// One row by key on `connection`: the lookup `fetchRow` makes, and what a single-row
+    /// read in autocommit mode runs without a transaction object around it.
+    static func fetchRow(
+        _ entity: EntityHandle, key: Value, table: RegisteredEntity, on connection: Connection, _ body: (any ColumnReader) throws -> Void
+    ) throws -> Bool {
         // A key of another type is in no row (SQLite's affinity would otherwise turn the
         // integer 5 into the text '5').
         guard key.type == table.keyType else { return false }

@@ -199,3 +199,17 @@ public struct EntityRegistry<Entry: Sendable>: Sendable {
 /// Process-wide, so that generations never repeat across stores (a store's address can be
 /// reused after it is released).
 private let _generations = Atomic<UInt64>(0)
+
+/// An immutable copy of a backend's ``EntityRegistry``, shared by reference among the
+/// transactions that began while it was current.
+///
+/// Handing a registry to a transaction by value retains each of its arrays and
+/// dictionaries (and releases them when the transaction ends); an awaited lookup by key did
+/// that on every call. Handing this box over is one retain.
+package final class SharedRegistry<Entry: Sendable>: Sendable {
+    package let registry: EntityRegistry<Entry>
+
+    package init(_ registry: EntityRegistry<Entry>) {
+        self.registry = registry
+    }
+}
