@@ -234,13 +234,15 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             let transaction = readTransaction(on: reader, catalog: snapshot)
             let result = Result { try body(transaction) }
             transaction.isFinished = true
+            // Read before the handle goes back: the next read on it may reuse the object.
+            let catalogChanged = transaction.catalogChanged
             // Kept for the next read on this handle; reused only if nothing else keeps it.
             reader.scratch.transaction = transaction
             environment.endReader(reader)
             environment.gate.leave(ticket)
             // Another process migrated an entity: reload the catalog (on the writer queue,
             // where every mdb_dbi_open of this process runs) and read again.
-            guard transaction.catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
+            guard catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
             try writerLane.runAndWait { try self.reloadCatalog() }
         }
     }

@@ -419,12 +419,12 @@ struct StoreAccess: Sendable {
         // context of their own.
         let call = AwaitedCall<any ColumnReader, T>(decode)
         if let rows {
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 call.continuation = continuation
                 rows.submitRowRead(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
             }
         } else {
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 call.continuation = continuation
                 store.readRow(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
             }
@@ -446,7 +446,7 @@ struct StoreAccess: Sendable {
     @inlinable
     func writeUntraced<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
         let call = AwaitedCall<any WriteTransaction, T>(body)
-        try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             call.continuation = continuation
             store.submitUntypedWrite({ try call.run($0) }, completion: { call.resume(with: $0) })
         }
@@ -459,9 +459,11 @@ struct StoreAccess: Sendable {
 ///
 /// The closures a backend is handed (`{ try call.run($0) }`, `{ call.resume(with: $0) }`)
 /// each capture this one reference, which Swift passes as the closure's context: no
-/// allocation per closure. The continuation is unsafe (no canary object per call): the
-/// ``Store`` contract has a backend call each `completion` exactly once, and a second call
-/// is ignored here.
+/// allocation per closure. The ``Store`` contract has a backend call each `completion`
+/// exactly once; a second call is ignored here. The continuation is a checked one: an
+/// unsafe one would save its guard object, but its resume, inlined into Depot's code,
+/// shows Thread Sanitizer a read of the task's context that the runtime orders by
+/// atomics TSan cannot see, and the test suite runs under TSan in CI.
 ///
 /// `@unchecked Sendable`: `continuation` is set before the operation is submitted; the
 /// backend's thread writes `value` before it completes the operation, and the caller reads
@@ -470,7 +472,7 @@ struct StoreAccess: Sendable {
 final class AwaitedCall<Input, T>: @unchecked Sendable {
     @usableFromInline let body: @Sendable (Input) throws -> T
     @usableFromInline var value: T?
-    @usableFromInline var continuation: UnsafeContinuation<Void, any Error>?
+    @usableFromInline var continuation: CheckedContinuation<Void, any Error>?
 
     @inlinable
     init(_ body: @escaping @Sendable (Input) throws -> T) {
