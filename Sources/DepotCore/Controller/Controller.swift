@@ -218,20 +218,18 @@ final class Registration: Sendable {
     typealias Next = @Sendable (Result<EntityHandle, any Error>) -> Void
 
     private let done = Atomic<Bool>(false)
-    /// The handle, set once before `done` turns true and never changed after; read without
-    /// a lock on every call.
-    private let registered = AtomicLazyReference<Registered>()
-    private final class Registered: Sendable {
-        let handle: EntityHandle
-        init(_ handle: EntityHandle) { self.handle = handle }
-    }
+    /// The handle: written once, before `done` turns true (a releasing store), and read only
+    /// after `done` was seen true (an acquiring load), which orders the two without a lock
+    /// on every call. (An `AtomicLazyReference` did the same with a generic load that looked
+    /// up type metadata on every call.)
+    nonisolated(unsafe) private var registered: EntityHandle?
     /// The calls waiting for the running registration; `nil` when none runs.
     private let waiting = NIOLockedValueBox<[Next]?>(nil)
 
     /// The handle once the registration is done.
     @usableFromInline var handle: EntityHandle? {
         guard done.load(ordering: .acquiring) else { return nil }
-        return registered.load()?.handle
+        return registered
     }
 
     func whenRegistered(register: (@escaping Next) -> Void, then next: @escaping Next) {
@@ -245,7 +243,7 @@ final class Registration: Sendable {
             return false
         }
         guard let starts else {
-            guard let handle = registered.load()?.handle else {
+            guard let handle = registered else {
                 return next(.failure(DepotError(.backend, "A registration counted as done without a handle; this is a bug in Depot.")))
             }
             return next(.success(handle))
@@ -258,8 +256,9 @@ final class Registration: Sendable {
     /// arrive while they run, then marks the registration done. After a failure, the calls
     /// that waited get it and the next call tries again.
     private func release(_ result: Result<EntityHandle, any Error>) {
-        if case .success(let handle) = result {
-            _ = registered.storeIfNil(Registered(handle))
+        // Only one registration runs at a time and none after one succeeded: a single write.
+        if case .success(let handle) = result, registered == nil {
+            registered = handle
         }
         if case .failure = result {
             // Only the calls that waited for this registration share its failure; a call
