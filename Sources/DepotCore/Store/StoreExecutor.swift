@@ -15,11 +15,11 @@ import Darwin
 ///
 /// Without a preference, a read awaited from a task hands its work to one of the store's
 /// threads and resumes the task when that thread is done: on the target machine that hand
-/// off is 3.5-7 µs of an awaited `fetchOne(id:)` (W4'), more than the read itself. A task
-/// that prefers this executor already runs on a thread where blocking is allowed (a
-/// dispatch worker, never one of Swift's cooperative pool), so the store runs the read
-/// there (``ExecutorReadingStore``) and the task goes on at once: 1-3 µs above the raw
-/// engine's own lookup (W4pe).
+/// off and what it allocates are 1.5-4.5 µs of an awaited `fetchOne(id:)` (W4'), more than
+/// the read itself. A task that prefers this executor already runs on a thread where
+/// blocking is allowed (a dispatch worker, never one of Swift's cooperative pool), so the
+/// store runs the read there (``ExecutorReadingStore``) and the task goes on at once:
+/// 0.3-1.8 µs above the raw engine's own lookup (W4pe).
 ///
 /// ```swift
 /// try await withTaskExecutorPreference(store.executor) {
