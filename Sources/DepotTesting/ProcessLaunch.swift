@@ -1,5 +1,5 @@
 public import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -65,12 +65,14 @@ public enum ProcessLaunch {
         _ path: String, _ arguments: [String], environment: [String: String] = [:],
         stdout: Output = .capture, stderr: Output = .capture
     ) throws -> Child {
-        try launching.withLock { _ throws -> Child in
+        try launching.withLock { () throws -> Child in
             try spawnLocked(path, arguments, environment: environment, stdout: stdout, stderr: stderr)
         }
     }
 
-    private static let launching = Mutex(())
+    // A pthread lock, which Thread Sanitizer sees (`Synchronization.Mutex` waits inside
+    // the uninstrumented standard library when contended).
+    private static let launching = NIOLock()
 
     private static func spawnLocked(
         _ path: String, _ arguments: [String], environment: [String: String],

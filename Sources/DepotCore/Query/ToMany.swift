@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The records that refer to a record through one of their references: a to-many
 /// relationship, the inverse of a to-one reference, declared once so it can be named.
@@ -141,17 +141,20 @@ enum RelatedHandles {
         let entity: String
     }
 
-    static let entries = Mutex<[Key: Entry]>([:])
+    // A pthread lock, not `Synchronization.Mutex`: Mutex's contended path waits and takes
+    // the lock inside the standard library, which Thread Sanitizer does not see, so it
+    // reported the dictionary as raced between two contended callers (CI runs TSan).
+    static let entries = NIOLockedValueBox<[Key: Entry]>([:])
 
     static func handle<Record: ManagedRecord>(for record: Record.Type, in store: any Store) async throws -> EntityHandle {
         let key = Key(store: ObjectIdentifier(store), entity: Record.entityName)
-        if let entry = entries.withLock({ $0[key] }), entry.store === store { return entry.handle }
+        if let entry = entries.withLockedValue({ $0[key] }), entry.store === store { return entry.handle }
         try Record.entity.validate()
         let handles = try await store.register(Record.self)
         guard let handle = handles.first else {
             throw DepotError(.invalidSchema, "The \(store.backendName) store returned no handle for \(Record.entityName); the backend breaks the Store contract.")
         }
-        entries.withLock { entries in
+        entries.withLockedValue { entries in
             // Entries of released stores go as new ones come.
             entries = entries.filter { $0.value.store != nil }
             entries[key] = Entry(store: store, handle: handle)
