@@ -130,13 +130,9 @@ enum RobustnessChecks {
                     _ = proceed.wait(timeout: .now() + 60)
                 }
             }
-            try await within(60, "the write starts") {
-                await withCheckedContinuation { continuation in
-                    DispatchQueue.global().async {
-                        _ = started.wait(timeout: .now() + 60)
-                        continuation.resume()
-                    }
-                }
+            guard await signalled(started, within: 60) else {
+                proceed.signal()
+                throw ConformanceFailure(message: "the write starts: nothing after 60 s", file: #fileID, line: #line)
             }
             let observer = Task { () -> (ObservedResult<Cat>?, ObservedResult<Cat>?) in
                 var updates = cats.observe().makeAsyncIterator()

@@ -65,11 +65,9 @@ enum TransactionChecks {
                     return [before, after, sees]
                 }) { continuation.resume(with: $0) }
             }
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    readerStarted.wait()
-                    c.resume()
-                }
+            guard await signalled(readerStarted, within: 60) else {
+                writerDone.signal()
+                throw ConformanceFailure(message: "the reader did not start within 60 s", file: #fileID, line: #line)
             }
             try await cats.insert(Cat(id: 70, name: "Late", weight: 1, age: 1))
             try await cats.delete(id: 1)
@@ -189,11 +187,9 @@ enum TransactionChecks {
                 try context.insert(Cat(id: 200, name: "First", weight: 1, age: 1))
                 return 200
             }
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    firstRunning.wait()
-                    c.resume()
-                }
+            guard await signalled(firstRunning, within: 300) else {
+                queued.signal()
+                throw ConformanceFailure(message: "the first write did not start within 300 s", file: #fileID, line: #line)
             }
             for index in 0..<20 {
                 submit(index) { context in
