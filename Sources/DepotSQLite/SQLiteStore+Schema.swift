@@ -41,7 +41,7 @@ extension SQLiteStore {
         }
         // Not `try?`: a writer left without foreign keys would stop SQLite's own check.
         try writer.execute("PRAGMA foreign_keys = ON")
-        state.withLockedValue { $0.tables = current }
+        state.withLockedValue { $0.tables.registry = current }
         return entities.compactMap { current.handle(named: $0.name) }
     }
 
@@ -241,7 +241,7 @@ extension SQLiteStore: SchemaRewritingStore {
         try writer.execute("PRAGMA foreign_keys = ON")
         if name != entity.name { current.remove(named: name) }
         let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
-        state.withLockedValue { $0.tables = current }
+        state.withLockedValue { $0.tables.registry = current }
         changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle

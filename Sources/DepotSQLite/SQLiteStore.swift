@@ -87,19 +87,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     public var telemetry: StoreTelemetry? { log.telemetry }
 
     struct State: Sendable {
-        var tables = EntityRegistry<RegisteredEntity>() {
-            didSet { shared = nil }
-        }
+        /// The registered tables, and the snapshot transactions share.
+        var tables = SharingRegistry<RegisteredEntity>()
         var nextSerial = 1
-        /// `tables` as transactions share it; made again after each change.
-        private var shared: SharedRegistry<RegisteredEntity>?
-
-        mutating func sharedTables() -> SharedRegistry<RegisteredEntity> {
-            if let shared { return shared }
-            let made = SharedRegistry(tables)
-            shared = made
-            return made
-        }
     }
 
     let state = NIOLockedValueBox(State())
@@ -249,7 +239,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             self.pool = NIOLockedValueBox(Pool(idle: readers))
             state.withLockedValue { s in
                 for entity in stored {
-                    s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
+                    s.tables.registry.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
                     s.nextSerial += 1
                 }
             }
@@ -293,10 +283,10 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     @inline(__always)
     func end() { gate.leave() }
 
-    var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables } }
+    var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables.registry } }
     /// The registered tables as transactions take them: one retain, not one per array and
     /// dictionary of the registry.
-    var sharedTables: SharedRegistry<RegisteredEntity> { state.withLockedValue { $0.sharedTables() } }
+    var sharedTables: SharedRegistry<RegisteredEntity> { state.withLockedValue { $0.tables.snapshot() } }
 
     // MARK: Transactions
 

@@ -213,3 +213,25 @@ package final class SharedRegistry<Entry: Sendable>: Sendable {
         self.registry = registry
     }
 }
+
+/// A backend's registry of entities and the ``SharedRegistry`` its transactions take,
+/// made on first use after each change and shared until the next (almost always: changes
+/// are registrations and migrations).
+///
+/// Keep it behind the lock that guards registrations.
+package struct SharingRegistry<Entry: Sendable>: Sendable {
+    package var registry = EntityRegistry<Entry>() {
+        didSet { shared = nil }
+    }
+    private var shared: SharedRegistry<Entry>?
+
+    package init() {}
+
+    /// The registry as it is now, shared.
+    package mutating func snapshot() -> SharedRegistry<Entry> {
+        if let shared { return shared }
+        let made = SharedRegistry(registry)
+        shared = made
+        return made
+    }
+}

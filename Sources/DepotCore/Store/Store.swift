@@ -195,9 +195,9 @@ extension Store {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        let box = ReadBox<T>()
-        submitUntypedWrite({ box.value = try body($0) }) { result in
-            completion(result.flatMap { box.result(of: "write") })
+        let call = AwaitedCall<any WriteTransaction, T>(body)
+        submitUntypedWrite({ try call.run($0) }) { result in
+            completion(result.flatMap { call.result(of: "write") })
         }
     }
 }
@@ -353,14 +353,6 @@ extension Store {
 final class ReadBox<T>: @unchecked Sendable {
     @usableFromInline var value: T?
     @inlinable init() {}
-
-    /// The kept value, or an error naming the broken contract when a backend completed
-    /// successfully without running the closure that sets it.
-    @inlinable
-    func result(of operation: String) -> Result<T, any Error> {
-        if let value { return .success(value) }
-        return .failure(DepotError(.storeCorrupted, "The store completed a \(operation) without running it; the backend breaks the Store contract."))
-    }
 }
 
 /// A store held as `any Store` (as a ``Controller`` holds it) with its capabilities looked
