@@ -13,11 +13,19 @@ import Synchronization
 /// open transactions to finish, and if one is still open, reopens the gate and waits —
 /// admitting new transactions — until every transaction that was open then has finished,
 /// and tries again with twice the wait (up to ``longestAdmissionWait``), so reads that keep
-/// overlapping each other cannot starve the resize forever. Each transaction carries the generation it entered
-/// in, which tells the long ones (entered before the failed attempt) from the newcomers.
-/// Only the resizing writer waits for a long reader, up to ``resizePatience``.
+/// overlapping each other cannot starve the resize forever. Each transaction carries the
+/// generation it entered in, which tells the long ones (entered before the failed attempt)
+/// from the newcomers. Only the resizing writer waits for a long reader, up to
+/// ``resizePatience``.
 ///
-/// `@unchecked Sendable`: every field is guarded by `condition`.
+/// Every read enters and leaves, and resizes are rare: while none runs, a transaction is
+/// counted with one atomic add in ``fast`` (its ticket is ``fastTicket``), not under the
+/// lock, which concurrent readers contended for (W6 profile: futex waits and wakes beside
+/// every read). A resize sets ``slowFlag`` first; from then on transactions enter under the
+/// lock as before, and the resize also waits for the fast count to drain (it cannot grow
+/// while the flag is set). The flag is cleared when the resize is done.
+///
+/// `@unchecked Sendable`: every field but `fast` is guarded by `condition`.
 final class TransactionGate: @unchecked Sendable {
     /// How long one resize attempt holds back new transactions.
     static let admissionWait: TimeInterval = 0.05
@@ -26,10 +34,18 @@ final class TransactionGate: @unchecked Sendable {
     /// How long a resize waits in all for open transactions before it gives up.
     static let resizePatience: TimeInterval = 600
 
+    /// The ticket of a transaction counted in ``fast``. Generations count up from 0 and never
+    /// reach it.
+    static let fastTicket = UInt64.max
+    /// Set in ``fast`` while a resize runs: transactions enter under the lock.
+    private static let slowFlag = 1 << 62
+
+    /// Transactions admitted without the lock (low bits), and ``slowFlag``.
+    private let fast = Atomic<Int>(0)
     private let condition = NSCondition()
-    /// Open transactions per generation, oldest generation first. An array, not a
-    /// dictionary: there is one generation almost always (a new one starts only when a resize
-    /// gives up waiting), and every read enters and leaves, so hashing would be wasted work.
+    /// Open transactions admitted under the lock, per generation, oldest generation first.
+    /// An array, not a dictionary: there is one generation almost always (a new one starts
+    /// only when a resize gives up waiting).
     private var active: [(generation: UInt64, count: Int)] = []
     private var generation: UInt64 = 0
     private var closed = false
@@ -45,6 +61,19 @@ final class TransactionGate: @unchecked Sendable {
     /// Admits a transaction (waiting while a resize attempt holds the gate closed) and
     /// returns the ticket to give to `leave(_:)`.
     func enter() -> UInt64 {
+        var current = fast.load(ordering: .relaxed)
+        while current & Self.slowFlag == 0 {
+            // Acquiring: the transaction must not begin before it is counted, which a
+            // resize checks.
+            let (exchanged, original) = fast.compareExchange(
+                expected: current, desired: current + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return Self.fastTicket }
+            current = original
+        }
+        return enterLocked()
+    }
+
+    private func enterLocked() -> UInt64 {
         condition.lock()
         defer { condition.unlock() }
         while closed { condition.wait() }
@@ -58,6 +87,18 @@ final class TransactionGate: @unchecked Sendable {
     }
 
     func leave(_ ticket: UInt64) {
+        if ticket == Self.fastTicket {
+            // Releasing: the transaction's use of the map happens before a resize sees it gone.
+            let now = fast.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+            if now == Self.slowFlag {
+                // The last fast transaction while a resize waits: wake it, under the lock it
+                // checks the count under, so the wake cannot fall between check and wait.
+                condition.lock()
+                condition.broadcast()
+                condition.unlock()
+            }
+            return
+        }
         condition.lock()
         defer { condition.unlock() }
         guard let index = active.firstIndex(where: { $0.generation == ticket }) else { return }
@@ -69,6 +110,9 @@ final class TransactionGate: @unchecked Sendable {
         }
     }
 
+    /// Transactions admitted without the lock that are still open.
+    private var fastOpen: Int { fast.load(ordering: .acquiring) & ~Self.slowFlag }
+
     /// Runs `body` while no transaction is open, or returns `nil` when open transactions
     /// did not let it within `patience` seconds. `body` must not enter the gate itself.
     func whenIdle<T>(patience: TimeInterval = resizePatience, _ body: () -> T) -> T? {
@@ -77,9 +121,12 @@ final class TransactionGate: @unchecked Sendable {
         // One resize at a time (the writer, or a reader following another process's resize).
         while resizing { condition.wait() }
         resizing = true
+        // From here on nobody enters without the lock, so the fast count only drains.
+        fast.bitwiseOr(Self.slowFlag, ordering: .acquiringAndReleasing)
         defer {
             resizing = false
             closed = false
+            fast.bitwiseAnd(~Self.slowFlag, ordering: .acquiringAndReleasing)
             condition.broadcast()
         }
         let deadline = Date(timeIntervalSinceNow: patience)
@@ -89,17 +136,20 @@ final class TransactionGate: @unchecked Sendable {
             closed = true
             let attempt = min(deadline, Date(timeIntervalSinceNow: wait))
             wait = min(wait * 2, Self.longestAdmissionWait)
-            while !active.isEmpty {
-                if !condition.wait(until: attempt) && !active.isEmpty { break }
+            while !active.isEmpty || fastOpen > 0 {
+                if !condition.wait(until: attempt) && (!active.isEmpty || fastOpen > 0) { break }
             }
-            if active.isEmpty { return body() }
-            // A long transaction: admit new ones again and wait for the ones open now.
+            if active.isEmpty && fastOpen == 0 { return body() }
+            // A long transaction: admit new ones again (under the lock, in a new generation)
+            // and wait for the ones open now.
             closed = false
             condition.broadcast()
             let stuck = generation
             generation += 1
-            while active.contains(where: { $0.generation <= stuck }) {
-                if !condition.wait(until: deadline) && active.contains(where: { $0.generation <= stuck }) { return nil }
+            while active.contains(where: { $0.generation <= stuck }) || fastOpen > 0 {
+                if !condition.wait(until: deadline) && (active.contains(where: { $0.generation <= stuck }) || fastOpen > 0) {
+                    return nil
+                }
             }
         }
     }
@@ -115,6 +165,10 @@ final class TransactionGate: @unchecked Sendable {
 /// owns at a time (the idle list, under its lock, or the one transaction using it).
 final class ReadScratch: @unchecked Sendable {
     var transaction: LMDBTransaction?
+    /// The catalog snapshot the last read on this handle began with, and its version (see
+    /// `CatalogCell.version`): the next read reuses it while the version is unchanged.
+    var catalog: CatalogSnapshot?
+    var catalogVersion: UInt64 = 0
 }
 
 /// The directories open in this process: LMDB forbids opening one environment twice in a

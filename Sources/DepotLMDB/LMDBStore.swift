@@ -198,13 +198,43 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 try recover(env, seen: epoch)
                 continue
             }
-            let begun: Environment.ReaderHandle?
-            let snapshot: CatalogSnapshot
-            (rc, begun, snapshot) = catalog.withSnapshot { entities in
-                let (rc, handle) = env.beginReader(pointer)
-                return (rc, handle, entities)
+            // Between catalog changes (almost always), no lock: the reader begins, and
+            // keeps the snapshot of the catalog version it began in when no change was
+            // published meanwhile.
+            let before = catalog.version
+            if before & 1 == 0 {
+                let begun: Environment.ReaderHandle?
+                (rc, begun) = env.beginReader(pointer)
+                if rc == 0, let begun {
+                    let scratch = begun.scratch
+                    var snapshot = scratch.catalog
+                    if snapshot == nil || scratch.catalogVersion != before {
+                        let (current, version) = catalog.versionedSnapshot
+                        snapshot = version == before ? current : nil
+                    }
+                    // The reader's view of the database is read before the version is
+                    // read again (a seqlock's reader fence; free on x86).
+                    atomicMemoryFence(ordering: .acquiring)
+                    if let snapshot, catalog.version == before {
+                        scratch.catalog = snapshot
+                        scratch.catalogVersion = before
+                        return (begun, snapshot, ticket)
+                    }
+                    // A change was published while the reader began: begin again, below,
+                    // under the catalog's lock.
+                    env.endReader(begun)
+                    rc = 0
+                }
             }
-            if rc == 0, let begun { return (begun, snapshot, ticket) }
+            if rc == 0 {
+                let begun: Environment.ReaderHandle?
+                let snapshot: CatalogSnapshot
+                (rc, begun, snapshot) = catalog.withSnapshot { entities in
+                    let (rc, handle) = env.beginReader(pointer)
+                    return (rc, handle, entities)
+                }
+                if rc == 0, let begun { return (begun, snapshot, ticket) }
+            }
             env.gate.leave(ticket)
             if rc == MDB_MAP_RESIZED {
                 try env.adoptMapSize()

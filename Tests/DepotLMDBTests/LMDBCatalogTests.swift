@@ -2,6 +2,7 @@ import CLMDB
 import DepotCore
 import DepotTesting
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import DepotLMDB
@@ -25,6 +26,62 @@ func rewriteStoredCat(_ directory: String, _ change: @escaping @Sendable (inout 
 
 @Suite("LMDB catalog: stored schemas are checked and followed")
 struct LMDBCatalogTests {
+    /// A read begins without the catalog's lock while no change is being published (the
+    /// catalog's version is even and the same after the LMDB transaction began); one that
+    /// overlaps a publishing commit begins again under the lock. Registrations publish a
+    /// change with every commit here, while readers keep reading.
+    @Test("reads that begin while registrations publish catalog changes see every entity registered before them")
+    func readsDuringCatalogChanges() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try LMDBStore(directory: directory.path)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.fixtures)
+        let before = store.catalog.version
+        // Entities registered (and holding a record) so far; a read that begins after one
+        // was added must resolve it, which a reader still holding an older catalog cannot.
+        let registered = NIOLockedValueBox<[EntityHandle]>([])
+        let done = NIOLockedValueBox(false)
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            group.addTask {
+                defer { done.withLockedValue { $0 = true } }
+                for index in 0..<40 {
+                    var entity = CatRecord.entity.description
+                    entity.name = "Registered\(index)"
+                    let handle = try await store.register(entity)
+                    try await store.write { transaction in
+                        var row = Row()
+                        try CatRecord(id: 1, name: "in \(index)", weight: 1, age: 1).encode(into: &row)
+                        try transaction.insert(row, into: handle)
+                    }
+                    registered.withLockedValue { $0.append(handle) }
+                }
+                return 0
+            }
+            for reader in 0..<4 {
+                group.addTask {
+                    var reads = 0
+                    while !done.withLockedValue({ $0 }) || reads == 0 {
+                        guard let handle = registered.withLockedValue({ $0.last }) else {
+                            await Task.yield()
+                            continue
+                        }
+                        let row = try await store.readRow(handle, key: .int(1))
+                        #expect(row != nil, "reader \(reader): the record of \(handle.name)")
+                        reads += 1
+                    }
+                    return reads
+                }
+            }
+            var total = 0
+            for try await reads in group { total += reads }
+            #expect(total >= 4)
+        }
+        #expect(store.catalog.version >= before + 80, "every registration published a change (two steps each)")
+        #expect(store.catalog.version % 2 == 0, "no change is left half-published")
+        await store.close()
+    }
+
     @Test("a stored schema that decodes but is invalid is refused with storeCorrupted", arguments: [0, 1, 2, 3, 4])
     func invalidStoredSchema(_ kind: Int) async throws {
         let directory = TemporaryDirectory()

@@ -93,4 +93,41 @@ struct LMDBGrowthTests {
         }
         #expect(resized, "the resize ran while reads kept overlapping")
     }
+
+    /// Transactions are counted without the lock while no resize runs; a resize must still
+    /// wait for them, admit newcomers under the lock while it waits, and wait for those too.
+    @Test("a resize waits for transactions admitted without the lock, and admits under the lock while it runs")
+    func resizeWaitsForFastTransactions() async throws {
+        let gate = TransactionGate()
+        let held = gate.enter()
+        #expect(held == TransactionGate.fastTicket, "with no resize running, a transaction enters without the lock")
+        let impatient = await onThread { gate.whenIdle(patience: 0.2) { true } }
+        #expect(impatient == nil, "a resize does not run while a transaction admitted without the lock is open")
+        let between = gate.enter()
+        #expect(between == TransactionGate.fastTicket, "after a resize gave up, transactions enter without the lock again")
+        gate.leave(between)
+
+        let ran = NIOLockedValueBox(false)
+        let resize = Task { await onThread { gate.whenIdle(patience: 30) { ran.withLockedValue { $0 = true }; return true } } }
+        while !gate.isResizing { try await Task.sleep(for: .milliseconds(5)) }
+        // Past the first attempt's admission wait: newcomers are admitted again, under the lock.
+        try await Task.sleep(for: .milliseconds(150))
+        let newcomer = await onThread { gate.enter() }
+        #expect(newcomer != TransactionGate.fastTicket, "while a resize runs, a transaction enters under the lock")
+        gate.leave(held)
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(!ran.withLockedValue { $0 }, "the resize waits for the transaction admitted while it ran")
+        gate.leave(newcomer)
+        #expect(await resize.value == true, "the resize runs once both have left")
+        let after = gate.enter()
+        #expect(after == TransactionGate.fastTicket, "after the resize, transactions enter without the lock again")
+        gate.leave(after)
+    }
+}
+
+/// Runs blocking `body` on a thread of its own, not on the cooperative pool.
+func onThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: body()) }
+    }
 }
