@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 import DepotTesting
 
 /// The hand-off Depot's backends make for every call: the engine's blocking work runs on
@@ -34,9 +35,82 @@ final class Unchecked<Value>: @unchecked Sendable {
     init(_ value: Value) { self.value = value }
 }
 
+/// Set by W6's writer when its last save has committed: the readers read until then.
+final class WriterDone: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .relaxed) }
+    func set() { flag.store(true, ordering: .relaxed) }
+}
+
+/// One W6 reader's lookups: its whole share once (their checksum is the run's), then its
+/// share again from the start, lookup by lookup, until the writer has finished, so that
+/// every read is made while the writer writes and the readers' figures cover the whole
+/// run. (Reading the share once took 10-20 ms of LMDB's 230 ms mix: the figure was the
+/// first milliseconds after the pool's threads woke up, and it moved by half between runs.)
+/// Each later lookup must return the cat it asked for.
+struct ReaderLoop {
+    let mine: [Int64]
+    var latencies: [UInt64] = []
+    var sum: Int64 = 0
+    private var position = 0
+    private var firstPass = true
+
+    init(_ mine: [Int64]) {
+        self.mine = mine
+        latencies.reserveCapacity(mine.count * 4)
+    }
+
+    /// The next id to look up, or `nil` when the reader is done.
+    mutating func next(_ writer: WriterDone) -> Int64? {
+        if position == mine.count {
+            position = 0
+            firstPass = false
+        }
+        if !firstPass && writer.isSet || mine.isEmpty { return nil }
+        defer { position += 1 }
+        return mine[position]
+    }
+
+    mutating func record(_ cat: Cat, id: Int64, nanoseconds: UInt64) throws {
+        latencies.append(nanoseconds)
+        if firstPass {
+            sum &+= checksum(cat)
+        } else if cat.id != id {
+            throw BenchError("W6: looking up cat \(id) returned cat \(cat.id)")
+        }
+    }
+
+    /// Runs the loop with a blocking lookup (W6t's plain threads).
+    static func run(_ mine: [Int64], until writer: WriterDone, _ lookUp: (Int64) throws -> Cat) throws -> ([UInt64], Int64) {
+        var loop = ReaderLoop(mine)
+        while let id = loop.next(writer) {
+            let start = DispatchTime.now().uptimeNanoseconds
+            let cat = try lookUp(id)
+            try loop.record(cat, id: id, nanoseconds: DispatchTime.now().uptimeNanoseconds - start)
+        }
+        return (loop.latencies, loop.sum)
+    }
+}
+
+/// W6t's writer on the calling task while the readers' threads (in `readers`) read: saves,
+/// tells the readers, waits for them (also when a save failed), and rethrows.
+func writeWhileThreadsRead(_ writer: WriterDone, _ readers: DispatchGroup, _ save: () async throws -> Void) async throws {
+    let failure: (any Error)?
+    do {
+        try await save()
+        failure = nil
+    } catch {
+        failure = error
+    }
+    writer.set()
+    await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in readers.notify(queue: .global()) { c.resume() } }
+    if let failure { throw failure }
+}
+
 /// W6's shape, the same for every subject that runs it through async calls: one task saves
 /// `writes`, one awaited call each, while `readers` tasks each look up their share of
-/// `lookups`, one awaited call each, timed per call.
+/// `lookups`, one awaited call each, timed per call, and go on reading (see ``ReaderLoop``)
+/// until the writer is done.
 func asyncMix<Reader: Sendable>(
     readers: Int, lookups: [Int64], writes: [Cat],
     save: @escaping @Sendable (Cat) async throws -> Void,
@@ -45,8 +119,10 @@ func asyncMix<Reader: Sendable>(
     lookUp: @escaping @Sendable (Reader, Int64) async throws -> Cat
 ) async throws -> (latencies: [UInt64], checksum: Int64) {
     let share = lookups.count / readers
+    let writer = WriterDone()
     return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
         group.addTask {
+            defer { writer.set() }
             for cat in writes { try await save(cat) }
             return ([], 0)
         }
@@ -55,16 +131,13 @@ func asyncMix<Reader: Sendable>(
             group.addTask {
                 let connection = try await openReader()
                 defer { closeReader(connection) }
-                var latencies: [UInt64] = []
-                latencies.reserveCapacity(mine.count)
-                var sum: Int64 = 0
-                for id in mine {
+                var loop = ReaderLoop(mine)
+                while let id = loop.next(writer) {
                     let start = DispatchTime.now().uptimeNanoseconds
                     let cat = try await lookUp(connection, id)
-                    latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                    sum &+= checksum(cat)
+                    try loop.record(cat, id: id, nanoseconds: DispatchTime.now().uptimeNanoseconds - start)
                 }
-                return (latencies, sum)
+                return (loop.latencies, loop.sum)
             }
         }
         var latencies: [UInt64] = []

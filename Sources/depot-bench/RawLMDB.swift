@@ -240,6 +240,7 @@ final class RawLMDBSubject: BenchSubject {
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         let share = lookups.count / readers
         let results = ResultBox(readers)
+        let writer = WriterDone()
         let group = DispatchGroup()
         let worker = UnsafeLMDBHandle(env: env, dbi: dbi)
         for reader in 0..<readers {
@@ -247,11 +248,10 @@ final class RawLMDBSubject: BenchSubject {
             group.enter()
             Thread.detachNewThread {
                 defer { group.leave() }
-                results.set(reader, Result { try worker.lookUpEach(mine) })
+                results.set(reader, Result { try ReaderLoop.run(mine, until: writer) { try worker.lookUp($0) } })
             }
         }
-        try await saveEach(writes)
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { c.resume() } }
+        try await writeWhileThreadsRead(writer, group) { try await saveEach(writes) }
         return try results.merged()
     }
 }
@@ -289,17 +289,4 @@ final class UnsafeLMDBHandle: @unchecked Sendable {
         return cat
     }
 
-    /// Each lookup in its own read transaction, timed (W6t's readers).
-    func lookUpEach(_ ids: [Int64]) throws -> ([UInt64], Int64) {
-        var latencies: [UInt64] = []
-        latencies.reserveCapacity(ids.count)
-        var sum: Int64 = 0
-        for id in ids {
-            let start = DispatchTime.now().uptimeNanoseconds
-            let cat = try lookUp(id)
-            latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-            sum &+= checksum(cat)
-        }
-        return (latencies, sum)
-    }
 }

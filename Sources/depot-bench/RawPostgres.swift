@@ -129,6 +129,7 @@ final class RawPostgresSubject: BenchSubject {
         let schema = self.schema
         let synchronousCommit = self.synchronousCommit
         let results = ResultBox(readers)
+        let writer = WriterDone()
         let group = DispatchGroup()
         for reader in 0..<readers {
             let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
@@ -140,23 +141,13 @@ final class RawPostgresSubject: BenchSubject {
                     defer { connection.close() }
                     try connection.exec("SET search_path TO \(schema)")
                     try connection.prepareStatements()
-                    var latencies: [UInt64] = []
-                    latencies.reserveCapacity(mine.count)
-                    var sum: Int64 = 0
-                    for id in mine {
-                        let start = DispatchTime.now().uptimeNanoseconds
-                        let cat = try connection.lookUpOne(id)
-                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                        sum &+= checksum(cat)
-                    }
-                    results.set(reader, .success((latencies, sum)))
+                    results.set(reader, .success(try ReaderLoop.run(mine, until: writer) { try connection.lookUpOne($0) }))
                 } catch {
                     results.set(reader, .failure(error))
                 }
             }
         }
-        try await saveEach(writes)
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { c.resume() } }
+        try await writeWhileThreadsRead(writer, group) { try await saveEach(writes) }
         return try results.merged()
     }
 }

@@ -238,6 +238,7 @@ final class RawSQLiteSubject: BenchSubject {
         let path = self.path
         let synchronous = self.synchronous
         let results = ResultBox(readers)
+        let writer = WriterDone()
         let group = DispatchGroup()
         for reader in 0..<readers {
             let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
@@ -251,26 +252,19 @@ final class RawSQLiteSubject: BenchSubject {
                     sqlite3_prepare_v2(connection, "SELECT id, name, weight, age FROM Cat WHERE id = ?", -1, &statement, nil)
                     defer { sqlite3_finalize(statement) }
                     guard let statement else { throw BenchError("raw-sqlite: prepare failed") }
-                    var latencies: [UInt64] = []
-                    latencies.reserveCapacity(mine.count)
-                    var sum: Int64 = 0
-                    for id in mine {
-                        let start = DispatchTime.now().uptimeNanoseconds
+                    let result = try ReaderLoop.run(mine, until: writer) { id in
                         sqlite3_bind_int64(statement, 1, id)
+                        defer { sqlite3_reset(statement) }
                         guard sqlite3_step(statement) == SQLITE_ROW else { throw BenchError("raw-sqlite: cat \(id) missing") }
-                        let cat = Self.cat(from: statement)
-                        sqlite3_reset(statement)
-                        latencies.append(DispatchTime.now().uptimeNanoseconds - start)
-                        sum &+= checksum(cat)
+                        return Self.cat(from: statement)
                     }
-                    results.set(reader, .success((latencies, sum)))
+                    results.set(reader, .success(result))
                 } catch {
                     results.set(reader, .failure(error))
                 }
             }
         }
-        try await saveEach(writes)
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { c.resume() } }
+        try await writeWhileThreadsRead(writer, group) { try await saveEach(writes) }
         return try results.merged()
     }
 }

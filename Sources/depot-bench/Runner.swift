@@ -20,7 +20,7 @@ enum Workload: String, CaseIterable, Codable {
         case .w4pe: "W4' from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W4'"
         case .w4ph: "W4' for the raw engines behind the same async hand-off as Depot's reads (each lookup handed to a concurrent queue and awaited)"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
-        case .w6: "4 concurrent readers doing W4' while one writer does W3 (raw engines behind the same async hand-off as Depot)"
+        case .w6: "4 concurrent readers doing W4' for as long as one writer does W3 (raw engines behind the same async hand-off as Depot)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
         }
