@@ -82,8 +82,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
 
     let environment: Environment
     /// The registered entities. Changed only by registration, whose commit and publication
-    /// happen under this lock, as does the start of every read transaction: so a reader's
-    /// snapshot and its schema always belong together.
+    /// happen under this lock and bump its version; a read transaction begins between two
+    /// versions, or under the lock (see ``beginRead()``): so a reader's snapshot and its
+    /// schema always belong together.
     let catalog = CatalogCell()
     /// Registration, writes and closing, one at a time in submission order; writes queued
     /// behind a running one are committed together (see ``runWrites(_:)``).
