@@ -45,6 +45,9 @@ final class CatalogCell: Sendable {
             // Sequentially consistent: the count must be odd before anything of the change
             // (LMDB's commit included) can be seen, and even only after all of it.
             changes.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            // The seqlock writer's fence: nothing of the change (LMDB's commit writes) is
+            // ordered before the odd count by the increment alone.
+            atomicMemoryFence(ordering: .sequentiallyConsistent)
             defer { changes.wrappingAdd(1, ordering: .sequentiallyConsistent) }
             return try body(&state.registry)
         }

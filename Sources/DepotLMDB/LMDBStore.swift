@@ -191,6 +191,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
+            // Each attempt's own code only: a previous attempt's MDB_PANIC or
+            // MDB_MAP_RESIZED must not be acted on again when this one skips both begins.
+            rc = 0
             let ticket = env.gate.enter()
             let epoch = env.epoch
             guard let pointer = env.pointer else {
@@ -411,6 +414,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                     return rc
                 }
             } else {
+                // Changes nothing a reader pairs with its snapshot: a commit that changes
+                // the registry must go through `catalog.mutate` (above), whose version
+                // readers check (see `beginRead`).
                 rc = mdb_txn_commit(txn)
             }
             env.gate.leave(ticket)
