@@ -7,14 +7,10 @@ import Testing
 
 @testable import DepotLMDB
 
-/// Waits for `semaphore` on a dispatch thread, not on the cooperative pool.
+/// Waits for `semaphore` on a thread of its own, not on the cooperative pool (nor on the
+/// global queue's few threads, which the stores' readers need).
 func waitOff(_ semaphore: DispatchSemaphore) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        DispatchQueue.global().async {
-            semaphore.wait()
-            continuation.resume()
-        }
-    }
+    await onThread { semaphore.wait() }
 }
 
 @Suite("LMDB map growth")
