@@ -104,7 +104,10 @@ struct LMDBGrowthTests {
         gate.leave(between)
 
         let ran = NIOLockedValueBox(false)
-        let resize = Task { await onThread { gate.whenIdle(patience: 30) { ran.withLockedValue { $0 = true }; return true } } }
+        // Patient far beyond the test's own steps: under Thread Sanitizer, with every suite
+        // running at once, the test's task was once held back past a 30 s patience, and
+        // the resize gave up before the newcomer left.
+        let resize = Task { await onThread { gate.whenIdle(patience: 300) { ran.withLockedValue { $0 = true }; return true } } }
         while !gate.isResizing { try await Task.sleep(for: .milliseconds(5)) }
         // Past the first attempt's admission wait: newcomers are admitted again, under the lock.
         try await Task.sleep(for: .milliseconds(150))
