@@ -18,3 +18,43 @@ func signalled(_ semaphore: DispatchSemaphore, within seconds: Int) async -> Boo
         thread.start()
     }
 }
+
+/// Runs `body` while no other check that holds a store's thread runs in this process.
+///
+/// On Linux, Swift's tasks run on the same few global-queue threads as the SQLite and
+/// PostgreSQL writer lanes and every store's readers. A check that holds one of those
+/// inside a transaction (for up to a minute when something is wrong) is harmless alone; the
+/// four backends' suites running it at once could hold them all, and then no task of any
+/// check could run (seen under Thread Sanitizer: "the write starts: nothing after 60 s" on
+/// every backend at once).
+func holdingAStoreThread<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+    await heldChecks.acquire()
+    do {
+        let value = try await body()
+        await heldChecks.release()
+        return value
+    } catch {
+        await heldChecks.release()
+        throw error
+    }
+}
+
+private let heldChecks = CheckTurns()
+
+/// One turn at a time, in arrival order.
+private actor CheckTurns {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func acquire() async {
+        guard busy else {
+            busy = true
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func release() {
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+    }
+}

@@ -114,7 +114,7 @@ enum RobustnessChecks {
     }
 
     static let all: [ConformanceCheck] = [
-        ConformanceCheck("a write already running when an observation starts reaches it") { store in
+        ConformanceCheck("a write already running when an observation starts reaches it") { store in try await holdingAStoreThread {
             let cats = try await seededCats(store)
             // The write begins (and inserts) before anyone observes, and commits only after
             // the observation has read its first result, which cannot contain it.
@@ -145,7 +145,7 @@ enum RobustnessChecks {
             try expect(initial?.objects.contains { $0.id == 100 } == false, "the first result predates the running write")
             try expect(update?.objects.contains { $0.id == 100 } == true, "the delivery after the commit contains its record")
             if let update, let initial { try LiveChecks.verify(update.changes, from: initial.objects, to: update.objects, "late write") }
-        },
+        } },
         ConformanceCheck("closing the store ends every observation with closed") { store in
             let cats = try await seededCats(store)
             let ready = NIOLockedValueBox(false)

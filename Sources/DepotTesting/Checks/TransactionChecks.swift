@@ -47,7 +47,7 @@ enum TransactionChecks {
             } catch let error as DepotError where error.code == .duplicateKey {}
             try await expectEqual(cats.exists(id: 61), false, "a failed write rolls back the whole operation")
         },
-        ConformanceCheck("a reader started before a write does not see it") { store in
+        ConformanceCheck("a reader started before a write does not see it") { store in try await holdingAStoreThread {
             let cats = try await seededCats(store)
             let entity = try await cats.registeredEntity()
             let readerStarted = DispatchSemaphore(value: 0)
@@ -74,7 +74,7 @@ enum TransactionChecks {
             writerDone.signal()
             try await expectEqual(counts, [10, 10, 0], "the reader's snapshot")
             try await expectEqual(cats.exists(id: 70), true, "a new reader sees the write")
-        },
+        } },
         ConformanceCheck("hundreds of concurrent async calls") { store in
             let cats = Cats(store: store)
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -159,7 +159,7 @@ enum TransactionChecks {
             let outside = try await store.read { _ in StoreExecutor.isCurrent }
             try expect(!outside, "a read from a task without the preference ran on the store executor")
         },
-        ConformanceCheck("writes queued behind a running write each keep their own result, rollback and change set") { store in
+        ConformanceCheck("writes queued behind a running write each keep their own result, rollback and change set") { store in try await holdingAStoreThread {
             // Backends may run queued writes in one transaction (group commit); whether they
             // do or not, each write must commit or roll back alone, as if it ran by itself.
             let cats = try await seededCats(store)
@@ -234,7 +234,7 @@ enum TransactionChecks {
             try expectEqual(stored, (fixtureCats.map(\.id) + kept).sorted(), "exactly the successful writes are kept")
             let batches = collector.all.map { $0.changes.map { "\($0.kind.rawValue) \($0.key)" } }
             try expectEqual(batches, kept.map { ["insert \($0)"] }, "one change set per successful write, in order")
-        },
+        } },
         ConformanceCheck("a read transaction kept past its closure stays ended while later reads run") { store in
             // A backend may reuse its transaction objects from one read to the next; one that
             // a closure kept must not come back to life as another read's transaction.
