@@ -236,12 +236,7 @@ struct LMDBStoreTests {
                 }
                 writeDone.set()
             }
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    insideWrite.wait()
-                    c.resume()
-                }
-            }
+            try #require(await signalled(insideWrite, within: 300), "the write started")
             let counts = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<8 {
                     group.addTask { try await cats.count() }

@@ -60,12 +60,7 @@ struct SQLiteGroupCommitTests {
                 _ = release.wait(timeout: .now() + 300)
                 try context.save(Cat(id: 0, name: "first", weight: 1, age: 1))
             }
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    running.wait()
-                    c.resume()
-                }
-            }
+            try #require(await signalled(running, within: 300), "the first write started")
             let before = statements.all.count
             for id in 1...40 { submit { try $0.save(Cat(id: Int64(id), name: "queued", weight: 1, age: 1)) } }
             release.signal()

@@ -252,12 +252,7 @@ struct SQLiteStoreTests {
                 _ = finishWrite.wait(timeout: .now() + 300)
             }) { continuation.resume(with: $0) }
         }
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                writing.wait()
-                c.resume()
-            }
-        }
+        try #require(await signalled(writing, within: 300), "the write started")
         // Three reads that wait for each other inside their transactions: they finish only
         // if they run at the same time, and while the writer holds its transaction.
         let rendezvous = DispatchGroup()

@@ -109,14 +109,9 @@ struct TelemetryTests {
         let release = DispatchSemaphore(value: 0)
         let holding = Task { try await store.read { _ in
             started.signal()
-            release.wait()
+            _ = release.wait(timeout: .now() + 300)
         } }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                started.wait()
-                continuation.resume()
-            }
-        }
+        try #require(await signalled(started, within: 300), "the holding read started")
         let waiting = Task { try await cats.fetchAll().count }
         for _ in 0..<500 where total("depot_pool_waits_total", dimensions) == before {
             try await Task.sleep(for: .milliseconds(10))

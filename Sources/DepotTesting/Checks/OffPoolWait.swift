@@ -1,4 +1,4 @@
-import Dispatch
+package import Dispatch
 import Foundation
 
 /// Waits for `semaphore` on a thread of its own and reports whether it was signalled
@@ -9,7 +9,7 @@ import Foundation
 /// the ones the stores' readers and SQLite's and PostgreSQL's writer lanes run on, so while
 /// the four backends' suites run at once, a waiting block there could take the thread the
 /// awaited transaction needs, and the check would wait out its timeout.
-func signalled(_ semaphore: DispatchSemaphore, within seconds: Int) async -> Bool {
+package func signalled(_ semaphore: DispatchSemaphore, within seconds: Int) async -> Bool {
     await withCheckedContinuation { continuation in
         let thread = Thread {
             continuation.resume(returning: semaphore.wait(timeout: .now() + .seconds(seconds)) == .success)
@@ -21,12 +21,11 @@ func signalled(_ semaphore: DispatchSemaphore, within seconds: Int) async -> Boo
 
 /// Runs `body` while no other check that holds a store's thread runs in this process.
 ///
-/// On Linux, Swift's tasks run on the same few global-queue threads as the SQLite and
-/// PostgreSQL writer lanes and every store's readers. A check that holds one of those
-/// inside a transaction (for up to a minute when something is wrong) is harmless alone; the
-/// four backends' suites running it at once could hold them all, and then no task of any
-/// check could run (seen under Thread Sanitizer: "the write starts: nothing after 60 s" on
-/// every backend at once).
+/// On Linux, Swift's tasks run on the same global-queue threads (one per core) as the
+/// SQLite and PostgreSQL writer lanes and every store's readers, and libdispatch replaces a
+/// blocked one only after about a second (measured on this toolchain: each further blocked
+/// block delays queued work by another second). A check that holds one of those threads
+/// inside a transaction is harmless alone; several at once, in every backend's suite, add up.
 func holdingAStoreThread<T: Sendable>(_ body: () async throws -> T) async throws -> T {
     await heldChecks.acquire()
     do {
