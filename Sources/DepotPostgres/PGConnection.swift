@@ -161,6 +161,12 @@ struct PGFailure: Error {
 /// guarantees (the writer on its lane, a reader only by the job that checked it out).
 final class PGConnection: @unchecked Sendable {
     private(set) var handle: OpaquePointer?
+    /// Where the connection's reads run: a serial queue of its own, whose thread libdispatch
+    /// adds as needed, and not the global queue's one thread per core that Swift's tasks run
+    /// on. A query blocks its thread for the whole round trip to the server; on the global
+    /// queue, each blocked one held back every task behind it until libdispatch added a
+    /// thread, about a second later.
+    let queue = DispatchQueue(label: "depot.postgres.connection")
     private var prepared: Set<String> = []
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?

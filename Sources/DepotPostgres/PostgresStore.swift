@@ -22,7 +22,9 @@ import NIOConcurrencyHelpers
 /// calls block, which is what the store's worker threads are for (every other backend's
 /// calls block too), it adds no package to build, and it speaks every protocol feature and
 /// connection option (`sslmode`, Unix sockets, `.pgpass`) PostgreSQL's tools do. Every
-/// call runs on the store's dispatch queues, never on Swift's cooperative pool.
+/// call runs on the store's dispatch queues, never on Swift's cooperative pool: each
+/// connection on a serial queue of its own, off the global queue's workers that Swift's
+/// tasks share on Linux, so that a call waiting for the server holds back no task.
 ///
 /// Reads run on a pool of reader connections in `REPEATABLE READ READ ONLY` transactions,
 /// so an operation sees one snapshot. Writes run one at a time per store on the writer
@@ -101,10 +103,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     let pool: NIOLockedValueBox<Pool>
     let writer: PGConnection
     let readers: [PGConnection]
-    /// A lane over a concurrent queue, as SQLite's: the task a write resumes usually goes on
-    /// on the thread that finished it (W3 measured 290 µs per save on a serial queue).
-    let writerLane = SerialLane(label: "depot.postgres.writer", concurrent: true)
-    let readQueue = DispatchQueue(label: "depot.postgres.readers", attributes: .concurrent)
+    /// A lane over a serial queue, off the global queue's threads that Swift's tasks run on:
+    /// every write waits for the server's answer (see ``PGConnection/queue``).
+    let writerLane = SerialLane(label: "depot.postgres.writer", concurrent: false)
     let gate: StoreGate
     let listener: ChangeListener?
 
@@ -301,7 +302,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         if StoreExecutor.isCurrent {
             job(reader)
         } else {
-            readQueue.async { job(reader) }
+            reader.queue.async { job(reader) }
         }
     }
 
@@ -319,7 +320,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             }
             return job
         }
-        if let next { readQueue.async { next(reader) } }
+        if let next { reader.queue.async { next(reader) } }
     }
 
     /// A connection whose server went away (a restart, a failover) is reconnected before

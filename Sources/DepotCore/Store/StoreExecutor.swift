@@ -16,9 +16,10 @@ import Darwin
 /// Without a preference, a read awaited from a task hands its work to one of the store's
 /// threads and resumes the task when that thread is done: on the target machine that hand
 /// off and what it allocates are 1.5-4.5 µs of an awaited `fetchOne(id:)` (W4'), more than
-/// the read itself. A task that prefers this executor already runs on a thread where
-/// blocking is allowed (a dispatch worker, never one of Swift's cooperative pool), so the
-/// store runs the read there (``ExecutorReadingStore``) and the task goes on at once:
+/// the read itself. A task that prefers this executor already runs on a thread where the
+/// store's short blocking work is allowed (a dispatch worker, as the store's own reads use;
+/// on Linux these are the workers Swift's tasks run on too), so the store runs the read
+/// there (``ExecutorReadingStore``) and the task goes on at once:
 /// 0.3-1.8 µs above the raw engine's own lookup (W4pe).
 ///
 /// ```swift
@@ -30,9 +31,10 @@ import Darwin
 /// Writes run right there too when the store's single writer is idle; a write that finds
 /// it busy queues behind it (and may share its successor's commit), and a read that finds
 /// every SQLite reader connection busy waits for one without holding the thread.
-/// Nonisolated async code of such a task runs on dispatch worker threads, which the
-/// system adds when some of them block: prefer the executor for request handling that
-/// mostly talks to the store, not for long computations.
+/// Nonisolated async code of such a task runs on dispatch worker threads, which libdispatch
+/// adds when some of them block, but only about a second later: prefer the executor for
+/// request handling that mostly talks to the store, not for long computations or calls
+/// that wait on the network.
 public final class StoreExecutor: TaskExecutor {
     /// The executor every store hands out: any thread of it may run any store's reads.
     public static let shared = StoreExecutor(label: "depot.executor")
