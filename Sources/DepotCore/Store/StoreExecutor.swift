@@ -33,8 +33,10 @@ import Darwin
 /// every SQLite reader connection busy waits for one without holding the thread.
 /// Nonisolated async code of such a task runs on dispatch worker threads, which libdispatch
 /// adds when some of them block, but only about a second later: prefer the executor for
-/// request handling that mostly talks to the store, not for long computations or calls
-/// that wait on the network.
+/// request handling that mostly talks to the store, not for long computations. A
+/// PostgreSQL store runs such a task's calls on its thread too, which then waits for the
+/// server: worth it where the server answers within microseconds to a millisecond, not
+/// across a slow network (without the preference each connection has a thread of its own).
 public final class StoreExecutor: TaskExecutor {
     /// The executor every store hands out: any thread of it may run any store's reads.
     public static let shared = StoreExecutor(label: "depot.executor")
