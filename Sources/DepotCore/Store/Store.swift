@@ -454,8 +454,8 @@ struct StoreAccess: Sendable {
 /// The continuation is a checked one in debug builds and an unsafe one in release builds.
 /// A checked continuation costs a guard object and an atomic exchange per call: 0.3-0.4 µs
 /// of an awaited LMDB `fetchOne(id:)` of 1.9 µs (depot-bench W4', same hour), and LMDB's
-/// reads/s under a writer (W6) rose from 0.68-0.69 to 0.74-0.81 of the raw engine's without
-/// it. Debug builds keep it: it reports a continuation a backend leaks, and an unsafe one's
+/// reads under a writer (W6) rose from 0.62M to 0.72M per second without it. Debug builds
+/// keep it: it reports a continuation a backend leaks, and an unsafe one's
 /// resume, inlined into Depot's instrumented code, shows Thread Sanitizer (which the test
 /// suite runs under, in a debug build) a read of the task's context that the runtime orders
 /// by atomics TSan cannot see.
