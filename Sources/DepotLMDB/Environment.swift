@@ -37,8 +37,11 @@ final class TransactionGate: @unchecked Sendable {
     /// The ticket of a transaction counted in ``fast``. Generations count up from 0 and never
     /// reach it.
     static let fastTicket = UInt64.max
-    /// Set in ``fast`` while a resize runs: transactions enter under the lock.
-    private static let slowFlag = 1 << 62
+    /// Set in ``fast`` while a resize runs: transactions enter under the lock. The
+    /// second-highest bit of `Int` on any platform (a fixed `1 << 62` would shift out to 0
+    /// on a 32-bit one and the gate would never see a resize); the sign bit stays clear so
+    /// the count below it can be compared as a plain positive number.
+    private static let slowFlag = 1 << (Int.bitWidth - 2)
 
     /// Transactions admitted without the lock (low bits), and ``slowFlag``.
     private let fast = Atomic<Int>(0)
