@@ -202,6 +202,7 @@ final class PGConnection: @unchecked Sendable {
     func forgetPrepared() {
         prepared.removeAll()
         pendingBegin = nil
+        rollbackInFlight = false
     }
 
     func close() {
@@ -241,8 +242,52 @@ final class PGConnection: @unchecked Sendable {
     /// Begins a transaction with `sql` (`BEGIN ISOLATION LEVEL ...`), sent with the first
     /// statement; a transaction that runs none never reaches the server.
     func begin(_ sql: String) throws(DepotError) {
+        try settle()
         guard !isInTransaction else { throw DepotError(.backend, "A PostgreSQL transaction is already open on this connection.") }
         pendingBegin = sql
+    }
+
+    /// A ROLLBACK sent by ``endWithoutWaiting()`` whose answer is still to be read.
+    private var rollbackInFlight = false
+
+    /// Ends a read-only transaction without waiting for the server: the ROLLBACK goes out
+    /// now, so the server ends the transaction (and lets go of its snapshot) as soon as it
+    /// reads it, and its answer is read before the connection's next statement
+    /// (``settle()``). A read then costs the round trips of its own statements only; the
+    /// ROLLBACK's overlaps with handing the result to the caller. Only for transactions that
+    /// changed nothing: a write's end must be confirmed before its caller hears of it.
+    func endWithoutWaiting() {
+        if pendingBegin != nil {
+            // Nothing was sent: there is nothing to end.
+            pendingBegin = nil
+            return
+        }
+        guard let handle, isInTransaction else { return }
+        // In libpq's default blocking mode the query is flushed before this returns.
+        if PQsendQuery(handle, "ROLLBACK") == 1 {
+            rollbackInFlight = true
+        } else {
+            // Could not even send it (a broken connection, which the next checkout resets).
+            try? execute("ROLLBACK")
+        }
+    }
+
+    /// Reads the answer to a ROLLBACK sent by ``endWithoutWaiting()``. Called before every
+    /// statement and at every checkout; a failed ROLLBACK means the connection is gone
+    /// (a read-only transaction always ends), which ``isBroken`` then reports.
+    ///
+    /// - Throws: `io` when the connection failed while ending the transaction.
+    func settle() throws(DepotError) {
+        guard rollbackInFlight, let handle else { return }
+        rollbackInFlight = false
+        var failed = false
+        while let raw = PQgetResult(handle) {
+            if PQresultStatus(raw) != PGRES_COMMAND_OK { failed = true }
+            PQclear(raw)
+        }
+        if failed || PQtransactionStatus(handle) != PQTRANS_IDLE {
+            throw connectionLost("Ending a read transaction")
+        }
     }
 
     /// The most parameters one statement takes (the protocol counts them in 16 bits).
@@ -281,6 +326,7 @@ final class PGConnection: @unchecked Sendable {
     /// results. A failing step throws, and the steps after it did not run.
     func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
+        try settle()
         for step in steps {
             for param in step.params where (param.bytes?.count ?? 0) > Self.fieldLimit {
                 throw DepotError(.invalidValue, "\(step.context): a value of \(param.bytes?.count ?? 0) bytes is over PostgreSQL's limit of 1 GiB per field.")
@@ -422,7 +468,10 @@ final class PGConnection: @unchecked Sendable {
             return String(cString: value)
         }
         let message = field("M") ?? connection.map { String(cString: PQerrorMessage($0)) } ?? "unknown error"
-        return PGFailure(sqlState: field("C") ?? "XX000", message: message, detail: field("D"), constraint: field("n"))
+        // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
+        // lost connection (08006, so `io`), not an error of the server's.
+        let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
+        return PGFailure(sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D"), constraint: field("n"))
     }
 
     /// Notifications received so far (LISTEN), after reading what the socket holds.

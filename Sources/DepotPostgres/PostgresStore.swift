@@ -326,6 +326,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// A connection whose server went away (a restart, a failover) is reconnected before
     /// its next use; the operation that found it broken has failed with `DepotError.Code.io`.
     func healthy(_ connection: PGConnection) {
+        // A failure ending the last read shows in `isBroken`, and the connection is reset
+        // here rather than failing the read that checked it out.
+        try? connection.settle()
         guard connection.isBroken, let handle = connection.handle else { return }
         PQreset(handle)
         if !connection.isBroken {
@@ -353,7 +356,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let transaction = PostgresTransaction(connection: connection, tables: tables, writable: false)
         defer {
             transaction.isFinished = true
-            if connection.isInTransaction { try? connection.execute("ROLLBACK") }
+            connection.endWithoutWaiting()
         }
         return try body(transaction)
     }
