@@ -6,7 +6,7 @@
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan stress fuzz bench bench-smoke bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
+.PHONY: deps test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -106,6 +106,14 @@ bench: deps
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
 	$(SWIFT) run -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+
+# The conformance suite against the release build (the tests run a debug build), on every
+# backend: PostgreSQL on a throwaway server, as `make test`. CI runs it after bench-smoke,
+# whose release build it reuses: about a minute. Any failed check fails it.
+conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
+conformance: WITH_POSTGRES_RUN = $(SWIFT) run -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
+conformance: deps
+	$(WITH_POSTGRES)
 
 # The backend comparison for PostgreSQL: Depot's postgres store beside libpq used directly,
 # on a throwaway server on this machine (its fsync is off: commits cost what the server's

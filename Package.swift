@@ -104,6 +104,10 @@ let package = Package(
                 "Depot", "DepotTesting", "CSQLite", "CLMDB", "CLibPQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
+        // The conformance suite as a program, to check a release build (`make conformance`).
+        .executableTarget(
+            name: "depot-conformance",
+            dependencies: ["Depot", "DepotTesting", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "DepotServiceLifecycle",
             dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
