@@ -132,7 +132,10 @@ let package = Package(
             ]),
         .testTarget(
             name: "DepotPostgresTests",
-            dependencies: ["DepotPostgres", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+            dependencies: [
+                "DepotPostgres", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "DepotLMDBTests",
             dependencies: ["DepotLMDB", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),

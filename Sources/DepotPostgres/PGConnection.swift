@@ -1,6 +1,7 @@
 import CLibPQ
 import DepotCore
 import Foundation
+import Logging
 
 /// One parameter in PostgreSQL's binary format, with its type's OID (0 lets the server
 /// infer it, for NULL).
@@ -171,11 +172,25 @@ final class PGConnection: @unchecked Sendable {
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
 
-    private init(handle: OpaquePointer) { self.handle = handle }
+    /// Where the server's notices and warnings go: the store's logger. libpq's default
+    /// prints them on the process's standard error, which a server's operators read as
+    /// its own output (a `DROP TABLE IF EXISTS` of a migration printed a NOTICE there).
+    private let notices: NoticeSink
+
+    private init(handle: OpaquePointer, logger: Logger) {
+        self.handle = handle
+        self.notices = NoticeSink(logger: logger)
+        // The receiver stays with the connection through PQreset; the sink lives as long
+        // as the connection that points to it.
+        PQsetNoticeReceiver(handle, { context, result in
+            guard let context, let result else { return }
+            Unmanaged<NoticeSink>.fromOpaque(context).takeUnretainedValue().receive(result)
+        }, Unmanaged.passUnretained(notices).toOpaque())
+    }
 
     /// Connects (blocking: run it off the cooperative pool) and applies `settings`
-    /// (`SET` statements) to the session.
-    static func open(_ conninfo: String, settings: [String]) throws(DepotError) -> PGConnection {
+    /// (`SET` statements) to the session. The server's notices go to `logger`.
+    static func open(_ conninfo: String, settings: [String], logger: Logger) throws(DepotError) -> PGConnection {
         guard let handle = PQconnectdb(conninfo) else {
             throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
         }
@@ -186,7 +201,7 @@ final class PGConnection: @unchecked Sendable {
                 ? .permissionDenied : (message.contains("too many") ? .busy : .io)
             throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
         }
-        let connection = PGConnection(handle: handle)
+        let connection = PGConnection(handle: handle, logger: logger)
         for setting in settings {
             do {
                 try connection.execute(setting)
@@ -490,4 +505,28 @@ final class PGConnection: @unchecked Sendable {
 
     var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
     var backendPID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
+}
+
+/// Receives a connection's notices (libpq calls it on the thread running the statement) and
+/// logs them: `WARNING` at `warning`, everything else the server sends this way (`NOTICE`,
+/// `INFO`, `LOG`, `DEBUG`) at `debug`.
+final class NoticeSink: Sendable {
+    let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    func receive(_ result: OpaquePointer) {
+        func field(_ code: Character) -> String? {
+            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
+            return String(cString: value)
+        }
+        // 'V': the severity, never localized.
+        let severity = field("V") ?? field("S") ?? "NOTICE"
+        let level: Logger.Level = severity == "WARNING" ? .warning : .debug
+        guard logger.logLevel <= level else { return }
+        let message = field("M") ?? String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+        var metadata: Logger.Metadata = ["postgres.severity": .string(severity)]
+        if let state = field("C") { metadata["postgres.sqlstate"] = .string(state) }
+        logger.log(level: level, "PostgreSQL \(severity.lowercased()): \(message)", metadata: metadata)
+    }
 }

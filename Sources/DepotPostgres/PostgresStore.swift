@@ -148,13 +148,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             ? "depot_changes_\(options.schema)" : "depot_changes_h\(String(UInt64(bitPattern: Self.lockKey(options.schema)), radix: 16))"
         self.gate = StoreGate(store: "PostgreSQL store (schema \(options.schema))")
         let settings = Self.sessionSettings(options)
-        let writer = try PGConnection.open(conninfo, settings: [])
+        let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger)
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
             let stored = try Self.prepareSchema(writer, options: options)
             for setting in settings { try writer.execute(setting, "Setting up the PostgreSQL session") }
-            for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings)) }
-            let listen = try PGConnection.open(conninfo, settings: settings)
+            for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings, logger: log.logger)) }
+            let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger)
             opened.append(listen)
             self.writer = writer
             self.readers = Array(opened[1...options.readers])
