@@ -83,7 +83,15 @@ struct DepotBench: AsyncParsableCommand {
         let runner = Runner(
             kinds: kinds, workloads: selectedWorkloads, records: records, repetitions: repetitions,
             directory: workDirectory, progress: { printErr("[depot-bench] \($0)") })
-        var results = try await runner.run()
+        let usesServer = selectedBackends.contains { $0.hasSuffix("postgres") }
+        var results: [Measurement]
+        do {
+            results = try await runner.run()
+        } catch {
+            if usesServer { await dropSchemas() }
+            throw error
+        }
+        if usesServer { await dropSchemas() }
         if selectedWorkloads.contains(.w2) {
             printErr("[depot-bench] peak memory during W2, one process per subject")
             // The client's memory says little for a database server, and the probe's child
@@ -153,6 +161,15 @@ struct DepotBench: AsyncParsableCommand {
                     return try openStore(url: location + (location.contains("?") ? "&" : "?") + "metrics=true&tracing=true")
                 }
             }
+        }
+    }
+
+    /// Drops the schemas the postgres subjects made; says so on standard error when one
+    /// could not be dropped (the run's figures stand).
+    private func dropSchemas() async {
+        guard let server = try? postgresServer() else { return }
+        for problem in await dropBenchSchemas(on: server) {
+            printErr("[depot-bench] warning: a schema of this run was left on the server: \(problem)")
         }
     }
 

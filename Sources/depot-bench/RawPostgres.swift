@@ -2,6 +2,7 @@ import CLibPQ
 import DepotTesting
 import Dispatch
 import Foundation
+import Synchronization
 
 /// PostgreSQL through libpq directly, written as fast as we can: prepared statements,
 /// binary parameters and results, one table in a schema of its own. The yardstick for
@@ -23,7 +24,7 @@ final class RawPostgresSubject: BenchSubject {
     }
 
     func open(at directory: URL) async throws {
-        schema = "raw_" + benchSchemaName(directory)
+        schema = benchSchemaName(directory, prefix: "raw_")
         let connection = try RawPGConnection(server, synchronousCommit: synchronousCommit)
         try connection.exec("CREATE SCHEMA IF NOT EXISTS \(schema)")
         try connection.exec("SET search_path TO \(schema)")
@@ -152,11 +153,43 @@ final class RawPostgresSubject: BenchSubject {
     }
 }
 
-/// A schema name from a bench directory's name: fresh stores get fresh schemas.
-func benchSchemaName(_ directory: URL) -> String {
+/// A schema name from a bench directory's name: fresh stores get fresh schemas. Each name
+/// is kept, and ``dropBenchSchemas(on:)`` drops them when the run ends.
+func benchSchemaName(_ directory: URL, prefix: String = "") -> String {
     let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789_")
     let name = String(directory.lastPathComponent.lowercased().map { allowed.contains($0) ? $0 : "_" })
-    return String(("b_" + name).prefix(40)) + "_" + String(UUID().uuidString.prefix(8).lowercased())
+    let schema = prefix + String(("b_" + name).prefix(40)) + "_" + String(UUID().uuidString.prefix(8).lowercased())
+    benchSchemas.withLock { $0.append(schema) }
+    return schema
+}
+
+/// The schemas this run created (or will have created), for ``dropBenchSchemas(on:)``.
+private let benchSchemas = Mutex<[String]>([])
+
+/// Drops every schema the run made on `server`, with what is in them: a run against a
+/// server of the user's own leaves nothing behind. On a thread of its own (libpq blocks).
+/// Returns what it could not drop, as messages.
+func dropBenchSchemas(on server: String) async -> [String] {
+    let schemas = benchSchemas.withLock { all -> [String] in
+        defer { all.removeAll() }
+        return all
+    }
+    guard !schemas.isEmpty else { return [] }
+    return await withCheckedContinuation { continuation in
+        Thread.detachNewThread {
+            var problems: [String] = []
+            do {
+                let connection = try RawPGConnection(server, synchronousCommit: "on")
+                defer { connection.close() }
+                for schema in schemas {
+                    do { try connection.exec("DROP SCHEMA IF EXISTS \(schema) CASCADE") } catch { problems.append("\(error)") }
+                }
+            } catch {
+                problems.append("\(error)")
+            }
+            continuation.resume(returning: problems)
+        }
+    }
 }
 
 /// One libpq connection of the raw subject, with its prepared statements.
