@@ -23,7 +23,7 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Comma-separated workloads: W1, W2, W3, W3e, W3h, W3c, W4, W4p, W4pe, W4ph, W5, W6, W6t, W7.")
     var workloads = "W1,W2,W3,W3e,W3h,W3c,W4,W4p,W4pe,W4ph,W5,W6,W6t,W7"
 
-    @Option(help: "A PostgreSQL server for the postgres and raw-postgres subjects (a libpq URI; each run uses schemas of its own). Default: DEPOT_BENCH_POSTGRES_URL.")
+    @Option(help: "A PostgreSQL server for the postgres and raw-postgres subjects (a libpq URI; each run uses schemas of its own and drops them at the end). Default: DEPOT_BENCH_POSTGRES_URL.")
     var postgresURL: String?
 
     @Flag(help: "Open Depot's stores with metrics=true&tracing=true (into swift-metrics' and swift-distributed-tracing's no-op backends, which nothing bootstraps here): what the instrumentation itself costs, against a run without it.")
