@@ -30,6 +30,9 @@ struct DepotConformance: AsyncParsableCommand {
     @Option(help: "Run only the checks whose name contains this text.")
     var filter: String?
 
+    @Flag(help: "Print every check as it finishes, with how long it took.")
+    var verbose = false
+
     func validate() throws {
         guard (1...64).contains(parallel) else { throw ValidationError("--parallel takes 1 to 64, not \(parallel).") }
         for backend in backendList where !Backend.allCases.map(\.rawValue).contains(backend) {
@@ -84,14 +87,22 @@ struct DepotConformance: AsyncParsableCommand {
             func add(_ index: Int) {
                 let check = checks[index]
                 let url = storeURL(for: backend, scratch: scratch)
+                let verbose = self.verbose
                 group.addTask {
+                    let clock = ContinuousClock()
+                    let start = clock.now
+                    var failure: String?
                     do {
                         let store = try await openStore(url: url)
                         try await check.runAndClose(store)
-                        return nil
                     } catch {
-                        return (check.name, "\(error)")
+                        failure = "\(error)"
                     }
+                    if verbose {
+                        let elapsed = (clock.now - start).formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))
+                        print("depot-conformance: \(backend.rawValue): \(failure == nil ? "✔" : "✘") \(check.name) (\(elapsed))")
+                    }
+                    return failure.map { (check.name, $0) }
                 }
             }
             while next < min(parallel, checks.count) {

@@ -159,6 +159,26 @@ public protocol InlineReadingStore: Store {
     func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T
 }
 
+/// A capability: a store whose writes never block (no I/O), so an awaited write may run
+/// on the calling task, even one of Swift's cooperative pool, when no other write is
+/// running or queued. The memory store is one.
+///
+/// A controller's async writes use it when the store has it. ``Store/submitWrite(_:completion:)``
+/// and ``Store/submitUntypedWrite(_:completion:)`` keep the caller's thread free of the
+/// write: they run it there only on a thread where blocking is allowed (a task preferring
+/// ``StoreExecutor``, with SQLite and LMDB), so a caller may submit a write and then do
+/// what the write waits for.
+public protocol InlineWritingStore: Store {
+    /// ``Store/submitUntypedWrite(_:completion:)``, except that when the store's writer is
+    /// idle the write runs (and `completion` is called) on the calling thread before this
+    /// returns. For a caller that only waits for `completion` (an awaited call); writes
+    /// still run one at a time, in submission order.
+    func submitUntypedWriteRunningHereIfIdle(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    )
+}
+
 /// A capability: a store that can run a read transaction right on the calling thread when
 /// that thread may block, a ``StoreExecutor`` thread (``StoreExecutor/isCurrent``): the
 /// awaited reads of a task preferring `store.executor` then cost no hop, no continuation and
@@ -369,6 +389,7 @@ struct StoreAccess: Sendable {
     @usableFromInline let inline: (any InlineReadingStore)?
     @usableFromInline let onCallingThread: (any ExecutorReadingStore)?
     @usableFromInline let rows: (any RowReadingStore)?
+    @usableFromInline let inlineWrites: (any InlineWritingStore)?
 
     @usableFromInline
     init(_ store: any Store) {
@@ -376,6 +397,7 @@ struct StoreAccess: Sendable {
         inline = store as? any InlineReadingStore
         onCallingThread = store as? any ExecutorReadingStore
         rows = store as? any RowReadingStore
+        inlineWrites = store as? any InlineWritingStore
     }
 
     @inlinable
@@ -436,8 +458,14 @@ struct StoreAccess: Sendable {
     @inlinable
     func writeUntraced<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
         let call = AwaitedCall<any WriteTransaction, T>(body)
-        try await call.suspend { call in
-            store.submitUntypedWrite({ try call.run($0) }, completion: { call.resume(with: $0) })
+        if let inlineWrites {
+            try await call.suspend { call in
+                inlineWrites.submitUntypedWriteRunningHereIfIdle({ try call.run($0) }, completion: { call.resume(with: $0) })
+            }
+        } else {
+            try await call.suspend { call in
+                store.submitUntypedWrite({ try call.run($0) }, completion: { call.resume(with: $0) })
+            }
         }
         return try call.result(of: "write").get()
     }
