@@ -64,7 +64,7 @@ struct LMDBGroupCommitTests {
             _ = release.wait(timeout: .now() + 300)
             try context.save(Cat(id: 0, name: "first", weight: 1, age: 1))
         }
-        await waitOff(running)
+        try #require(await signalled(running, within: 300), "the first write started")
         let before = commits.total
         // Twenty writes of 200 cats each: far more than a 64 KiB map holds, so the group
         // fills the map, grows it and runs again from its first write.

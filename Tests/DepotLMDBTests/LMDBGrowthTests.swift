@@ -7,12 +7,6 @@ import Testing
 
 @testable import DepotLMDB
 
-/// Waits for `semaphore` on a thread of its own, not on the cooperative pool (nor on the
-/// global queue's few threads, which the stores' readers need).
-func waitOff(_ semaphore: DispatchSemaphore) async {
-    await onThread { semaphore.wait() }
-}
-
 @Suite("LMDB map growth")
 struct LMDBGrowthTests {
     @Test("a write that needs the map to grow waits for a held reader, other reads go on, and the write succeeds")
@@ -32,7 +26,9 @@ struct LMDBGrowthTests {
                     return 0
                 }
             }
-            await waitOff(holding)
+            // Bounded (off the pool, see `signalled`) so that a broken store fails the test
+            // rather than hanging the run.
+            try #require(await signalled(holding, within: 300), "the reader started")
             let batch = Cat.workload(count: 20_000, seed: 3)
             let writer = Task { try await cats.save(batch) }
             // Wait until the write has filled the map and waits to grow it (a sync point,
