@@ -61,7 +61,7 @@ package final class PendingWrite: GroupedWrite, @unchecked Sendable {
 }
 
 /// Runs jobs one at a time, in submission order, on the threads of a dispatch queue: the
-/// writer's lane in the SQLite and LMDB stores (registration, writes, closing).
+/// writer's lane in the SQLite, LMDB and memory stores (registration, writes, closing).
 ///
 /// Each job is its own dispatch block, queued when the one before it has finished, so the
 /// task a job resumes usually runs on the thread that just finished it. For SQLite two
@@ -159,8 +159,9 @@ package final class SerialLane: Sendable {
     }
 
     /// Runs `write` on the calling thread, at once, when the lane is idle (nothing running,
-    /// nothing queued): for a caller on a thread that may block (``StoreExecutor``), which
-    /// then waits for no hop to the lane's thread and back. Returns `false`, without running
+    /// nothing queued): for a caller on a thread that may block (``StoreExecutor``), or a
+    /// write that never blocks (the memory store's awaited writes), which then waits for no
+    /// hop to the lane's thread and back. Returns `false`, without running
     /// it, when the lane is busy or stopped; submit it then.
     package func runHereIfIdle(write: any GroupedWrite) -> Bool {
         let claimed = state.withLockedValue { s -> Bool in
