@@ -178,14 +178,28 @@ enum TransactionChecks {
                     done.leave()
                 }
             }
+            // `submitWrite` must return before the write runs (this check submits, then does
+            // what the write waits for): a write that finds it has not returned yet gives up
+            // waiting, so a store that runs it on the caller's thread fails here at once
+            // instead of waiting out the bound below.
+            let returned = DispatchSemaphore(value: 0)
+            let ranBeforeReturn = NIOLockedValueBox(false)
             // The first write holds the writer until the others are queued behind it.
             submit(-1) { context in
-                firstRunning.signal()
-                // Bounded only so that a broken store cannot hang the run (Thread Sanitizer
-                // slows submitting the others a lot).
-                _ = queued.wait(timeout: .now() + 300)
+                if returned.wait(timeout: .now() + 30) == .timedOut {
+                    ranBeforeReturn.withLockedValue { $0 = true }
+                } else {
+                    firstRunning.signal()
+                    // Bounded only so that a broken store cannot hang the run (Thread
+                    // Sanitizer slows submitting the others a lot).
+                    _ = queued.wait(timeout: .now() + 300)
+                }
                 try context.insert(Cat(id: 200, name: "First", weight: 1, age: 1))
                 return 200
+            }
+            returned.signal()
+            if ranBeforeReturn.withLockedValue({ $0 }) {
+                throw ConformanceFailure(message: "submitWrite ran the write on the caller's thread before returning", file: #fileID, line: #line)
             }
             guard await signalled(firstRunning, within: 300) else {
                 queued.signal()
