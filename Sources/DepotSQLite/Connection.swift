@@ -43,6 +43,9 @@ final class Connection: @unchecked Sendable {
     private static let dynamicLimit = 256
     /// Keeps the trace hook's context alive as long as the connection (see `traceStatements`).
     var traceContext: TraceContext?
+    /// Keeps the WAL hook's context alive as long as the connection (see
+    /// `checkpoint(with:)`).
+    var walHookContext: Checkpointer?
     /// The reader the last lookup by key on this connection used, with its statement and
     /// table: lookups by key come one per read on a reader connection, and the reader
     /// outlives the read, so it is made once per connection and table, not per read.

@@ -101,6 +101,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     let readers: [Reader]
     let gate: StoreGate
     let temporaryDirectory: URL?
+    /// Checkpoints the WAL beside the writer instead of inside its commits.
+    let checkpointer: Checkpointer
 
     // MARK: Opening
 
@@ -233,6 +235,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
                 connections.append(reader)
             }
             let readers = connections.map { Reader(connection: $0) }
+            let checkpointer = Checkpointer(path: file, log: log)
+            writer.checkpoint(with: checkpointer)
+            self.checkpointer = checkpointer
             self.writer = writer
             self.writerLane = SerialLane(label: "depot.sqlite.writer")
             self.readers = readers
@@ -263,11 +268,12 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         if !alreadyClosed {
             let readers = self.readers
             let writer = self.writer
+            let checkpointer = self.checkpointer
             let temporaryDirectory = self.temporaryDirectory
             let log = self.log
             let location = isInMemory ? ":memory:" : path
             let close: @Sendable () -> Void = {
-                Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+                Self.closeConnections(readers: readers, checkpointer: checkpointer, writer: writer, temporaryDirectory: temporaryDirectory)
                 log.closed("sqlite", at: location)
             }
             if !writerLane.submit(close) { close() }
@@ -541,12 +547,14 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     func closeConnections() {
-        Self.closeConnections(readers: readers, writer: writer, temporaryDirectory: temporaryDirectory)
+        Self.closeConnections(readers: readers, checkpointer: checkpointer, writer: writer, temporaryDirectory: temporaryDirectory)
     }
 
-    /// Readers first: the writer, closing last, checkpoints the WAL into the file.
-    static func closeConnections(readers: [Reader], writer: Connection, temporaryDirectory: URL?) {
+    /// Readers and the checkpointer first (after its running checkpoint): the writer,
+    /// closing last, checkpoints the WAL into the file and removes it.
+    static func closeConnections(readers: [Reader], checkpointer: Checkpointer, writer: Connection, temporaryDirectory: URL?) {
         for reader in readers { reader.connection.close() }
+        checkpointer.close()
         writer.close()
         if let temporaryDirectory { try? FileManager.default.removeItem(at: temporaryDirectory) }
     }
