@@ -120,7 +120,10 @@ let package = Package(
         .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
         .testTarget(
             name: "DepotSQLiteTests",
-            dependencies: ["DepotSQLite", "DepotTesting", "CSQLiteFaultVFS", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+            dependencies: [
+                "DepotSQLite", "DepotTesting", "CSQLiteFaultVFS", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]),
         // Expansion and diagnostics of @Record, checked as text with swift-syntax's own
         // test support (no XCTest, no extra package).
         .testTarget(

@@ -97,7 +97,7 @@ final class Checkpointer: @unchecked Sendable {
     /// Called by the writer connection's WAL hook after each commit, on the writer's
     /// thread, with the frames now in the WAL.
     fileprivate func committed(frames: Int32, on writer: OpaquePointer) {
-        enum Action { case none, here, thread }
+        enum Action { case none, here, takeOver, thread }
         let action = state.withLockedValue { s -> Action in
             if s.closed { return .none }
             if frames < s.lastFrames {
@@ -118,7 +118,7 @@ final class Checkpointer: @unchecked Sendable {
                 // The thread stops after its round; until then the writer's checkpoints
                 // find its lock taken and return at once.
                 s.takenOver = true
-                return .here
+                return .takeOver
             }
             if pending >= threshold {
                 s.running = true
@@ -134,18 +134,25 @@ final class Checkpointer: @unchecked Sendable {
         }
         switch action {
         case .none: break
-        case .here:
+        case .here, .takeOver:
+            if case .takeOver = action {
+                log.logger.warning(
+                    "SQLite WAL checkpointer thread fell behind; commits checkpoint until they have caught up",
+                    metadata: ["depot.location": .string(path), "depot.walFrames": .stringConvertible(frames)])
+            }
             // A passive checkpoint on the writer, as SQLite's default hook makes; an error
             // or a busy checkpoint lock leaves the frames in the WAL, copied later.
             var total: Int32 = 0
             var done: Int32 = 0
+            let start = DispatchTime.now().uptimeNanoseconds
             if sqlite3_wal_checkpoint_v2(writer, nil, SQLITE_CHECKPOINT_PASSIVE, &total, &done) == SQLITE_OK {
-                state.withLockedValue { s in
-                    if done > s.copied {
-                        s.copied = done
-                        s.checkpoints += 1
-                    }
+                let copied = state.withLockedValue { s -> Bool in
+                    guard done > s.copied else { return false }
+                    s.copied = done
+                    s.checkpoints += 1
+                    return true
                 }
+                if copied { report(onWriter: true, frames: done, total: total, since: start) }
             }
         case .thread:
             startIfNeeded()
@@ -196,9 +203,11 @@ final class Checkpointer: @unchecked Sendable {
             }
         }
         guard let connection = openConnection(), let handle = connection.handle else { return }
+        let start = DispatchTime.now().uptimeNanoseconds
+        var total: Int32 = 0
+        defer { if copied > 0 { report(onWriter: false, frames: copied, total: total, since: start) } }
         for _ in 0..<Self.maximumRounds {
             if state.withLockedValue({ $0.closed || $0.takenOver }) { return }
-            var total: Int32 = 0
             var done: Int32 = 0
             let rc = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &total, &done)
             // Busy: another connection (the writer, another process) is checkpointing.
@@ -212,6 +221,19 @@ final class Checkpointer: @unchecked Sendable {
             state.withLockedValue { $0.checkpoints += 1 }
             if done >= total { return }
         }
+    }
+
+    /// Logs a checkpoint that copied pages (at `debug`) and reports it to the metrics.
+    private func report(onWriter: Bool, frames: Int32, total: Int32, since start: UInt64) {
+        let nanoseconds = DispatchTime.now().uptimeNanoseconds &- start
+        log.telemetry?.checkpointed(onWriter: onWriter, nanoseconds: nanoseconds)
+        log.logger.debug(
+            "SQLite WAL checkpointed",
+            metadata: [
+                "depot.location": .string(path), "depot.on": .string(onWriter ? "writer" : "thread"),
+                "depot.walFramesCopied": .stringConvertible(frames), "depot.walFrames": .stringConvertible(total),
+                "depot.milliseconds": .stringConvertible(Double(nanoseconds) / 1e6),
+            ])
     }
 
     private func openConnection() -> Connection? {

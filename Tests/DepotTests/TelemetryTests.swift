@@ -95,6 +95,27 @@ struct TelemetryTests {
         await store.close()
     }
 
+    /// WAL checkpoints are counted where they ran (the store's checkpointer thread here),
+    /// with their duration.
+    @Test func sqliteCheckpointsAreCounted() async throws {
+        let metrics = TelemetrySystems.metrics
+        let onThread = [("backend", "sqlite"), ("on", "thread")]
+        let before = total("depot_sqlite_checkpoints_total", onThread)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-telemetry-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await openStore(url: "sqlite:\(directory.path)/cats.sqlite?metrics=true")
+        let cats = Controller<Cat, CatRecord>(store: store)
+        // Single saves, each its own commit of a few pages, past the 1,000 pages that start
+        // a checkpoint.
+        for cat in Cat.workload(count: 800) { try await cats.save(cat) }
+        for _ in 0..<3000 where total("depot_sqlite_checkpoints_total", onThread) == before {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(total("depot_sqlite_checkpoints_total", onThread) > before, "the checkpointer thread's checkpoint was counted")
+        #expect(try metrics.expectTimer("depot_sqlite_checkpoint_duration", [("backend", "sqlite")]).values.isEmpty == false)
+        await store.close()
+    }
+
     /// Reads that find every reader connection busy are counted, with the time they waited.
     @Test func poolWaitsAreCounted() async throws {
         let metrics = TelemetrySystems.metrics

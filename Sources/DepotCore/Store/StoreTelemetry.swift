@@ -13,7 +13,11 @@ public import Tracing
 /// - `depot_errors_total` (`code`: the ``DepotError/Code`` name of each failed transaction);
 /// - `depot_pool_waits_total` and `depot_pool_wait_duration`: reads that found every reader
 ///   connection busy (SQLite, PostgreSQL) and how long they waited;
-/// - `depot_lmdb_map_growths_total`: LMDB map resizes.
+/// - `depot_lmdb_map_growths_total`: LMDB map resizes;
+/// - `depot_sqlite_checkpoints_total` (`on`: thread, writer) and
+///   `depot_sqlite_checkpoint_duration`: WAL checkpoints that copied pages, by the store's
+///   checkpointer thread or by a commit (when the thread fell behind), and how long each
+///   took.
 ///
 /// Transactions are counted as they end on the store's thread: a write that PostgreSQL
 /// aborts for a conflict and runs again counts once per attempt (the failed ones with code
@@ -36,6 +40,9 @@ public final class StoreTelemetry: Sendable {
     let poolWaits: Counter
     let poolWaitDuration: Timer
     let mapGrowths: Counter
+    let threadCheckpoints: Counter
+    let writerCheckpoints: Counter
+    let checkpointDuration: Timer
     private let errors = NIOLockedValueBox<[String: Counter]>([:])
 
     /// - Parameters:
@@ -53,6 +60,9 @@ public final class StoreTelemetry: Sendable {
         poolWaits = Counter(label: "depot_pool_waits_total", dimensions: [("backend", backend)])
         poolWaitDuration = Timer(label: "depot_pool_wait_duration", dimensions: [("backend", backend)])
         mapGrowths = Counter(label: "depot_lmdb_map_growths_total", dimensions: [("backend", backend)])
+        threadCheckpoints = Counter(label: "depot_sqlite_checkpoints_total", dimensions: [("backend", backend), ("on", "thread")])
+        writerCheckpoints = Counter(label: "depot_sqlite_checkpoints_total", dimensions: [("backend", backend), ("on", "writer")])
+        checkpointDuration = Timer(label: "depot_sqlite_checkpoint_duration", dimensions: [("backend", backend)])
         systemName = switch backend {
         case "postgres": "postgresql"
         case "memory": "other_sql"
@@ -99,6 +109,14 @@ public final class StoreTelemetry: Sendable {
     public func mapGrew() {
         guard metrics else { return }
         mapGrowths.increment()
+    }
+
+    /// SQLite copied WAL pages into the database file, on the store's checkpointer thread
+    /// or in a commit (`onWriter`), in `nanoseconds`.
+    public func checkpointed(onWriter: Bool, nanoseconds: UInt64) {
+        guard metrics else { return }
+        (onWriter ? writerCheckpoints : threadCheckpoints).increment()
+        checkpointDuration.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
     /// The tracer spans go to, or `nil` when tracing is off or the active tracer (the
