@@ -11,6 +11,11 @@ struct AbortedTransfer: Error {}
 struct ConcurrencyTests {
     /// Transfers per writer: `DEPOT_CONCURRENCY_OPS`, or 5,000 in the full run.
     static let transfersPerWriter = Stress.size("DEPOT_CONCURRENCY_OPS", ci: 150, tsan: 40, full: 5_000)
+    /// Snapshot reads the readers make, in all, while the writers write: the writers wait
+    /// for the readers to keep up with their share of it. Without that, a store whose
+    /// writes got faster (the memory store's, when awaited writes began running on the
+    /// calling task) finished its transfers with ten times fewer reads interleaved.
+    static var minimumReads: Int { 4 * transfersPerWriter }
     static let accountCount = 12
     static let initial: Int64 = 1_000
 
@@ -60,6 +65,10 @@ struct ConcurrencyTests {
                     var generator = SplitMix64(seed: UInt64(writer) + 1)
                     let accounts = Controller<Account, Account>(store: store)
                     for step in 0..<transfersPerWriter {
+                        // Paced by the readers (see `minimumReads`).
+                        while reads.value < minimumReads * step / transfersPerWriter && !Task.isCancelled {
+                            await Task.yield()
+                        }
                         let from = "a\(Int(generator.next() % UInt64(accountCount)))"
                         let to = "a\(Int(generator.next() % UInt64(accountCount)))"
                         let amount = Int64(generator.next() % 50) + 1
@@ -129,6 +138,7 @@ struct ConcurrencyTests {
         }
         check(try await setup.fetchAll(), "after the run")
         #expect(violations.value == 0)
+        #expect(reads.value >= minimumReads * (transfersPerWriter - 1) / transfersPerWriter, "the readers kept up with the writers")
         report("concurrency \(name): \(writes.value) transfers (1 in 7 rolled back) by 4 writers, \(reads.value) snapshot reads by 3 readers, \(violations.value) invariant violations")
     }
 }
