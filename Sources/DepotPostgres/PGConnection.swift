@@ -478,10 +478,7 @@ final class PGConnection: @unchecked Sendable {
     }
 
     static func failure(of result: OpaquePointer, connection: OpaquePointer?) -> PGFailure {
-        func field(_ code: Character) -> String? {
-            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
-            return String(cString: value)
-        }
+        func field(_ code: Character) -> String? { errorField(code, of: result) }
         let message = field("M") ?? connection.map { String(cString: PQerrorMessage($0)) } ?? "unknown error"
         // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
         // lost connection (08006, so `io`), not an error of the server's.
@@ -507,6 +504,13 @@ final class PGConnection: @unchecked Sendable {
     var backendPID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
 }
 
+/// One field of an error or notice result (`PQresultErrorField`: 'C' the SQLSTATE, 'M' the
+/// message, 'D' the detail, 'n' the constraint, 'V' the severity), or `nil` when absent.
+func errorField(_ code: Character, of result: OpaquePointer) -> String? {
+    guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
+    return String(cString: value)
+}
+
 /// Receives a connection's notices (libpq calls it on the thread running the statement) and
 /// logs them: `WARNING` at `warning`, everything else the server sends this way (`NOTICE`,
 /// `INFO`, `LOG`, `DEBUG`) at `debug`.
@@ -516,10 +520,7 @@ final class NoticeSink: Sendable {
     init(logger: Logger) { self.logger = logger }
 
     func receive(_ result: OpaquePointer) {
-        func field(_ code: Character) -> String? {
-            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
-            return String(cString: value)
-        }
+        func field(_ code: Character) -> String? { errorField(code, of: result) }
         // 'V': the severity, never localized.
         let severity = field("V") ?? field("S") ?? "NOTICE"
         let level: Logger.Level = severity == "WARNING" ? .warning : .debug
