@@ -17,10 +17,12 @@ import NIOConcurrencyHelpers
 /// which runs passive checkpoints on a connection of its own while the writer goes on
 /// committing. A passive checkpoint never takes the write lock and never waits for a
 /// reader: it copies what no reader's snapshot still needs, and is repeated while it makes
-/// progress (the writer keeps adding frames meanwhile). The thread runs at a lower priority
-/// than the store's others, so that a checkpoint takes the CPU from no read and no commit
-/// that a caller waits for: with the same priority, the thread slowed awaited saves from
-/// ordinary tasks by as much as it saved them.
+/// progress (the writer keeps adding frames meanwhile). A thread of its own, not a
+/// dispatch queue: a checkpoint blocks for its syncs, for milliseconds, and would hold one
+/// of the workers Swift's tasks and the store's reads share. It runs at the default
+/// priority: at nice 10 awaited saves (W3, W3e) were no faster, reads under a writer (W6) no
+/// faster beyond the noise, and a starved thread holds the checkpoint lock for longer (see
+/// ``behindFrames``).
 ///
 /// The WAL restarts from its beginning only at a write that finds every frame copied, which
 /// a checkpoint running beside a busy writer rarely leaves: each round's syncs outlast
@@ -30,8 +32,8 @@ import NIOConcurrencyHelpers
 /// restarts the WAL. The WAL file so grows to about four times SQLite's default (16 MB with
 /// 4 KiB pages) instead of without bound.
 ///
-/// Should the thread fall ``behindFrames`` behind (a machine busy at a higher priority for
-/// long), the writer takes checkpoints back until it has caught up, as SQLite's default
+/// Should the thread fall ``behindFrames`` behind (a machine too busy to give it the CPU),
+/// the writer takes checkpoints back until it has caught up, as SQLite's default
 /// does, and the thread starts no new round meanwhile; should the thread's connection fail
 /// to open, the writer keeps them.
 final class Checkpointer: @unchecked Sendable {
@@ -47,8 +49,6 @@ final class Checkpointer: @unchecked Sendable {
     var behindFrames: Int32 { 8 * threshold }
     /// Passive checkpoints in a row, while each copies something the one before did not.
     static let maximumRounds = 16
-    /// The checkpointer thread's nice value (0 is the default, 19 the lowest priority).
-    static let niceness: Int32 = 10
 
     private struct State {
         var running = false
@@ -168,18 +168,10 @@ final class Checkpointer: @unchecked Sendable {
         started = true
         let thread = Thread { [self] in run() }
         thread.name = "depot.sqlite.checkpointer"
-        #if !canImport(Glibc)
-        thread.qualityOfService = .utility
-        #endif
         thread.start()
     }
 
     private func run() {
-        // On Linux the nice value is per thread (elsewhere it is the process's:
-        // `startIfNeeded` asks for a utility QoS instead).
-        #if canImport(Glibc)
-        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, Self.niceness)
-        #endif
         while true {
             wake.lock(whenValue: true)
             wake.unlock(withValue: false)

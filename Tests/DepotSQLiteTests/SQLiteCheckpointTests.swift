@@ -100,7 +100,7 @@ struct SQLiteCheckpointTests {
             let (writer, checkpointer) = try Self.writer(at: path, threshold: 100)
             // Each commit writes at least one frame: 20,000 of them. Alone on the machine the
             // WAL stays under 4 × behindFrames (3,200); beside other tests' threads the
-            // low-priority checkpointer's round can last while the writer adds thousands
+            // checkpointer's round can last while the writer adds thousands
             // more before a commit may take over, so the bound checked is half of what a
             // WAL that never restarts would reach.
             var largest = 0
@@ -117,7 +117,7 @@ struct SQLiteCheckpointTests {
         }
     }
 
-    /// A checkpointer thread that cannot run (a machine busy at a higher priority) does not
+    /// A checkpointer thread that cannot run (a machine too busy to give it the CPU) does not
     /// let the WAL grow: past ``Checkpointer/behindFrames`` the writer checkpoints itself.
     @Test func theWriterTakesCheckpointsBackWhenTheThreadFallsBehind() async throws {
         try await withTemporaryDirectory { directory in
