@@ -264,28 +264,29 @@ extension LMDBTransaction {
     }
 
     func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
-        let handles = try handles(for: entity)
-        guard key.type == handles.entity.primaryKey.type else { return false }
-        keyBuffer.removeAll(keepingCapacity: true)
-        KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
-        guard keyBuffer.count <= maxKeySize else { return false }
-        guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
-            return false
+        try withHandles(for: entity) { handles in
+            guard key.type == handles.primaryKeyType else { return false }
+            keyBuffer.removeAll(keepingCapacity: true)
+            KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
+            guard keyBuffer.count <= maxKeySize else { return false }
+            guard let value = try get(handles.main, keyBuffer, context: "Reading a \(entity.name) record in \(storeName)") else {
+                return false
+            }
+            // One reader serves every lookup of an entity in this transaction (lookups by
+            // key come in bursts); a lookup made while it is lent out gets its own.
+            let columns: RecordColumns
+            if let cached = keyColumns, cached.owner == ObjectIdentifier(handles), !cached.isLent {
+                columns = cached
+            } else {
+                columns = RecordColumns(types: handles.types, owner: ObjectIdentifier(handles))
+                if keyColumns?.isLent != true { keyColumns = columns }
+            }
+            try load(value, into: columns, handles)
+            columns.isLent = true
+            defer { columns.isLent = false }
+            try body(columns)
+            return true
         }
-        // One reader serves every lookup of an entity in this transaction (lookups by key
-        // come in bursts); a lookup made while it is lent out gets its own.
-        let columns: RecordColumns
-        if let cached = keyColumns, cached.types.sharesStorage(with: handles.types), !cached.isLent {
-            columns = cached
-        } else {
-            columns = RecordColumns(types: handles.types)
-            if keyColumns?.isLent != true { keyColumns = columns }
-        }
-        try load(value, into: columns, handles)
-        columns.isLent = true
-        defer { columns.isLent = false }
-        try body(columns)
-        return true
     }
 
     func count(_ query: Query) throws -> Int {

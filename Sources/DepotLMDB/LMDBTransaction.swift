@@ -29,6 +29,9 @@ final class LMDBTransaction: WriteTransaction {
     /// made from (another process migrated it); the store then reloads its catalog and
     /// reruns the whole transaction, whatever the closure did with the error.
     var catalogChanged = false
+    /// The version of the store's catalog (see `CatalogCell.version`) that ``snapshot``
+    /// belongs to, for a read transaction the store may reuse.
+    var catalogVersion: UInt64 = 0
 
     // Used only by the one thread that runs the transaction, and never across a call that
     // could re-enter: no dynamic exclusivity checks on the hot path.
@@ -39,6 +42,12 @@ final class LMDBTransaction: WriteTransaction {
     @exclusivity(unchecked) var indexKeys: [[UInt8]] = []
     @exclusivity(unchecked) var oldIndexKey: [UInt8] = []
     @exclusivity(unchecked) var oldRow = Row()
+    /// The handles the last ``handles(for:)`` resolved, and the handle it resolved them
+    /// for. Unretained: ``snapshot``, which never changes, holds them.
+    @exclusivity(unchecked) var resolved: Unmanaged<RegisteredEntity>?
+    @exclusivity(unchecked) var resolvedSlot = -1
+    @exclusivity(unchecked) var resolvedGeneration: UInt64 = 0
+    @exclusivity(unchecked) var resolvedStore: ObjectIdentifier?
 
     init(
         txn: OpaquePointer, catalog: CatalogSnapshot, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
@@ -55,11 +64,11 @@ final class LMDBTransaction: WriteTransaction {
     }
 
     /// Makes a finished read transaction usable again for the next read on the same reader
-    /// handle (renewed by the caller), when nothing outside the store kept it: returns
-    /// `false` when the transaction cannot serve (a write transaction, another catalog).
+    /// handle (renewed by the caller), when nothing outside the store kept it and the catalog
+    /// is unchanged: returns `false` for a write transaction.
     /// Call only on a transaction the caller holds the one reference to.
-    func reopen(catalog: CatalogSnapshot) -> Bool {
-        guard !writable, snapshot === catalog else { return false }
+    func reopen() -> Bool {
+        guard !writable else { return false }
         isFinished = false
         mapFull = false
         catalogChanged = false
@@ -86,8 +95,42 @@ final class LMDBTransaction: WriteTransaction {
             throw DepotError.transactionEnded
         }
         let handles = try catalog.resolve(entity)
+        try verify(entity, handles)
+        resolvedSlot = entity.slot
+        resolvedGeneration = entity.generation
+        resolvedStore = entity.store
+        resolved = Unmanaged.passUnretained(handles)
+        return handles
+    }
+
+    /// Calls `body` with the handles of `entity`, as ``handles(for:)`` returns them, without
+    /// retaining them when they are those the last call resolved: what a lookup by key in a
+    /// read of its own does, every time, on a reused transaction. The handles are shared by
+    /// every reader, and a retain of them is an atomic on a cache line all reader threads
+    /// write.
+    @inline(__always)
+    func withHandles<R>(for entity: EntityHandle, _ body: (RegisteredEntity) throws -> R) throws -> R {
+        if let resolved, !isFinished, entity.slot == resolvedSlot, entity.generation == resolvedGeneration,
+            entity.store == resolvedStore
+        {
+            return try resolved._withUnsafeGuaranteedRef { handles in
+                try verify(entity, handles)
+                return try body(handles)
+            }
+        }
+        return try body(handles(for: entity))
+    }
+
+    /// Checks that `handles` still match the stored schema of `entity` (see
+    /// ``handles(for:)``).
+    @inline(__always)
+    private func verify(_ entity: EntityHandle, _ handles: RegisteredEntity) throws(DepotError) {
         // Most transactions touch one entity many times: its stamp is checked once.
-        if entity.slot == lastVerifiedSlot { return handles }
+        if entity.slot == lastVerifiedSlot { return }
+        try verifyStamp(entity, handles)
+    }
+
+    private func verifyStamp(_ entity: EntityHandle, _ handles: RegisteredEntity) throws(DepotError) {
         if !verifiedSlots.contains(entity.slot) {
             // Several processes may share the directory: one may have migrated the entity
             // since this process loaded its catalog. Writing with stale handles would store
@@ -109,7 +152,6 @@ final class LMDBTransaction: WriteTransaction {
         // of one entity never allocates it.
         if lastVerifiedSlot >= 0 { verifiedSlots.insert(lastVerifiedSlot) }
         lastVerifiedSlot = entity.slot
-        return handles
     }
 
     func corrupted(_ what: String, entity: String) -> DepotError {

@@ -29,8 +29,13 @@ final class RecordColumns: ColumnReader {
     private let count: Int
     private let typeBuffer: UnsafeMutablePointer<AttributeType>
 
-    init(types: [AttributeType]) {
+    /// The registered entity whose records this reader reads, when a transaction keeps it
+    /// for its lookups by key: checked before reuse, without retaining the entity.
+    let owner: ObjectIdentifier?
+
+    init(types: [AttributeType], owner: ObjectIdentifier? = nil) {
         self.types = types
+        self.owner = owner
         self.count = types.count
         self.typeBuffer = .allocate(capacity: max(1, types.count))
         self.typeBuffer.initialize(from: types, count: types.count)
@@ -211,13 +216,5 @@ final class RecordColumns: ColumnReader {
         case .data: return .data(try data(index))
         case .uuid: return .uuid(try uuid(index))
         }
-    }
-}
-
-extension Array where Element == AttributeType {
-    /// Whether two arrays share one buffer: the types of one entity's handles are one
-    /// array, copied.
-    func sharesStorage(with other: [AttributeType]) -> Bool {
-        count == other.count && withUnsafeBufferPointer { a in other.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
     }
 }

@@ -20,6 +20,8 @@ final class RegisteredEntity: Sendable {
     let schemaVersion: Int
     /// The attribute types in order, so decoding a record does not copy descriptions.
     let types: [AttributeType]
+    /// The primary key's type, compared with every key looked up.
+    let primaryKeyType: AttributeType
     /// The exact bytes of the entity's stored schema (`entity:<Name>` in `depot_meta`) these
     /// handles were made from. Another process that migrates the entity changes them; every
     /// transaction compares them before using the handles (see
@@ -37,6 +39,7 @@ final class RegisteredEntity: Sendable {
         self.indexes = indexes
         self.schemaVersion = schemaVersion
         self.types = entity.attributes.map(\.type)
+        self.primaryKeyType = entity.primaryKey.type
         self.stamp = stamp
     }
 

@@ -364,6 +364,79 @@ struct LMDBStoreTests {
     }
 }
 
+@Suite("LMDB read transaction reuse")
+struct LMDBReaderReuseTests {
+    /// A pointer `IdleReaders` keeps but never dereferences.
+    static func handle(_ n: Int) -> ReaderHandle {
+        ReaderHandle(txn: OpaquePointer(bitPattern: 0x1000 + n * 16)!)
+    }
+
+    @Test("an idle read transaction goes back to the thread that put it back; at most 16 are kept")
+    func idleSlots() {
+        let idle = IdleReaders()
+        let handles = (0..<17).map(Self.handle)
+        #expect(idle.take() == nil)
+        #expect(idle.put(handles[0]))
+        #expect(idle.take() === handles[0])
+        #expect(idle.take() == nil)
+        for handle in handles.prefix(16) { #expect(idle.put(handle)) }
+        #expect(!idle.put(handles[16]), "a seventeenth idle transaction is not kept")
+        let drained = idle.drain()
+        #expect(Set(drained.map(ObjectIdentifier.init)) == Set(handles.prefix(16).map(ObjectIdentifier.init)))
+        #expect(idle.take() == nil)
+    }
+
+    @Test("threads taking and putting back idle transactions never share one and lose none")
+    func idleSlotsUnderContention() {
+        let idle = IdleReaders()
+        let inUse = Mutex<Set<ObjectIdentifier>>([])
+        let created = Atomic<Int>(0)
+        let discarded = Atomic<Int>(0)
+        let shared = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            for _ in 0..<20_000 {
+                let handle = idle.take() ?? Self.handle(created.wrappingAdd(1, ordering: .relaxed).newValue)
+                if !inUse.withLock({ $0.insert(ObjectIdentifier(handle)).inserted }) { shared.add(1, ordering: .relaxed) }
+                handle.catalogVersion &+= 1
+                inUse.withLock { _ = $0.remove(ObjectIdentifier(handle)) }
+                if !idle.put(handle) { discarded.add(1, ordering: .relaxed) }
+            }
+        }
+        let drained = idle.drain()
+        #expect(shared.load(ordering: .relaxed) == 0, "a handle was taken by two threads at once")
+        #expect(Set(drained.map(ObjectIdentifier.init)).count == drained.count)
+        #expect(drained.count + discarded.load(ordering: .relaxed) == created.load(ordering: .relaxed))
+    }
+
+    @Test("lookups on reused read transactions follow entities registered and records written since")
+    func reuseFollowsCatalogChanges() async throws {
+        try await withStore { store, _ in
+            let cats = Cats(store: store)
+            try await cats.save(Array(fixtureCatsForTests))
+            let first = try #require(fixtureCatsForTests.first)
+            // Leaves idle read transactions behind, made with a catalog of one entity.
+            for _ in 0..<8 { #expect(try await cats.fetchOne(id: first.id) == first) }
+            let accounts = Accounts(store: store)
+            try await accounts.save(Account(id: "a", owner: "Ann", balance: 5))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for n in 0..<8 {
+                    group.addTask {
+                        let account = try await accounts.fetchOne(id: "a")
+                        let cat = try await cats.fetchOne(id: first.id)
+                        let missing = try await cats.fetchOne(id: 10_000 + Int64(n))
+                        #expect(account?.balance == 5)
+                        #expect(cat == first)
+                        #expect(missing == nil)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            try await accounts.save(Account(id: "a", owner: "Ann", balance: 6))
+            #expect(try await accounts.fetchOne(id: "a")?.balance == 6)
+        }
+    }
+}
+
 /// The conformance suite's fixture cats.
 let fixtureCatsForTests = Cat.fixtures
 

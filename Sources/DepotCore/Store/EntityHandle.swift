@@ -18,7 +18,12 @@ import Synchronization
 /// ```
 public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
     /// The description the entity was registered with.
-    public let entity: EntityDescription
+    public var entity: EntityDescription { interned.entity }
+    // Unowned and unsafe, so that a handle copies as plain bits: handles are copied several
+    // times on every read (into each closure and call that carries one), and retaining a
+    // description's attribute array each time was an atomic on a cache line every reader
+    // thread shares. Safe because interned descriptions live as long as the process.
+    @usableFromInline unowned(unsafe) let interned: InternedEntity
     /// The store's position for the entity: assigned at its first registration and kept
     /// for the store's life (a migration keeps the slot).
     public let slot: Int
@@ -30,7 +35,7 @@ public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
 
     /// For backends, through ``EntityRegistry``; applications get handles by registering.
     init(entity: EntityDescription, slot: Int, generation: UInt64, store: ObjectIdentifier) {
-        self.entity = entity
+        self.interned = InternedEntity.interning(entity)
         self.slot = slot
         self.generation = generation
         self.store = store
@@ -48,6 +53,32 @@ public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
     public func hash(into hasher: inout Hasher) {
         hasher.combine(generation)
         hasher.combine(slot)
+    }
+}
+
+/// An entity description kept for the life of the process, one per distinct description
+/// (as the runtime keeps type metadata), so that ``EntityHandle`` can refer to it without
+/// counting references. A process registers a bounded set of schemas: those its code
+/// declares and those it migrates between.
+@usableFromInline
+final class InternedEntity: Sendable {
+    @usableFromInline let entity: EntityDescription
+
+    private init(_ entity: EntityDescription) {
+        self.entity = entity
+    }
+
+    private static let table = Mutex<[EntityDescription: InternedEntity]>([:])
+
+    /// The interned copy of `entity`, made on first use. Called when an entity is
+    /// registered, never per read.
+    static func interning(_ entity: EntityDescription) -> InternedEntity {
+        table.withLock { table in
+            if let interned = table[entity] { return interned }
+            let interned = InternedEntity(entity)
+            table[entity] = interned
+            return interned
+        }
     }
 }
 

@@ -138,6 +138,34 @@ public protocol RowReadingStore: Store {
     func submitRowRead(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void)
+
+    /// Reads the record `read` names as a read of its own, calls `read.visit` with it when
+    /// there is one, then `read.finish` once with whether there was.
+    ///
+    /// What an awaited lookup calls: one object carries the whole call, and its submitter
+    /// keeps the store alive until `finish`, so a store need not retain itself, nor the
+    /// closures their captures, for the read. A retain of the store is an atomic on a cache
+    /// line that every reader thread writes. The default forwards to
+    /// ``submitRowRead(_:key:visit:completion:)``.
+    func submitRowRead(_ read: any RowRead)
+}
+
+extension RowReadingStore {
+    public func submitRowRead(_ read: any RowRead) {
+        submitRowRead(read.entity, key: read.key, visit: { try read.visit($0) }, completion: { read.finish($0) })
+    }
+}
+
+/// One lookup by key, handed to ``RowReadingStore/submitRowRead(_:)`` as one object.
+public protocol RowRead: AnyObject, Sendable {
+    /// The entity to read.
+    var entity: EntityHandle { get }
+    /// The primary key of the record.
+    var key: Value { get }
+    /// Called with the record, when there is one, inside the read.
+    func visit(_ columns: any ColumnReader) throws
+    /// Called once, after the read: whether the record exists, or why the read failed.
+    func finish(_ result: Result<Bool, any Error>)
 }
 
 /// A store that lists the entities it holds: those registered in this process and, for a
@@ -428,18 +456,19 @@ struct StoreAccess: Sendable {
             }
             if ran { return result }
         }
+        if rows != nil {
+            // One object carries the handle, key, decoder, decoded value and continuation;
+            // this task keeps the store (in `self`) until the read finishes.
+            let read = AwaitedRowRead(entity: entity, key: key, decode: decode)
+            try await read.suspend { read in rows?.submitRowRead(read) }
+            return read.value
+        }
         // One object carries the decoder, the decoded value and the continuation, so the
         // closures handed to the backend capture one reference each and allocate no
         // context of their own.
         let call = AwaitedCall<any ColumnReader, T>(decode)
-        if let rows {
-            try await call.suspend { call in
-                rows.submitRowRead(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
-            }
-        } else {
-            try await call.suspend { call in
-                store.readRow(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
-            }
+        try await call.suspend { call in
+            store.readRow(entity, key: key, visit: { try call.run($0) }, completion: { call.resume(with: $0) })
         }
         return call.value
     }
@@ -546,6 +575,56 @@ final class AwaitedCall<Input, T>: @unchecked Sendable {
     func result(of operation: String) -> Result<T, any Error> {
         if let value { return .success(value) }
         return .failure(DepotError(.storeCorrupted, "The store completed a \(operation) without running it; the backend breaks the Store contract."))
+    }
+}
+
+/// An awaited lookup by key: the ``RowRead`` ``StoreAccess`` hands a backend, resumed by
+/// ``finish(_:)``.
+@usableFromInline
+final class AwaitedRowRead<T>: RowRead, @unchecked Sendable {
+    @usableFromInline let entity: EntityHandle
+    @usableFromInline let key: Value
+    @usableFromInline let decode: @Sendable (any ColumnReader) throws -> T
+    // Written by the backend's thread inside the read, read by the awaiting task after it
+    // resumes: the continuation orders the two.
+    @usableFromInline var value: T?
+    @usableFromInline var continuation: AwaitedCall<any ColumnReader, T>.CallContinuation?
+
+    @inlinable
+    init(entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) {
+        self.entity = entity
+        self.key = key
+        self.decode = decode
+    }
+
+    @inlinable @inline(__always)
+    func suspend(_ submit: (AwaitedRowRead) -> Void) async throws {
+        #if DEBUG
+        try await withCheckedThrowingContinuation { continuation in
+            self.continuation = continuation
+            submit(self)
+        }
+        #else
+        try await withUnsafeThrowingContinuation { continuation in
+            self.continuation = continuation
+            submit(self)
+        }
+        #endif
+    }
+
+    @inlinable
+    func visit(_ columns: any ColumnReader) throws {
+        value = try decode(columns)
+    }
+
+    @inlinable
+    func finish(_ result: Result<Bool, any Error>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        switch result {
+        case .success: continuation.resume()
+        case .failure(let error): continuation.resume(throwing: error)
+        }
     }
 }
 

@@ -83,6 +83,7 @@ enum ErrorChecks {
             let cats = try await seededCats(store)
             await store.close()
             try await expectError(.closed, "fetch after close") { try await cats.fetchAll() }
+            try await expectError(.closed, "lookup by key after close") { try await cats.fetchOne(id: 1) }
             try await expectError(.closed, "save after close") { try await cats.save(Cat(id: 1, name: "x", weight: 1, age: 1)) }
             await store.close()
         },
