@@ -585,17 +585,31 @@ final class AwaitedRowRead<T>: RowRead, @unchecked Sendable {
     @usableFromInline let entity: EntityHandle
     @usableFromInline let key: Value
     @usableFromInline let decode: @Sendable (any ColumnReader) throws -> T
-    // Written by the backend's thread inside the read, read by the awaiting task after it
-    // resumes: the continuation orders the two.
-    @usableFromInline var value: T?
-    @usableFromInline var continuation: AwaitedCall<any ColumnReader, T>.CallContinuation?
+    // The decoded value, written by the backend's thread inside the read and read by the
+    // awaiting task after it resumes (the continuation orders the two). In a buffer, not
+    // an optional: `visit` and `deinit` run unspecialized (the backend calls them through
+    // the protocol), and assigning or destroying a `T?` there looked up the metadata of
+    // `Optional<T>` in the runtime's cache on every read.
+    @usableFromInline let slot: UnsafeMutablePointer<T>
+    @usableFromInline @exclusivity(unchecked) var decoded = false
+    @usableFromInline @exclusivity(unchecked) var continuation: AwaitedCall<any ColumnReader, T>.CallContinuation?
 
     @inlinable
     init(entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) {
         self.entity = entity
         self.key = key
         self.decode = decode
+        self.slot = .allocate(capacity: 1)
     }
+
+    deinit {
+        if decoded { slot.deinitialize(count: 1) }
+        slot.deallocate()
+    }
+
+    /// The decoded value; `nil` when the backend found no record.
+    @inlinable
+    var value: T? { decoded ? slot.pointee : nil }
 
     @inlinable @inline(__always)
     func suspend(_ submit: (AwaitedRowRead) -> Void) async throws {
@@ -614,7 +628,13 @@ final class AwaitedRowRead<T>: RowRead, @unchecked Sendable {
 
     @inlinable
     func visit(_ columns: any ColumnReader) throws {
-        value = try decode(columns)
+        let value = try decode(columns)
+        if decoded {
+            slot.pointee = value
+        } else {
+            slot.initialize(to: value)
+            decoded = true
+        }
     }
 
     @inlinable
