@@ -44,7 +44,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     // MARK: Registration
 
     /// The entity's handle in ``store``, registering it first when this is the first use.
-    @inlinable
+    @inlinable @inline(__always)
     public func registeredEntity() async throws -> EntityHandle {
         if let handle = registration.handle { return handle }
         return try await registerEntity()

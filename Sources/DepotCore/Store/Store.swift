@@ -428,7 +428,7 @@ struct StoreAccess: Sendable {
         inlineWrites = store as? any InlineWritingStore
     }
 
-    @inlinable
+    @inlinable @inline(__always)
     func readRow<T: Sendable>(
         _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
     ) async throws -> T? {
@@ -438,7 +438,7 @@ struct StoreAccess: Sendable {
         return try await readRowUntraced(entity, key: key, decode: decode)
     }
 
-    @inlinable
+    @inlinable @inline(__always)
     func readRowUntraced<T: Sendable>(
         _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
     ) async throws -> T? {
