@@ -210,7 +210,8 @@ final class IdleReaders: @unchecked Sendable {
     /// addresses are far apart and aligned, so their low bits say nothing).
     @inline(__always)
     private static var startSlot: Int {
-        let mixed = UInt(bitPattern: Int(bitPattern: UInt(pthread_self()))) &* 0x9E37_79B9_7F4A_7C15
+        // pthread_t is an integer on Linux and a pointer on Darwin: its bits either way.
+        let mixed = unsafeBitCast(pthread_self(), to: UInt.self) &* 0x9E37_79B9_7F4A_7C15
         return Int(truncatingIfNeeded: mixed >> 60) & (capacity - 1)
     }
 

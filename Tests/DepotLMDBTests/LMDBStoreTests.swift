@@ -2,6 +2,7 @@ import DepotCore
 import DepotTesting
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 
@@ -389,16 +390,16 @@ struct LMDBReaderReuseTests {
     @Test("threads taking and putting back idle transactions never share one and lose none")
     func idleSlotsUnderContention() {
         let idle = IdleReaders()
-        let inUse = Mutex<Set<ObjectIdentifier>>([])
+        let inUse = NIOLockedValueBox<Set<ObjectIdentifier>>([])
         let created = Atomic<Int>(0)
         let discarded = Atomic<Int>(0)
         let shared = Atomic<Int>(0)
         DispatchQueue.concurrentPerform(iterations: 4) { _ in
             for _ in 0..<20_000 {
                 let handle = idle.take() ?? Self.handle(created.wrappingAdd(1, ordering: .relaxed).newValue)
-                if !inUse.withLock({ $0.insert(ObjectIdentifier(handle)).inserted }) { shared.add(1, ordering: .relaxed) }
+                if !inUse.withLockedValue({ $0.insert(ObjectIdentifier(handle)).inserted }) { shared.add(1, ordering: .relaxed) }
                 handle.catalogVersion &+= 1
-                inUse.withLock { _ = $0.remove(ObjectIdentifier(handle)) }
+                inUse.withLockedValue { _ = $0.remove(ObjectIdentifier(handle)) }
                 if !idle.put(handle) { discarded.add(1, ordering: .relaxed) }
             }
         }
