@@ -168,11 +168,9 @@ final class TransactionGate: @unchecked Sendable {
 /// it).
 final class ReaderHandle: @unchecked Sendable {
     let txn: OpaquePointer
+    /// The transaction object of the last read on this handle (with the catalog version it
+    /// was made for): the next read reuses it while the version is unchanged.
     var transaction: LMDBTransaction?
-    /// The catalog snapshot the last read on this handle began with, and its version (see
-    /// `CatalogCell.version`): the next read reuses it while the version is unchanged.
-    var catalog: CatalogSnapshot?
-    var catalogVersion: UInt64 = 0
 
     init(txn: OpaquePointer) {
         self.txn = txn
