@@ -95,8 +95,25 @@ DOC_TARGETS := DepotCore DepotSQLite DepotLMDB DepotPostgres Depot DepotServiceL
 docs: deps
 	$(SWIFT) package --disable-sandbox generate-documentation $(addprefix --target ,$(DOC_TARGETS)) --warnings-as-errors
 
+# Before a release build of Depot's programs: when any file under Sources/ or Package.swift
+# changed since the last such build, every Swift source of this package is touched, so that
+# every module of it is compiled again (its dependencies are not). SwiftPM recompiles a
+# module only when the modules it imports directly changed their interface; a program that
+# inlined code of a module further down kept that code's old layout after an edit there
+# (seen on Swift 6.3.1: DepotCore changed, Depot's interface did not, depot-bench was only
+# relinked, and once crashed on a layout it no longer had). About a minute more, once.
+define FRESH_RELEASE_BUILD
+	@sum=$$(find Sources Package.swift -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
+	if [ "$$(cat .build/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
+		find Sources -name '*.swift' -exec touch {} +; \
+		$(SWIFT) build -c release || exit 1; \
+		echo "$$sum" > .build/release-sources.cksum; \
+	fi
+endef
+
 # The main job: every backend beside the raw engines, release build, about a minute.
 bench: deps
+	$(FRESH_RELEASE_BUILD)
 	$(SWIFT) run -c release depot-bench --output depot-bench-report
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
@@ -105,6 +122,7 @@ bench: deps
 # builds (and so the tests) use checked ones, and the optimizer has crashed code that
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
+	$(FRESH_RELEASE_BUILD)
 	$(SWIFT) run -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
 
 # The conformance suite against the release build (the tests run a debug build), on every
@@ -113,6 +131,7 @@ bench-smoke: deps
 conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
 conformance: WITH_POSTGRES_RUN = $(SWIFT) run -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
 conformance: deps
+	$(FRESH_RELEASE_BUILD)
 	$(WITH_POSTGRES)
 
 # The backend comparison for PostgreSQL: Depot's postgres store beside libpq used directly,
@@ -122,6 +141,7 @@ conformance: deps
 # took over ten minutes a run.
 POSTGRES_BENCH_RECORDS ?= 20000
 bench-postgres: deps
+	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
