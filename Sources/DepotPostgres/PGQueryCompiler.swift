@@ -170,6 +170,93 @@ struct PGQueryCompiler {
         return PGCompiledQuery(sql: "SELECT count(*) FROM (SELECT 1 FROM \(table.name)\(whereSQL)\(limit)) AS page", params: compiler.params)
     }
 
+    /// What one aggregate function reads from a row of ``aggregate(_:table:)``'s result.
+    enum AggregateColumn {
+        /// A count: one `bigint`.
+        case count
+        /// An integer sum or average: the count of values (`bigint`), then their exact sum
+        /// as text (`numeric`: beyond 64 bits, never wrapped; NULL without values).
+        case integerSum
+        /// A minimum or maximum: one column of the attribute's own type.
+        case extreme
+    }
+
+    /// An aggregate computed by the server: its statement, the layout of each result row
+    /// (the group keys, then each function's columns in order) and the type each column
+    /// is decoded as.
+    struct CompiledAggregate {
+        var query: PGCompiledQuery
+        var functions: [AggregateColumn]
+        var types: [AttributeType]
+    }
+
+    /// `GROUP BY` on the server, with Depot's answers: counts and integer sums are exact
+    /// (`numeric`), minimums and maximums follow the column order Depot's queries sort by
+    /// (``PGQueryCompiler``), and `bool`, `uuid` and `bytea`, which have no `min`/`max`,
+    /// take `bool_and`/`bool_or` or the extreme of one-element arrays (ordered by the
+    /// element's own comparison: bytes). The rows are the query's, its order, offset and
+    /// limit applied in a subquery first.
+    ///
+    /// - Returns: `nil` when a function sums or averages doubles: Depot's double sums are
+    ///   exactly rounded (``ExactSum``), the same whatever order the values come in, and
+    ///   PostgreSQL's `sum(double precision)` adds in whatever order it reads them.
+    static func aggregate(_ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> CompiledAggregate? {
+        var compiler = PGQueryCompiler(table: table)
+        let entity = table.entity
+        var selected: [String] = []
+        var types: [AttributeType] = []
+        var layout: [AggregateColumn] = []
+        for index in query.groupBy {
+            selected.append(try compiler.column(index))
+            types.append(entity.attributes[index].type)
+        }
+        for function in query.functions {
+            switch function {
+            case .count:
+                selected.append("count(*)")
+                types.append(.int64)
+                layout.append(.count)
+            case .countValues(let index):
+                selected.append("count(\(try compiler.column(index)))")
+                types.append(.int64)
+                layout.append(.count)
+            case .sum(let index), .average(let index):
+                guard entity.attributes[index].type == .int64 else { return nil }
+                let c = try compiler.column(index)
+                selected.append("count(\(c))")
+                selected.append("sum(\(c))::text")
+                types += [.int64, .string]
+                layout.append(.integerSum)
+            case .minimum(let index), .maximum(let index):
+                let c = try compiler.column(index)
+                let type = entity.attributes[index].type
+                let isMinimum = if case .minimum = function { true } else { false }
+                switch type {
+                case .bool:
+                    selected.append(isMinimum ? "bool_and(\(c))" : "bool_or(\(c))")
+                case .uuid, .data:
+                    selected.append("(\(isMinimum ? "min" : "max")(ARRAY[\(c)]) FILTER (WHERE \(c) IS NOT NULL))[1]")
+                case .int64, .double, .date, .string:
+                    selected.append("\(isMinimum ? "min" : "max")(\(c))")
+                }
+                types.append(type)
+                layout.append(.extreme)
+            }
+        }
+        let whereSQL = try compiler.whereClause(query.rows.filter)
+        var source = "\(table.name)\(whereSQL)"
+        if query.rows.limit != nil || query.rows.offset > 0 {
+            let order = try compiler.orderBy(query.rows.sort)
+            let limit = compiler.limitClause(query.rows)
+            source = "(SELECT * FROM \(source)\(order)\(limit)) AS page"
+        }
+        var sql = "SELECT \(selected.joined(separator: ", ")) FROM \(source)"
+        if !query.groupBy.isEmpty {
+            sql += " GROUP BY " + selected.prefix(query.groupBy.count).joined(separator: ", ")
+        }
+        return CompiledAggregate(query: PGCompiledQuery(sql: sql, params: compiler.params), functions: layout, types: types)
+    }
+
     /// A DELETE honouring the query's order, offset and limit, returning every deleted
     /// row's key (for the change feed).
     static func delete(_ query: Query, table: RegisteredEntity) throws(DepotError) -> PGCompiledQuery {

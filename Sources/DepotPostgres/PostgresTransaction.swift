@@ -63,8 +63,62 @@ final class PostgresTransaction: WriteTransaction {
         return Int(result.int64(0, 0))
     }
 
-    // `aggregate` is DepotCore's: it reads the rows and folds them with Depot's own
-    // arithmetic (exact sums, Depot's order for minimum and maximum).
+    /// Computed by the server (``PGQueryCompiler/aggregate(_:table:)``), so a count or a
+    /// sum over a large table sends one row per group, not every record; sums and averages
+    /// of doubles read the rows and fold them with Depot's exactly rounded sum.
+    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+        let table = try table(query.rows.handle)
+        guard let compiled = try PGQueryCompiler.aggregate(query, table: table) else {
+            var rows: [Row] = []
+            try fetchRows(query.rows) { rows.append($0) }
+            return try query.evaluate(rows)
+        }
+        let entity = query.entity
+        let result = try connection.query(compiled.query.sql, compiled.query.params, "Aggregating \(entity.name) records")
+        let columns = PGColumns(result, types: compiled.types, entity: entity.name)
+        let keyCount = query.groupBy.count
+        var rows: [AggregateRow] = []
+        rows.reserveCapacity(result.rowCount)
+        for row in 0..<result.rowCount {
+            columns.row = row
+            var keys: [Value] = []
+            keys.reserveCapacity(keyCount)
+            for index in 0..<keyCount { keys.append(try columns.value(index)) }
+            var values: [Value] = []
+            values.reserveCapacity(query.functions.count)
+            var column = keyCount
+            for (function, layout) in zip(query.functions, compiled.functions) {
+                switch layout {
+                case .count:
+                    values.append(.int(try columns.int64(column)))
+                    column += 1
+                case .integerSum:
+                    // The server's state, finished by Depot's own accumulator: the same
+                    // nil, the same 64-bit check and message, the same average.
+                    var accumulator = AggregateAccumulator(function, in: entity)
+                    let count = try columns.int64(column)
+                    var sum: Int128 = 0
+                    if !columns.isNull(column + 1) {
+                        let text = try columns.string(column + 1)
+                        guard let parsed = Int128(text) else {
+                            throw DepotError(.backend, "PostgreSQL returned \(text.prefix(60)) as an integer sum of \(entity.name), which is not an integer Depot can hold.")
+                        }
+                        sum = parsed
+                    }
+                    accumulator.merge(count: count, integerSum: sum, doubleSum: ExactSum())
+                    values.append(try accumulator.result())
+                    column += 2
+                case .extreme:
+                    values.append(try columns.value(column))
+                    column += 1
+                }
+            }
+            rows.append(AggregateRow(keys: keys, values: values))
+        }
+        // Depot's order for the groups (nil first), whatever order the server grouped in.
+        rows.sort { AggregateQuery.keyOrder($0.keys, $1.keys) }
+        return rows
+    }
 
     // MARK: WriteTransaction
 

@@ -39,6 +39,27 @@ enum AggregateChecks {
 
     typealias Readings = Controller<Reading, Reading>
 
+    /// Attribute types whose order a SQL server might not share with Depot: booleans,
+    /// bytes and UUIDs (which PostgreSQL has no `min` or `max` for), and doubles whose
+    /// equal values differ in sign or are NaN.
+    @Record(name: "Sample")
+    struct Sample: Hashable {
+        var id: Int64
+        var flag: Bool?
+        var blob: Data?
+        var tag: UUID?
+        var score: Double?
+    }
+
+    static let samples: [Sample] = [
+        Sample(id: 1, flag: true, blob: Data([0x01, 0x02]), tag: tagB, score: 0.0),
+        Sample(id: 2, flag: false, blob: Data([0x01]), tag: tagA, score: -0.0),
+        Sample(id: 3, flag: nil, blob: Data([0x00]), tag: nil, score: .nan),
+        Sample(id: 4, flag: true, blob: Data([0xFF]), tag: tagA, score: .nan),
+        Sample(id: 5, flag: nil, blob: nil, tag: nil, score: nil),
+        Sample(id: 6, flag: false, blob: Data([0x01, 0x02]), tag: tagB, score: 1.5),
+    ]
+
     static func seeded(_ store: any Store) async throws -> Readings {
         let readings = Readings(store: store)
         try await readings.save(Self.readings)
@@ -121,6 +142,36 @@ enum AggregateChecks {
             let filtered = try await readings.aggregate([.average(\.value)], groupedBy: [\.sensor], Request(\.level != nil))
             try expectEqual(try filtered.map { try $0.key(\.sensor) }, ["B", "a", "b", "c"], "a filter applies before grouping")
             try expectEqual(try filtered[1][.average(\.value), as: Double?.self], 0.2, "average of the filtered rows")
+        },
+        ConformanceCheck("minimums, maximums and groups of booleans, bytes, UUIDs and doubles follow Depot's order") { store in
+            let samples = Controller<Sample, Sample>(store: store)
+            try await samples.save(Self.samples)
+            try await expectEqual(samples.minimum(\.flag), false, "false before true")
+            try await expectEqual(samples.maximum(\.flag), true, "true after false")
+            try await expectEqual(samples.minimum(\.blob), Data([0x00]), "bytes in byte order")
+            try await expectEqual(samples.maximum(\.blob), Data([0xFF]), "0xFF after 0x01 0x02")
+            try await expectEqual(samples.minimum(\.tag), tagA, "UUIDs by bytes")
+            try await expectEqual(samples.maximum(\.tag), tagB, "UUIDs by bytes")
+            try await expectEqual(samples.maximum(\.tag, Request(\.flag == false)), tagB, "a filtered maximum")
+            let lowest = try await samples.minimum(\.score)
+            try expect(lowest == 0, "zero and negative zero are the smallest (got \(String(describing: lowest)))")
+            let highest = try await samples.maximum(\.score)
+            try expect(highest?.isNaN == true, "NaN is the largest double (got \(String(describing: highest)))")
+            let byFlag = try await samples.count(groupedBy: \.flag)
+            try expectEqual(byFlag.map(\.key), [nil, false, true], "boolean groups, nil first")
+            try expectEqual(byFlag.map(\.count), [2, 2, 2], "counts per boolean")
+            let byBlob = try await samples.count(groupedBy: \.blob)
+            try expectEqual(byBlob.map(\.key), [nil, Data([0x00]), Data([0x01]), Data([0x01, 0x02]), Data([0xFF])], "byte groups in byte order, shorter first")
+            try expectEqual(byBlob.map(\.count), [1, 1, 1, 2, 1], "counts per bytes")
+            let byScore = try await samples.count(groupedBy: \.score)
+            try expectEqual(byScore.count, 4, "nil, zero (either sign), 1.5 and NaN: \(byScore.map { "\(String(describing: $0.key))" })")
+            try expect(byScore.first?.key == nil && byScore.dropFirst().first?.key == 0, "nil, then zero")
+            try expectEqual(byScore.map(\.count), [1, 2, 1, 2], "negative zero groups with zero, NaN with NaN")
+            try expect(byScore.last?.key?.isNaN == true, "NaN's group last")
+            let byTag = try await samples.aggregate([.count, .maximum(\.flag), .minimum(\.blob)], groupedBy: [\.tag])
+            try expectEqual(try byTag.map { try $0.key(\.tag) }, [nil, tagA, tagB], "UUID groups")
+            try expectEqual(try byTag.map { try $0[.maximum(\.flag), as: Bool?.self] }, [nil, true, true], "maximum per group")
+            try expectEqual(try byTag.map { try $0[.minimum(\.blob), as: Data?.self] }, [Data([0x00]), Data([0x01]), Data([0x01, 0x02])], "minimum bytes per group")
         },
         ConformanceCheck("aggregates honour the request's order, offset and limit") { store in
             let readings = try await seeded(store)
