@@ -179,6 +179,23 @@ struct PGQueryCompiler {
         case integerSum
         /// A minimum or maximum: one column of the attribute's own type.
         case extreme
+        /// A double sum or average: the count of values (`bigint`) here; the sum itself
+        /// from the attribute's ``DoubleSumQuery``.
+        case doubleSum(attribute: Int)
+    }
+
+    /// The exact parts of the double sums of one attribute, per group: each finite value
+    /// split on the server into its integer significand and binary exponent (from its
+    /// IEEE bits, `float8send`), the significands summed per exponent as `numeric` (exact),
+    /// and the NaNs and infinities counted. Depot adds the parts with its exactly rounded
+    /// sum (``ExactSum``), so the answer is the one every backend gives, whatever order the
+    /// server read the rows in. Result rows: the group keys, the exponent (`bigint`, NULL
+    /// for the row of NaNs and infinities), the significands' sum (text), and the counts
+    /// of NaN, +infinity and -infinity.
+    struct DoubleSumQuery {
+        var attribute: Int
+        var query: PGCompiledQuery
+        var types: [AttributeType]
     }
 
     /// An aggregate computed by the server: its statement, the layout of each result row
@@ -188,6 +205,54 @@ struct PGQueryCompiler {
         var query: PGCompiledQuery
         var functions: [AggregateColumn]
         var types: [AttributeType]
+        /// One per attribute whose doubles are summed or averaged.
+        var doubleSums: [DoubleSumQuery] = []
+    }
+
+    /// The rows an aggregate reads: the table filtered, or, with an offset or a limit, the
+    /// query's page chosen in a subquery first.
+    mutating func aggregateSource(_ rows: Query) throws(DepotError) -> String {
+        let whereSQL = try whereClause(rows.filter)
+        guard rows.limit != nil || rows.offset > 0 else { return "\(table.name)\(whereSQL)" }
+        let order = try orderBy(rows.sort)
+        let limit = limitClause(rows)
+        return "(SELECT * FROM \(table.name)\(whereSQL)\(order)\(limit)) AS page"
+    }
+
+    static func doubleSum(of attribute: Int, _ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> DoubleSumQuery {
+        var compiler = PGQueryCompiler(table: table)
+        let c = try compiler.column(attribute)
+        var keys: [String] = []
+        var types: [AttributeType] = []
+        for index in query.groupBy {
+            keys.append(try compiler.column(index))
+            types.append(table.entity.attributes[index].type)
+        }
+        let source = try compiler.aggregateSource(query.rows)
+        // Aliases with a dot, which no attribute name has, so they cannot shadow a key.
+        let x = "\"depot.x\"", b = "\"depot.b\"", e = "\"depot.e\"", m = "\"depot.m\""
+        let lead = keys.map { $0 + ", " }.joined()
+        let exponent = "((\(b) >> 52) & 2047)"
+        let fraction = "(\(b) & 4503599627370495)"
+        // Exponent field 2047: NaN or an infinity (counted below); 0: zero or subnormal,
+        // whose significand has no implicit bit and whose exponent is that of the smallest.
+        let parts = """
+            SELECT \(lead)\(x), \
+            CASE WHEN \(exponent) = 2047 THEN NULL WHEN \(exponent) = 0 THEN -1074 ELSE \(exponent) - 1075 END::bigint AS \(e), \
+            CASE WHEN \(exponent) = 2047 THEN NULL \
+            ELSE (CASE WHEN \(b) < 0 THEN -1 ELSE 1 END) * (CASE WHEN \(exponent) = 0 THEN \(fraction) ELSE \(fraction) | 4503599627370496 END) END AS \(m) \
+            FROM (SELECT \(lead)\(c) AS \(x), ('x' || encode(float8send(\(c)), 'hex'))::bit(64)::bigint AS \(b) \
+            FROM (SELECT * FROM \(source)) AS selected WHERE \(c) IS NOT NULL) AS bits
+            """
+        let sql = """
+            SELECT \(lead)\(e), sum(\(m))::text, \
+            count(*) FILTER (WHERE \(x) = 'NaN'::float8), \
+            count(*) FILTER (WHERE \(x) = 'Infinity'::float8), \
+            count(*) FILTER (WHERE \(x) = '-Infinity'::float8) \
+            FROM (\(parts)) AS parts GROUP BY \(lead)\(e)
+            """
+        types += [.int64, .string, .int64, .int64, .int64]
+        return DoubleSumQuery(attribute: attribute, query: PGCompiledQuery(sql: sql, params: compiler.params), types: types)
     }
 
     /// `GROUP BY` on the server, with Depot's answers: counts and integer sums are exact
@@ -195,17 +260,16 @@ struct PGQueryCompiler {
     /// (``PGQueryCompiler``), and `bool`, `uuid` and `bytea`, which have no `min`/`max`,
     /// take `bool_and`/`bool_or` or the extreme of one-element arrays (ordered by the
     /// element's own comparison: bytes). The rows are the query's, its order, offset and
-    /// limit applied in a subquery first.
-    ///
-    /// - Returns: `nil` when a function sums or averages doubles: Depot's double sums are
-    ///   exactly rounded (``ExactSum``), the same whatever order the values come in, and
-    ///   PostgreSQL's `sum(double precision)` adds in whatever order it reads them.
-    static func aggregate(_ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> CompiledAggregate? {
+    /// limit applied in a subquery first. Sums and averages of doubles count here and take
+    /// their sums from a ``DoubleSumQuery`` each: PostgreSQL's `sum(double precision)` adds
+    /// in whatever order it reads the rows, and Depot's double sums are exactly rounded.
+    static func aggregate(_ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> CompiledAggregate {
         var compiler = PGQueryCompiler(table: table)
         let entity = table.entity
         var selected: [String] = []
         var types: [AttributeType] = []
         var layout: [AggregateColumn] = []
+        var doubleSums: [DoubleSumQuery] = []
         for index in query.groupBy {
             selected.append(try compiler.column(index))
             types.append(entity.attributes[index].type)
@@ -221,12 +285,19 @@ struct PGQueryCompiler {
                 types.append(.int64)
                 layout.append(.count)
             case .sum(let index), .average(let index):
-                guard entity.attributes[index].type == .int64 else { return nil }
                 let c = try compiler.column(index)
                 selected.append("count(\(c))")
-                selected.append("sum(\(c))::text")
-                types += [.int64, .string]
-                layout.append(.integerSum)
+                if entity.attributes[index].type == .double {
+                    types.append(.int64)
+                    layout.append(.doubleSum(attribute: index))
+                    if !doubleSums.contains(where: { $0.attribute == index }) {
+                        doubleSums.append(try doubleSum(of: index, query, table: table))
+                    }
+                } else {
+                    selected.append("sum(\(c))::text")
+                    types += [.int64, .string]
+                    layout.append(.integerSum)
+                }
             case .minimum(let index), .maximum(let index):
                 let c = try compiler.column(index)
                 let type = entity.attributes[index].type
@@ -243,18 +314,12 @@ struct PGQueryCompiler {
                 layout.append(.extreme)
             }
         }
-        let whereSQL = try compiler.whereClause(query.rows.filter)
-        var source = "\(table.name)\(whereSQL)"
-        if query.rows.limit != nil || query.rows.offset > 0 {
-            let order = try compiler.orderBy(query.rows.sort)
-            let limit = compiler.limitClause(query.rows)
-            source = "(SELECT * FROM \(source)\(order)\(limit)) AS page"
-        }
+        let source = try compiler.aggregateSource(query.rows)
         var sql = "SELECT \(selected.joined(separator: ", ")) FROM \(source)"
         if !query.groupBy.isEmpty {
             sql += " GROUP BY " + selected.prefix(query.groupBy.count).joined(separator: ", ")
         }
-        return CompiledAggregate(query: PGCompiledQuery(sql: sql, params: compiler.params), functions: layout, types: types)
+        return CompiledAggregate(query: PGCompiledQuery(sql: sql, params: compiler.params), functions: layout, types: types, doubleSums: doubleSums)
     }
 
     /// A DELETE honouring the query's order, offset and limit, returning every deleted

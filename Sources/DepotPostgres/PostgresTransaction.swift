@@ -64,19 +64,44 @@ final class PostgresTransaction: WriteTransaction {
     }
 
     /// Computed by the server (``PGQueryCompiler/aggregate(_:table:)``), so a count or a
-    /// sum over a large table sends one row per group, not every record; sums and averages
-    /// of doubles read the rows and fold them with Depot's exactly rounded sum.
+    /// sum over a large table sends one row per group (per group and binary exponent for
+    /// double sums, finished with Depot's exactly rounded sum), not every record.
     func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
-        guard let compiled = try PGQueryCompiler.aggregate(query, table: table) else {
-            var rows: [Row] = []
-            try fetchRows(query.rows) { rows.append($0) }
-            return try query.evaluate(rows)
-        }
+        let compiled = try PGQueryCompiler.aggregate(query, table: table)
         let entity = query.entity
+        let keyCount = query.groupBy.count
+        // Every statement in this transaction's one snapshot (reads are REPEATABLE READ).
+        var doubleSums: [Int: [[Value]: ExactSum]] = [:]
+        for part in compiled.doubleSums {
+            let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
+            let columns = PGColumns(result, types: part.types, entity: entity.name)
+            var sums: [[Value]: ExactSum] = [:]
+            for row in 0..<result.rowCount {
+                columns.row = row
+                var keys: [Value] = []
+                for index in 0..<keyCount { keys.append(try columns.value(index)) }
+                var sum = sums[keys] ?? ExactSum()
+                if !columns.isNull(keyCount) && !columns.isNull(keyCount + 1) {
+                    let text = try columns.string(keyCount + 1)
+                    guard let significands = Int128(text) else {
+                        throw DepotError(.backend, "PostgreSQL returned \(text.prefix(60)) as a sum of significands of \(entity.name), which is not an integer Depot can hold.")
+                    }
+                    let exponent = try columns.int64(keyCount)
+                    guard (-1074...971).contains(exponent) else {
+                        throw DepotError(.backend, "PostgreSQL returned \(exponent) as a binary exponent of a double of \(entity.name), outside a double's -1074...971.")
+                    }
+                    Self.add(significands, exponent: exponent, to: &sum)
+                }
+                if try columns.int64(keyCount + 2) > 0 { sum.add(.nan) }
+                if try columns.int64(keyCount + 3) > 0 { sum.add(.infinity) }
+                if try columns.int64(keyCount + 4) > 0 { sum.add(-.infinity) }
+                sums[keys] = sum
+            }
+            doubleSums[part.attribute] = sums
+        }
         let result = try connection.query(compiled.query.sql, compiled.query.params, "Aggregating \(entity.name) records")
         let columns = PGColumns(result, types: compiled.types, entity: entity.name)
-        let keyCount = query.groupBy.count
         var rows: [AggregateRow] = []
         rows.reserveCapacity(result.rowCount)
         for row in 0..<result.rowCount {
@@ -111,6 +136,12 @@ final class PostgresTransaction: WriteTransaction {
                 case .extreme:
                     values.append(try columns.value(column))
                     column += 1
+                case .doubleSum(let attribute):
+                    var accumulator = AggregateAccumulator(function, in: entity)
+                    let sum = doubleSums[attribute]?[keys] ?? ExactSum()
+                    accumulator.merge(count: try columns.int64(column), integerSum: 0, doubleSum: sum)
+                    values.append(try accumulator.result())
+                    column += 1
                 }
             }
             rows.append(AggregateRow(keys: keys, values: values))
@@ -118,6 +149,27 @@ final class PostgresTransaction: WriteTransaction {
         // Depot's order for the groups (nil first), whatever order the server grouped in.
         rows.sort { AggregateQuery.keyOrder($0.keys, $1.keys) }
         return rows
+    }
+
+    /// Adds `significands` × 2^`exponent` to `sum` exactly: in pieces of at most 53 bits,
+    /// each a double as it is (an integer below 2^53 times a power of two no smaller than
+    /// the smallest subnormal's). A piece beyond the double range is infinite, as a
+    /// finite sum beyond the range is in ``ExactSum``.
+    static func add(_ significands: Int128, exponent: Int64, to sum: inout ExactSum) {
+        var magnitude = significands.magnitude
+        var scale = exponent
+        let sign: FloatingPointSign = significands < 0 ? .minus : .plus
+        let mask: UInt128 = (1 << 53) - 1
+        while magnitude != 0 {
+            let piece = magnitude & mask
+            if piece != 0 {
+                // The exponent was checked to be a double's (-1074...971); three pieces at
+                // most (an Int128), and Double's initializer saturates beyond its range.
+                sum.add(Double(sign: sign, exponent: Int(scale), significand: Double(UInt64(piece))))
+            }
+            magnitude >>= 53
+            scale += 53
+        }
     }
 
     // MARK: WriteTransaction
