@@ -61,7 +61,8 @@ test-tsan: deps
 	$(WITH_POSTGRES)
 
 # The reliability tests at full size: 200 SIGKILL points per backend and durability, 10,000
-# differential cases, 5,000 transfers per writer, 300 random files per backend. Prints one
+# differential cases, 5,000 transfers per writer (on every backend, PostgreSQL on a throwaway
+# server started for the run, as `make test` does), 300 random files per backend. Prints one
 # figure line per area (kill points survived, operations, bad inputs, cases) at the end;
 # any loss or mismatch fails the run. The areas run one group after another, after one
 # build: run all at once in one `swift test`, the crash tests' helper processes and the
@@ -72,9 +73,11 @@ STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRe
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \
 	$(SWIFT) build --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
+	url=$$($(POSTGRES_SERVER) start .build/postgres-stress 2>> .build/depot-stress.log | tail -n 1) && [ -n "$$url" ] || { tail -20 .build/depot-stress.log; exit 1; }; \
+	trap '$(POSTGRES_SERVER) stop .build/postgres-stress >> .build/depot-stress.log 2>&1' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	status=0; for group in $(STRESS_GROUPS); do \
 		echo "  $$group"; \
-		DEPOT_STRESS=full $(SWIFT) test --skip-build --filter "$$group" >> .build/depot-stress.log 2>&1 || status=1; \
+		DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 DEPOT_STRESS=full $(SWIFT) test --skip-build --filter "$$group" >> .build/depot-stress.log 2>&1 || status=1; \
 	done; \
 	grep -E "✘|error:" .build/depot-stress.log | head -40; \
 	echo; echo "Reliability figures:"; grep -h "^depot-reliability:" .build/depot-stress.log | sort; \

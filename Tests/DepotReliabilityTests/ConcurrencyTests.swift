@@ -37,6 +37,23 @@ struct ConcurrencyTests {
         }
     }
 
+    /// The same on a PostgreSQL server (`make test` and `make stress` start one): the
+    /// writers' operations are SERIALIZABLE transactions on the store's writer connection,
+    /// the readers' REPEATABLE READ snapshots on its reader connections.
+    @Test(
+        "transfers keep the total on PostgreSQL; no reader ever sees a half-done transfer",
+        .enabled(if: Stress.postgresURL != nil || Stress.postgresRequired))
+    func transfersOnPostgres() async throws {
+        guard let url = Stress.postgresURL else {
+            Issue.record("DEPOT_REQUIRE_POSTGRES=1 but DEPOT_TEST_POSTGRES_URL is not set: start a server with scripts/postgres-test-server.sh (make test does).")
+            return
+        }
+        let schema = "conc_\(UUID().uuidString.prefix(8).lowercased())"
+        let store = try await openStore(url: "\(url)&schema=\(schema)&readers=3")
+        try await Self.run(name: "postgres", store: store)
+        await store.close()
+    }
+
     static func run(name: String, store: any Store) async throws {
         let total = Int64(accountCount) * initial
         // Several controllers over one store, each with its own registration and queue.

@@ -27,6 +27,11 @@ enum Stress {
         #endif
     }()
 
+    /// The PostgreSQL server `make test` and `make stress` start (a libpq URL with a
+    /// query part), and whether its absence fails the run rather than skipping.
+    static let postgresURL = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"]
+    static let postgresRequired = ProcessInfo.processInfo.environment["DEPOT_REQUIRE_POSTGRES"] == "1"
+
     /// The size for this run; an environment variable `name` overrides it.
     static func size(_ name: String, ci: Int, tsan: Int, full: Int) -> Int {
         if let text = ProcessInfo.processInfo.environment[name], let value = Int(text), value >= 0 { return value }
