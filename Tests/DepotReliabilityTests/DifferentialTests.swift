@@ -210,14 +210,26 @@ final class DifferentialStores: Sendable {
     let selective = Counter()
 
     init() async throws {
-        stores = [
+        var stores: [(name: String, store: any Store)] = [
             ("memory", MemoryStore()),
             ("sqlite", try await openStore(url: Backend.sqlite.url(in: directory))),
             ("sqlite::memory:", try await openStore(url: "sqlite::memory:")),
             ("lmdb", try await openStore(url: Backend.lmdb.url(in: directory))),
         ]
+        // PostgreSQL where a server runs (`make test`, `make stress`): its filters, order,
+        // pages and aggregates are SQL of Depot's, compared case by case like the others.
+        if let url = Stress.postgresURL {
+            let schema = "diff_\(UUID().uuidString.prefix(8).lowercased())"
+            stores.append(("postgres", try await openStore(url: "\(url)&schema=\(schema)")))
+        } else if Stress.postgresRequired {
+            throw DepotError(.invalidConfiguration, "DEPOT_REQUIRE_POSTGRES=1 but DEPOT_TEST_POSTGRES_URL is not set: start a server with scripts/postgres-test-server.sh (make test does).")
+        }
+        self.stores = stores
         for (_, store) in stores { try await store.register(Probe.self) }
     }
+
+    /// The backends compared with the memory reference, for the report.
+    var comparedNames: String { stores.dropFirst().map(\.name).joined(separator: ", ") }
 
     func close() async {
         for (_, store) in stores { await store.close() }
@@ -327,7 +339,7 @@ struct DifferentialTests {
             checked.increment()
         }
         await stores.close()
-        report("differential: \(checked.value) cases checked against memory on sqlite, sqlite::memory:, lmdb (fetch, count, aggregates, delete), \(stores.selective.value) selecting some but not all records; mismatches fail the test")
+        report("differential: \(checked.value) cases checked against memory on \(stores.comparedNames) (fetch, count, aggregates, delete), \(stores.selective.value) selecting some but not all records; mismatches fail the test")
     }
 }
 
