@@ -190,8 +190,8 @@ struct PGQueryCompiler {
     /// and the NaNs and infinities counted. Depot adds the parts with its exactly rounded
     /// sum (``ExactSum``), so the answer is the one every backend gives, whatever order the
     /// server read the rows in. Result rows: the group keys, the exponent (`bigint`, NULL
-    /// for the row of NaNs and infinities), the significands' sum (text), and the counts
-    /// of NaN, +infinity and -infinity.
+    /// for the row of NaNs and infinities), the significands' sum (text), the counts of
+    /// NaN, +infinity and -infinity, of finite values and of negative zeros.
     struct DoubleSumQuery {
         var attribute: Int
         var query: PGCompiledQuery
@@ -222,36 +222,44 @@ struct PGQueryCompiler {
     static func doubleSum(of attribute: Int, _ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> DoubleSumQuery {
         var compiler = PGQueryCompiler(table: table)
         let c = try compiler.column(attribute)
-        var keys: [String] = []
+        // The keys under aliases of their own: a query may group by one attribute twice,
+        // which two columns of one name would make ambiguous. Aliases have a dot, which no
+        // attribute name has, so they cannot shadow a column either.
+        var selectKeys = ""
+        var keys = ""
         var types: [AttributeType] = []
-        for index in query.groupBy {
-            keys.append(try compiler.column(index))
+        for (n, index) in query.groupBy.enumerated() {
+            selectKeys += "\(try compiler.column(index)) AS \"depot.k\(n)\", "
+            keys += "\"depot.k\(n)\", "
             types.append(table.entity.attributes[index].type)
         }
         let source = try compiler.aggregateSource(query.rows)
-        // Aliases with a dot, which no attribute name has, so they cannot shadow a key.
         let x = "\"depot.x\"", b = "\"depot.b\"", e = "\"depot.e\"", m = "\"depot.m\""
-        let lead = keys.map { $0 + ", " }.joined()
         let exponent = "((\(b) >> 52) & 2047)"
         let fraction = "(\(b) & 4503599627370495)"
         // Exponent field 2047: NaN or an infinity (counted below); 0: zero or subnormal,
         // whose significand has no implicit bit and whose exponent is that of the smallest.
         let parts = """
-            SELECT \(lead)\(x), \
+            SELECT \(keys)\(x), \(b), \
             CASE WHEN \(exponent) = 2047 THEN NULL WHEN \(exponent) = 0 THEN -1074 ELSE \(exponent) - 1075 END::bigint AS \(e), \
             CASE WHEN \(exponent) = 2047 THEN NULL \
             ELSE (CASE WHEN \(b) < 0 THEN -1 ELSE 1 END) * (CASE WHEN \(exponent) = 0 THEN \(fraction) ELSE \(fraction) | 4503599627370496 END) END AS \(m) \
-            FROM (SELECT \(lead)\(c) AS \(x), ('x' || encode(float8send(\(c)), 'hex'))::bit(64)::bigint AS \(b) \
+            FROM (SELECT \(selectKeys)\(c) AS \(x), ('x' || encode(float8send(\(c)), 'hex'))::bit(64)::bigint AS \(b) \
             FROM (SELECT * FROM \(source)) AS selected WHERE \(c) IS NOT NULL) AS bits
             """
+        // The finite values and, among them, the negative zeros (bits 0x8000000000000000):
+        // a sum of negative zeros alone is -0.0 in Depot's sum, and their significands
+        // are all 0.
         let sql = """
-            SELECT \(lead)\(e), sum(\(m))::text, \
+            SELECT \(keys)\(e), sum(\(m))::text, \
             count(*) FILTER (WHERE \(x) = 'NaN'::float8), \
             count(*) FILTER (WHERE \(x) = 'Infinity'::float8), \
-            count(*) FILTER (WHERE \(x) = '-Infinity'::float8) \
-            FROM (\(parts)) AS parts GROUP BY \(lead)\(e)
+            count(*) FILTER (WHERE \(x) = '-Infinity'::float8), \
+            count(\(e)), \
+            count(*) FILTER (WHERE \(b) = -9223372036854775808) \
+            FROM (\(parts)) AS parts GROUP BY \(keys)\(e)
             """
-        types += [.int64, .string, .int64, .int64, .int64]
+        types += [.int64, .string, .int64, .int64, .int64, .int64, .int64]
         return DoubleSumQuery(attribute: attribute, query: PGCompiledQuery(sql: sql, params: compiler.params), types: types)
     }
 

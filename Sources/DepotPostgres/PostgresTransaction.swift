@@ -77,6 +77,8 @@ final class PostgresTransaction: WriteTransaction {
             let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
             let columns = PGColumns(result, types: part.types, entity: entity.name)
             var sums: [[Value]: ExactSum] = [:]
+            // Per group: finite values, and negative zeros among them.
+            var zeros: [[Value]: (finite: Int64, negative: Int64)] = [:]
             for row in 0..<result.rowCount {
                 columns.row = row
                 var keys: [Value] = []
@@ -97,6 +99,14 @@ final class PostgresTransaction: WriteTransaction {
                 if try columns.int64(keyCount + 3) > 0 { sum.add(.infinity) }
                 if try columns.int64(keyCount + 4) > 0 { sum.add(-.infinity) }
                 sums[keys] = sum
+                let counted = zeros[keys] ?? (0, 0)
+                let finite = try columns.int64(keyCount + 5), negative = try columns.int64(keyCount + 6)
+                zeros[keys] = (counted.finite &+ finite, counted.negative &+ negative)
+            }
+            // Depot's sum of negative zeros alone is -0.0 (IEEE's -0.0 + -0.0); their
+            // significands added nothing, so add one here.
+            for (keys, counted) in zeros where counted.finite > 0 && counted.finite == counted.negative {
+                sums[keys]?.add(-0.0)
             }
             doubleSums[part.attribute] = sums
         }

@@ -72,6 +72,8 @@ struct PostgresAggregateTests {
             ("edge", .leastNormalMagnitude), ("edge", -.leastNonzeroMagnitude), ("edge", 0x1.fffffffffffffp-1023),
             ("cancel", 1e16), ("cancel", 1), ("cancel", -1e16), ("cancel", 0.1), ("cancel", 0.2), ("cancel", 0.3),
             ("huge", 1e308), ("huge", -1e308), ("huge", .greatestFiniteMagnitude), ("huge", -0x1p1020), ("huge", 0x1.fffffffffffffp52),
+            // Negative zeros alone sum to -0.0; with a positive zero, to 0.0.
+            ("minus zero", -0.0), ("minus zero", -0.0), ("zeros", -0.0), ("zeros", 0.0),
         ]
         for n in 0..<400 {
             let bits = generator.next()
@@ -84,7 +86,8 @@ struct PostgresAggregateTests {
         let entity = handle.entity
         let name = try #require(entity.attributes.firstIndex { $0.name == "name" })
         let weight = try #require(entity.attributes.firstIndex { $0.name == "weight" })
-        for groupBy in [[], [name]] {
+        // Grouped by one attribute twice too: the keys of the sums' statement are aliased.
+        for groupBy in [[], [name], [name, name]] {
             let query = try AggregateQuery(rows: Query(all: handle), groupBy: groupBy, functions: [.sum(weight), .average(weight), .count])
             let (served, reference) = try await store.read { transaction in
                 var rows: [Row] = []

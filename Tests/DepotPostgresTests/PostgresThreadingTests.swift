@@ -69,6 +69,7 @@ struct PostgresThreadingTests {
         #expect(failures.withLockedValue { $0 } == [])
         let noted = starts.withLockedValue { $0 }
         #expect(noted.count == readers + 1)
+        #if os(Linux)
         // libdispatch on Linux names a worker thread after its root queue, keeping the
         // name's last 15 bytes (the kernel's limit): Swift's tasks run on the root queues without
         // overcommit ("com.apple.root.default-qos" reads "oot.default-qos"); a serial
@@ -77,6 +78,7 @@ struct PostgresThreadingTests {
         #expect(taskThread.hasSuffix("-qos"), "a task's thread is named after its root queue: \(taskThread)")
         let shared = noted.filter { $0.thread.hasSuffix("-qos") }
         #expect(shared.isEmpty, "transactions ran on the threads Swift's tasks run on: \(shared.map(\.thread))")
+        #endif
         // A bound far above threads of their own (milliseconds) and far below shared threads
         // (a second per added thread): what the machine's load adds here is the operating
         // system's scheduling of a started thread, not a queue of other suites' tasks.
@@ -88,9 +90,11 @@ struct PostgresThreadingTests {
     }
 }
 
+#if os(Linux)
 /// The calling thread's name as the kernel keeps it (at most 15 bytes, the end of a
 /// longer name), read from procfs: Glibc's `pthread_getname_np` does not import here.
 private func currentThreadName() -> String {
     let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
     return name.trimmingCharacters(in: .whitespacesAndNewlines)
 }
+#endif
