@@ -84,6 +84,9 @@ struct SQLiteGroupCommitTests {
         try await withTemporaryDirectory { directory in
             let store = try SQLiteStore(path: directory.appendingPathComponent("inline.sqlite").path)
             let entity = try await store.register(CatRecord.entity.description)
+            // As in LMDB's test: the registration's write resumed this task before the lane
+            // marked itself idle.
+            #expect(try await waitUntilIdle(store.writerLane), "the writer's lane became idle")
             let here = try await withTaskExecutorPreference(store.executor) {
                 try await store.write { transaction in
                     try Context<Cat, CatRecord>(transaction, entity: entity).save(Cat(id: 1, name: "here", weight: 1, age: 1))
@@ -91,6 +94,7 @@ struct SQLiteGroupCommitTests {
                 }
             }
             #expect(here, "the write ran on the executor's thread, not the writer's lane")
+            #expect(try await waitUntilIdle(store.writerLane), "the writer's lane became idle")
             let elsewhere = try await store.write { _ in StoreExecutor.isCurrent }
             #expect(!elsewhere, "without the preference the write runs on the lane")
             #expect(try await Controller<Cat, CatRecord>(store: store).count() == 1)

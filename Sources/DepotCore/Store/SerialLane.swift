@@ -103,6 +103,13 @@ package final class SerialLane: Sendable {
         queue = concurrent ? DispatchQueue(label: label, attributes: .concurrent) : DispatchQueue(label: label)
     }
 
+    /// Whether nothing runs and nothing is queued. The lane marks itself idle after a job's
+    /// completion has run, so a task resumed by that completion can find it still busy for
+    /// a moment (it then submits its write instead of running it here).
+    package var isIdle: Bool {
+        state.withLockedValue { !$0.running && $0.head >= $0.jobs.count }
+    }
+
     /// Queues a job. Returns `false` (and drops the job) once the lane has stopped.
     @discardableResult
     package func submit(_ block: @escaping Block) -> Bool {
