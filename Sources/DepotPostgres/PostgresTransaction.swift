@@ -74,41 +74,7 @@ final class PostgresTransaction: WriteTransaction {
         // Every statement in this transaction's one snapshot (reads are REPEATABLE READ).
         var doubleSums: [Int: [[Value]: ExactSum]] = [:]
         for part in compiled.doubleSums {
-            let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
-            let columns = PGColumns(result, types: part.types, entity: entity.name)
-            var sums: [[Value]: ExactSum] = [:]
-            // Per group: finite values, and negative zeros among them.
-            var zeros: [[Value]: (finite: Int64, negative: Int64)] = [:]
-            for row in 0..<result.rowCount {
-                columns.row = row
-                var keys: [Value] = []
-                for index in 0..<keyCount { keys.append(try columns.value(index)) }
-                var sum = sums[keys] ?? ExactSum()
-                if !columns.isNull(keyCount) && !columns.isNull(keyCount + 1) {
-                    let text = try columns.string(keyCount + 1)
-                    guard let significands = Int128(text) else {
-                        throw DepotError(.backend, "PostgreSQL returned \(text.prefix(60)) as a sum of significands of \(entity.name), which is not an integer Depot can hold.")
-                    }
-                    let exponent = try columns.int64(keyCount)
-                    guard (-1074...971).contains(exponent) else {
-                        throw DepotError(.backend, "PostgreSQL returned \(exponent) as a binary exponent of a double of \(entity.name), outside a double's -1074...971.")
-                    }
-                    Self.add(significands, exponent: exponent, to: &sum)
-                }
-                if try columns.int64(keyCount + 2) > 0 { sum.add(.nan) }
-                if try columns.int64(keyCount + 3) > 0 { sum.add(.infinity) }
-                if try columns.int64(keyCount + 4) > 0 { sum.add(-.infinity) }
-                sums[keys] = sum
-                let counted = zeros[keys] ?? (0, 0)
-                let finite = try columns.int64(keyCount + 5), negative = try columns.int64(keyCount + 6)
-                zeros[keys] = (counted.finite &+ finite, counted.negative &+ negative)
-            }
-            // Depot's sum of negative zeros alone is -0.0 (IEEE's -0.0 + -0.0); their
-            // significands added nothing, so add one here.
-            for (keys, counted) in zeros where counted.finite > 0 && counted.finite == counted.negative {
-                sums[keys]?.add(-0.0)
-            }
-            doubleSums[part.attribute] = sums
+            doubleSums[part.attribute] = try doubleSum(part, entity: entity, keyCount: keyCount)
         }
         let result = try connection.query(compiled.query.sql, compiled.query.params, "Aggregating \(entity.name) records")
         let columns = PGColumns(result, types: compiled.types, entity: entity.name)
@@ -116,9 +82,7 @@ final class PostgresTransaction: WriteTransaction {
         rows.reserveCapacity(result.rowCount)
         for row in 0..<result.rowCount {
             columns.row = row
-            var keys: [Value] = []
-            keys.reserveCapacity(keyCount)
-            for index in 0..<keyCount { keys.append(try columns.value(index)) }
+            let keys = try Self.groupKeys(columns, count: keyCount)
             var values: [Value] = []
             values.reserveCapacity(query.functions.count)
             var column = keyCount
@@ -132,14 +96,7 @@ final class PostgresTransaction: WriteTransaction {
                     // nil, the same 64-bit check and message, the same average.
                     var accumulator = AggregateAccumulator(function, in: entity)
                     let count = try columns.int64(column)
-                    var sum: Int128 = 0
-                    if !columns.isNull(column + 1) {
-                        let text = try columns.string(column + 1)
-                        guard let parsed = Int128(text) else {
-                            throw DepotError(.backend, "PostgreSQL returned \(text.prefix(60)) as an integer sum of \(entity.name), which is not an integer Depot can hold.")
-                        }
-                        sum = parsed
-                    }
+                    let sum: Int128 = try columns.isNull(column + 1) ? 0 : Self.integer(columns, column + 1, "an integer sum", of: entity)
                     accumulator.merge(count: count, integerSum: sum, doubleSum: ExactSum())
                     values.append(try accumulator.result())
                     column += 2
@@ -161,25 +118,58 @@ final class PostgresTransaction: WriteTransaction {
         return rows
     }
 
-    /// Adds `significands` × 2^`exponent` to `sum` exactly: in pieces of at most 53 bits,
-    /// each a double as it is (an integer below 2^53 times a power of two no smaller than
-    /// the smallest subnormal's). A piece beyond the double range is infinite, as a
-    /// finite sum beyond the range is in ``ExactSum``.
-    static func add(_ significands: Int128, exponent: Int64, to sum: inout ExactSum) {
-        var magnitude = significands.magnitude
-        var scale = exponent
-        let sign: FloatingPointSign = significands < 0 ? .minus : .plus
-        let mask: UInt128 = (1 << 53) - 1
-        while magnitude != 0 {
-            let piece = magnitude & mask
-            if piece != 0 {
-                // The exponent was checked to be a double's (-1074...971); three pieces at
-                // most (an Int128), and Double's initializer saturates beyond its range.
-                sum.add(Double(sign: sign, exponent: Int(scale), significand: Double(UInt64(piece))))
+    /// One summed double attribute's exact sums per group, from the server's rows: per
+    /// group and binary exponent the sum of the significands, then the counts of NaNs,
+    /// infinities, finite values and negative zeros.
+    private func doubleSum(_ part: PGQueryCompiler.DoubleSumQuery, entity: EntityDescription, keyCount: Int) throws -> [[Value]: ExactSum] {
+        let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
+        let columns = PGColumns(result, types: part.types, entity: entity.name)
+        var sums: [[Value]: ExactSum] = [:]
+        // Per group: finite values, and negative zeros among them.
+        var zeros: [[Value]: (finite: Int64, negative: Int64)] = [:]
+        for row in 0..<result.rowCount {
+            columns.row = row
+            let keys = try Self.groupKeys(columns, count: keyCount)
+            var sum = sums[keys] ?? ExactSum()
+            if !columns.isNull(keyCount) && !columns.isNull(keyCount + 1) {
+                let significands = try Self.integer(columns, keyCount + 1, "a sum of significands", of: entity)
+                let exponent = try columns.int64(keyCount)
+                guard (-1074...971).contains(exponent) else {
+                    throw DepotError(.backend, "PostgreSQL returned \(exponent) as a binary exponent of a double of \(entity.name), outside a double's -1074...971.")
+                }
+                try sum.add(significands, timesTwoToThe: Int(exponent))
             }
-            magnitude >>= 53
-            scale += 53
+            if try columns.int64(keyCount + 2) > 0 { sum.add(.nan) }
+            if try columns.int64(keyCount + 3) > 0 { sum.add(.infinity) }
+            if try columns.int64(keyCount + 4) > 0 { sum.add(-.infinity) }
+            sums[keys] = sum
+            let counted = zeros[keys] ?? (0, 0)
+            let finite = try columns.int64(keyCount + 5), negative = try columns.int64(keyCount + 6)
+            zeros[keys] = (counted.finite &+ finite, counted.negative &+ negative)
         }
+        // Depot's sum of negative zeros alone is -0.0 (IEEE's -0.0 + -0.0); their
+        // significands added nothing, so add one here.
+        for (keys, counted) in zeros where counted.finite > 0 && counted.finite == counted.negative {
+            sums[keys]?.add(-0.0)
+        }
+        return sums
+    }
+
+    /// The group's key values, the first `count` columns of the row.
+    private static func groupKeys(_ columns: PGColumns, count: Int) throws -> [Value] {
+        var keys: [Value] = []
+        keys.reserveCapacity(count)
+        for index in 0..<count { keys.append(try columns.value(index)) }
+        return keys
+    }
+
+    /// A `numeric` the server returned as text, as the 128-bit integer Depot sums in.
+    private static func integer(_ columns: PGColumns, _ column: Int, _ what: String, of entity: EntityDescription) throws -> Int128 {
+        let text = try columns.string(column)
+        guard let value = Int128(text) else {
+            throw DepotError(.backend, "PostgreSQL returned \(text.prefix(60)) as \(what) of \(entity.name), which is not an integer Depot can hold.")
+        }
+        return value
     }
 
     // MARK: WriteTransaction

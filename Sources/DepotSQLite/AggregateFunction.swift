@@ -2,7 +2,7 @@ import CSQLite
 import DepotCore
 
 // `depot_accumulate(x)`: an SQLite aggregate function that keeps Depot's own state for a
-// sum or an average (count of values, 128-bit integer sum, exact double partials) and
+// sum or an average (count of values, 128-bit integer sum, exact double sum) and
 // hands it back as a blob, which `AccumulatorState` turns into the same
 // `AggregateAccumulator` the other backends finish with. So SQLite groups and scans, and
 // every backend computes the same integer (or overflow error) and the same double.
@@ -57,9 +57,8 @@ extension Connection {
                 slot.assumingMemoryBound(to: UnsafeMutableRawPointer?.self).pointee = nil
                 var words: [UInt64] = [
                     UInt64(bitPattern: box.count), UInt64(truncatingIfNeeded: box.integerSum >> 64), UInt64(truncatingIfNeeded: box.integerSum),
-                    box.doubleSum.special == nil ? 0 : 1, (box.doubleSum.special ?? 0).bitPattern,
                 ]
-                words.append(contentsOf: box.doubleSum.partials.map(\.bitPattern))
+                words.append(contentsOf: box.doubleSum.serialized)
                 words.withUnsafeBytes { bytes in
                     sqlite3_result_blob64(context, bytes.baseAddress, sqlite3_uint64(bytes.count), unsafeBitCast(-1, to: sqlite3_destructor_type.self))
                 }
@@ -75,14 +74,13 @@ enum AccumulatorState {
     static func merge(_ statement: OpaquePointer, column: Int32, into accumulator: inout AggregateAccumulator, entity: String) throws(DepotError) {
         if sqlite3_column_type(statement, column) == SQLITE_NULL { return }
         let count = Int(sqlite3_column_bytes(statement, column))
-        guard count >= 40, count % 8 == 0, let blob = sqlite3_column_blob(statement, column) else {
+        guard count >= 48, count % 8 == 0, let blob = sqlite3_column_blob(statement, column) else {
             throw DepotError(.storeCorrupted, "SQLite returned \(count) bytes of aggregate state for \(entity); expected Depot's own.")
         }
         let bytes = UnsafeRawBufferPointer(start: blob, count: count)
         func word(_ index: Int) -> UInt64 { bytes.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self) }
         let integerSum = Int128(Int64(bitPattern: word(1))) << 64 | Int128(word(2))
-        let special = word(3) == 0 ? nil : Double(bitPattern: word(4))
-        let partials = (5..<(count / 8)).map { Double(bitPattern: word($0)) }
-        accumulator.merge(count: Int64(bitPattern: word(0)), integerSum: integerSum, doubleSum: ExactSum(partials: partials, special: special))
+        let doubleSum = try ExactSum(serialized: (3..<(count / 8)).lazy.map(word))
+        accumulator.merge(count: Int64(bitPattern: word(0)), integerSum: integerSum, doubleSum: doubleSum)
     }
 }

@@ -173,6 +173,25 @@ enum AggregateChecks {
             try expectEqual(try byTag.map { try $0[.maximum(\.flag), as: Bool?.self] }, [nil, true, true], "maximum per group")
             try expectEqual(try byTag.map { try $0[.minimum(\.blob), as: Data?.self] }, [Data([0x00]), Data([0x01]), Data([0x01, 0x02])], "minimum bytes per group")
         },
+        ConformanceCheck("double sums are exact past the largest double, in whatever order the rows come") { store in
+            let readings = try await seeded(store)
+            // 2^1023 + 2^1023 passes the largest double; with the two -2^1022 first it never
+            // does. Exactly, the sum is 2^1023 either way.
+            let values = [0x1p1023, -0x1p1022, 0x1p1023, -0x1p1022]
+            for (offset, value) in values.enumerated() {
+                try await readings.save(Reading(id: 40 + Int64(offset), sensor: "d", value: value, level: nil, taken: base, tag: nil, note: nil))
+            }
+            for ascending in [true, false] {
+                let sorted = Request<Reading>(\.sensor == "d").sorted(by: \.value, ascending: ascending)
+                try await expectEqual(readings.sum(\.value, sorted), 0x1p1023, "sum sorted \(ascending ? "ascending" : "descending")")
+                try await expectEqual(readings.average(\.value, sorted), 0x1p1021, "average sorted \(ascending ? "ascending" : "descending")")
+            }
+            let groups = try await readings.aggregate([.sum(\.value)], groupedBy: [\.sensor])
+            try expectEqual(try groups.map { try $0[.sum(\.value), as: Double?.self] }, [.infinity, 0.6, 0, -.infinity, 0x1p1023], "sums per group")
+            // An exact sum beyond the range is infinite: 1e308 + 1e308 (sensor "B") above.
+            try await readings.save(Reading(id: 44, sensor: "d", value: .greatestFiniteMagnitude, level: nil, taken: base, tag: nil, note: nil))
+            try await expectEqual(readings.sum(\.value, Request(\.sensor == "d")), .infinity, "2^1023 + the largest double")
+        },
         ConformanceCheck("aggregates honour the request's order, offset and limit") { store in
             let readings = try await seeded(store)
             let heaviestTwo = Request<Reading>(\.value != nil).sorted(by: \.value, ascending: false).limit(2)
