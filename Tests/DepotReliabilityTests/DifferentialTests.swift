@@ -210,22 +210,27 @@ final class DifferentialStores: Sendable {
     let selective = Counter()
 
     init() async throws {
-        var stores: [(name: String, store: any Store)] = [
-            ("memory", MemoryStore()),
-            ("sqlite", try await openStore(url: Backend.sqlite.url(in: directory))),
-            ("sqlite::memory:", try await openStore(url: "sqlite::memory:")),
-            ("lmdb", try await openStore(url: Backend.lmdb.url(in: directory))),
-        ]
-        // PostgreSQL where a server runs (`make test`, `make stress`): its filters, order,
-        // pages and aggregates are SQL of Depot's, compared case by case like the others.
-        if let url = Stress.postgresURL {
-            let schema = "diff_\(UUID().uuidString.prefix(8).lowercased())"
-            stores.append(("postgres", try await openStore(url: "\(url)&schema=\(schema)")))
-        } else if Stress.postgresRequired {
-            throw DepotError(.invalidConfiguration, "DEPOT_REQUIRE_POSTGRES=1 but DEPOT_TEST_POSTGRES_URL is not set: start a server with scripts/postgres-test-server.sh (make test does).")
+        var stores: [(name: String, store: any Store)] = [("memory", MemoryStore())]
+        do {
+            stores.append(("sqlite", try await openStore(url: Backend.sqlite.url(in: directory))))
+            stores.append(("sqlite::memory:", try await openStore(url: "sqlite::memory:")))
+            stores.append(("lmdb", try await openStore(url: Backend.lmdb.url(in: directory))))
+            // PostgreSQL where a server runs (`make test`, `make stress`): its filters, order,
+            // pages and aggregates are SQL of Depot's, compared case by case like the others.
+            if let url = Stress.postgresURL {
+                let schema = "diff_\(UUID().uuidString.prefix(8).lowercased())"
+                stores.append(("postgres", try await openStore(url: "\(url)&schema=\(schema)")))
+            } else if Stress.postgresRequired {
+                throw DepotError(.invalidConfiguration, "DEPOT_REQUIRE_POSTGRES=1 but DEPOT_TEST_POSTGRES_URL is not set: start a server with scripts/postgres-test-server.sh (make test does).")
+            }
+            for (_, store) in stores { try await store.register(Probe.self) }
+        } catch {
+            // The stores opened so far would otherwise keep their threads and files.
+            for (_, store) in stores { await store.close() }
+            directory.remove()
+            throw error
         }
         self.stores = stores
-        for (_, store) in stores { try await store.register(Probe.self) }
     }
 
     /// The backends compared with the memory reference, for the report.
