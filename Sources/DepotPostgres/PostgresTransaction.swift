@@ -147,10 +147,11 @@ final class PostgresTransaction: WriteTransaction {
             let finite = try columns.int64(keyCount + 5), negative = try columns.int64(keyCount + 6)
             zeros[keys] = (counted.finite &+ finite, counted.negative &+ negative)
         }
-        // Depot's sum of negative zeros alone is -0.0 (IEEE's -0.0 + -0.0); their
-        // significands added nothing, so add one here.
-        for (keys, counted) in zeros where counted.finite > 0 && counted.finite == counted.negative {
-            sums[keys]?.add(-0.0)
+        // Zeros' significands added nothing, so the sign of a zero sum comes from the
+        // counts: -0.0 when every finite value was -0.0 (IEEE's -0.0 + -0.0), +0.0 once any
+        // other was there; add one such zero, which changes nothing else.
+        for (keys, counted) in zeros where counted.finite > 0 {
+            sums[keys]?.add(counted.finite == counted.negative ? -0.0 : 0.0)
         }
         return sums
     }

@@ -169,7 +169,11 @@ struct ExactSumTests {
         #expect(throws: DepotError.self) { try ExactSum(serialized: [0, 0, 37]) }
         #expect(throws: DepotError.self) { try ExactSum(serialized: [0, 0, 35, 1, 2]) }
         #expect(throws: DepotError.self) { try ExactSum(serialized: [0, 0] + Array(repeating: 1, count: 37)) }
+        #expect(throws: DepotError.self, "a finite special value") { try ExactSum(serialized: [1, (1.0).bitPattern, 0]) }
+        #expect(throws: DepotError.self, "a special value without its flag") { try ExactSum(serialized: [0, 7, 0]) }
+        #expect(throws: DepotError.self, "a nonzero total with no nonzero value") { try ExactSum(serialized: [0, 0, 0, 5]) }
         #expect((try? ExactSum(serialized: [0, 0, 0]))?.value == 0)
+        #expect((try? ExactSum(serialized: [1, Double.nan.bitPattern, 0]))?.value.isNaN == true)
         var negative = ExactSum()
         negative.add(-1)
         negative.add(-0x1p-1000)

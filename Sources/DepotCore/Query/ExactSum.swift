@@ -106,7 +106,7 @@ public struct ExactSum: Sendable, Hashable {
         let shift = UInt64(bit % 64)
         let first = bit / 64
         // The shifted magnitude spans three words at most, all inside the accumulator: a
-        // double's reach bit 2,098, a checked significand sum's bit 2,173.
+        // double's reach bit 2,097, a checked significand sum's bit 2,173.
         let parts: (UInt64, UInt64, UInt64) =
             shift == 0
             ? (low, high, 0)
@@ -226,9 +226,19 @@ public struct ExactSum: Sendable, Hashable {
             throw DepotError(.storeCorrupted, "\(state.count) words are not the state of an exact sum of doubles.")
         }
         self.zeros = zeros
-        special = state[0] & 1 == 1 ? Double(bitPattern: state[1]) : nil
+        if state[0] & 1 == 1 {
+            special = Double(bitPattern: state[1])
+        } else if state[1] != 0 {
+            throw DepotError(.storeCorrupted, "The state of an exact sum of doubles has no special value but \(state[1]) in its place.")
+        }
+        if let special, special.isFinite {
+            throw DepotError(.storeCorrupted, "The state of an exact sum of doubles holds \(special) as its NaN or infinity.")
+        }
         let stored = state[3...]
         guard let last = stored.last else { return }
+        if zeros != .other && stored.contains(where: { $0 != 0 }) {
+            throw DepotError(.storeCorrupted, "The state of an exact sum of doubles has a nonzero total but no nonzero value.")
+        }
         let first = Int(state[2])
         var words = Array(repeating: last >> 63 == 1 ? ~UInt64(0) : 0, count: Self.wordCount)
         for (offset, word) in stored.enumerated() { words[first + offset] = word }
