@@ -57,6 +57,69 @@ struct JSONScannerTests {
         }
     }
 
+    /// The document in chunks of `sizes` (cycled), as an async sequence like a request body.
+    static func chunks(_ bytes: [UInt8], sizes: [Int], failingAfter failure: Int? = nil) -> AsyncThrowingStream<ArraySlice<UInt8>, any Error> {
+        AsyncThrowingStream { continuation in
+            var start = 0, turn = 0
+            while start < bytes.count {
+                if let failure, start >= failure {
+                    continuation.finish(throwing: CancellationError())
+                    return
+                }
+                let end = min(bytes.count, start + sizes[turn % sizes.count])
+                continuation.yield(bytes[start..<end])
+                start = end
+                turn += 1
+            }
+            continuation.finish()
+        }
+    }
+
+    @Test func aStreamOfChunksImportsWhatTheWholeDocumentDoes() async throws {
+        let bytes = Array(Self.document.utf8)
+        let whole = try await importing(bytes, chunk: bytes.count)
+        for sizes in [[1], [3, 7], [64], [bytes.count]] {
+            let store = MemoryStore()
+            let tokens = Controller<Token, Token>(store: store)
+            let report = try await tokens.importJSON(chunks: Self.chunks(bytes, sizes: sizes))
+            #expect(report.inserted == 4, "chunks of \(sizes)")
+            #expect(try await tokens.fetchAll() == whole, "chunks of \(sizes)")
+            await store.close()
+        }
+    }
+
+    @Test func aLargeStreamIsScannedAsItArrivesAndAFailingStreamWritesNothing() async throws {
+        // 20,000 elements, about 0.9 MiB: several rounds of gathering small chunks.
+        var text = "["
+        for id in 1...20_000 { text += "{\"id\": \(id), \"text\": \"t\(id)\", \"flag\": \(id % 2 == 0)}," }
+        text.removeLast()
+        text += "]"
+        let bytes = Array(text.utf8)
+        let store = MemoryStore()
+        let tokens = Controller<Token, Token>(store: store)
+        let reads = BytesRead()
+        var options = JSONImportOptions()
+        options.progress = { reads.note($0.bytesRead) }
+        let report = try await tokens.importJSON(chunks: Self.chunks(bytes, sizes: [1_000, 17, 4_093]), options: options)
+        #expect(report.inserted == 20_000)
+        // Scanned in gathered chunks of 256 KiB as they arrive, not once at the end.
+        let counts = reads.values
+        #expect(counts.filter { $0 < bytes.count }.count >= bytes.count / (1 << 18), "\(counts)")
+        #expect(counts.last == bytes.count)
+        #expect(try await tokens.count() == 20_000)
+        #expect(try await tokens.fetchOne(id: 12_345)?.text == "t12345")
+        // A stream that fails halfway (a client that went away): the error comes out, and
+        // the one transaction of the default commit writes nothing.
+        let other = MemoryStore()
+        let empty = Controller<Token, Token>(store: other)
+        await #expect(throws: CancellationError.self) {
+            _ = try await empty.importJSON(chunks: Self.chunks(bytes, sizes: [1_000], failingAfter: bytes.count / 2))
+        }
+        #expect(try await empty.count() == 0)
+        await store.close()
+        await other.close()
+    }
+
     @Test func truncatedAndMalformedInputIsAnErrorAtEveryLength() async throws {
         let bytes = Array(Self.document.utf8)
         // Every proper prefix ends before the closing bracket: each is an error, never a
@@ -67,4 +130,13 @@ struct JSONScannerTests {
             }
         }
     }
+}
+
+/// The byte counts an import's progress reported, in order.
+private final class BytesRead: @unchecked Sendable {
+    // @unchecked: `counts` is only touched under `lock`.
+    private let lock = NSLock()
+    private var counts: [Int] = []
+    func note(_ count: Int) { lock.withLock { counts.append(count) } }
+    var values: [Int] { lock.withLock { counts } }
 }

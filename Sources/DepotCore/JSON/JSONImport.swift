@@ -138,7 +138,32 @@ public enum JSONImport {
         return try await session.finish()
     }
 
-    /// Imports a JSON array from a stream of bytes (a request body, a download).
+    /// Imports a JSON array from a stream of byte chunks: an HTTP request body (with
+    /// Hummingbird, `request.body.map(\.readableBytesView)`), a download. Each chunk is
+    /// scanned as it arrives (small ones gathered to 256 KiB first), so the input is never
+    /// held whole: memory holds a chunk and the rows not yet committed (all of them with
+    /// ``JSONImportOptions/Commit/atEnd``, one batch with
+    /// ``JSONImportOptions/Commit/everyBatch(_:)``). An error the stream throws ends the
+    /// import like a malformed document: nothing of the uncommitted rows is written.
+    public static func run<Chunks: AsyncSequence>(
+        chunks: Chunks, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
+    ) async throws -> JSONImportReport where Chunks.Element: Sequence, Chunks.Element.Element == UInt8 {
+        var session = try await JSONImportSession(entity: entity, store: store, options: options)
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(ChunkedFileReader.chunkSize)
+        for try await chunk in chunks {
+            buffer.append(contentsOf: chunk)
+            if buffer.count >= ChunkedFileReader.chunkSize {
+                try await session.feed(buffer, final: false)
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        try await session.feed(buffer, final: true)
+        return try await session.finish()
+    }
+
+    /// Imports a JSON array from a stream of bytes, one at a time; a stream of chunks
+    /// (``run(chunks:into:of:options:)``) costs an iteration per chunk instead.
     public static func run<Bytes: AsyncSequence>(
         bytes: Bytes, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
     ) async throws -> JSONImportReport where Bytes.Element == UInt8 {
@@ -602,5 +627,14 @@ extension Controller {
     /// Imports a JSON file of an array of objects, read in chunks.
     public func importJSON(contentsOf file: URL, options: JSONImportOptions = JSONImportOptions()) async throws -> JSONImportReport {
         try await JSONImport.run(contentsOf: file, into: try await registeredEntity(), of: store, options: options)
+    }
+
+    /// Imports a JSON array of objects as it streams in, chunk by chunk: a request body
+    /// (`request.body.map(\.readableBytesView)` in Hummingbird), never held whole (see
+    /// ``JSONImport/run(chunks:into:of:options:)``).
+    public func importJSON<Chunks: AsyncSequence>(
+        chunks: Chunks, options: JSONImportOptions = JSONImportOptions()
+    ) async throws -> JSONImportReport where Chunks.Element: Sequence, Chunks.Element.Element == UInt8 {
+        try await JSONImport.run(chunks: chunks, into: try await registeredEntity(), of: store, options: options)
     }
 }

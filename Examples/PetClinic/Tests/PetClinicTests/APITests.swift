@@ -149,6 +149,19 @@ struct APITests {
             #expect(skipped.inserted == 1)
             #expect(skipped.skipped.map(\.index) == [1])
             try expectError(try await client.post("/pets/import", json("{\"not\": \"an array\"}")), .badRequest, mentioning: "expected an array")
+
+            // A body past the cap is refused as it streams in, with nothing of it imported,
+            // though its first elements are valid.
+            var large = "["
+            var index = 0
+            while large.utf8.count <= importLimit {
+                large += "{\"id\": \"\(UUID())\", \"ownerID\": \"\(owner.id)\", \"name\": \"bulk\(index)\", \"species\": \"cat\", \"birthYear\": 2020},"
+                index += 1
+            }
+            large.removeLast()
+            large += "]"
+            try expectError(try await client.post("/pets/import", json(large)), .contentTooLarge, mentioning: "at most 32 MiB")
+            #expect(try await clinic.pets.count() == 251, "nothing of the refused import")
         }
     }
 
