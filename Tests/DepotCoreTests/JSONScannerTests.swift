@@ -88,6 +88,21 @@ struct JSONScannerTests {
         }
     }
 
+    @Test func aStreamOfSingleBytesImportsWhatTheWholeDocumentDoes() async throws {
+        let bytes = Array(Self.document.utf8)
+        let whole = try await importing(bytes, chunk: bytes.count)
+        let store = MemoryStore()
+        let tokens = Controller<Token, Token>(store: store)
+        let stream = AsyncStream<UInt8> { continuation in
+            for byte in bytes { continuation.yield(byte) }
+            continuation.finish()
+        }
+        let report = try await JSONImport.run(bytes: stream, into: try await tokens.registeredEntity(), of: store)
+        #expect(report.inserted == 4)
+        #expect(try await tokens.fetchAll() == whole)
+        await store.close()
+    }
+
     @Test func aLargeStreamIsScannedAsItArrivesAndAFailingStreamWritesNothing() async throws {
         // 20,000 elements, about 0.9 MiB: several rounds of gathering small chunks.
         var text = "["

@@ -167,18 +167,7 @@ public enum JSONImport {
     public static func run<Bytes: AsyncSequence>(
         bytes: Bytes, into entity: EntityHandle, of store: any Store, options: JSONImportOptions = JSONImportOptions()
     ) async throws -> JSONImportReport where Bytes.Element == UInt8 {
-        var session = try await JSONImportSession(entity: entity, store: store, options: options)
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(ChunkedFileReader.chunkSize)
-        for try await byte in bytes {
-            buffer.append(byte)
-            if buffer.count >= ChunkedFileReader.chunkSize {
-                try await session.feed(buffer, final: false)
-                buffer.removeAll(keepingCapacity: true)
-            }
-        }
-        try await session.feed(buffer, final: true)
-        return try await session.finish()
+        try await run(chunks: bytes.map { CollectionOfOne($0) }, into: entity, of: store, options: options)
     }
 }
 
