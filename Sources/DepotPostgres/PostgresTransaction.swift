@@ -125,8 +125,6 @@ final class PostgresTransaction: WriteTransaction {
         let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
         let columns = PGColumns(result, types: part.types, entity: entity.name)
         var sums: [[Value]: ExactSum] = [:]
-        // Per group: finite values, and negative zeros among them.
-        var zeros: [[Value]: (finite: Int64, negative: Int64)] = [:]
         for row in 0..<result.rowCount {
             columns.row = row
             let keys = try Self.groupKeys(columns, count: keyCount)
@@ -142,16 +140,17 @@ final class PostgresTransaction: WriteTransaction {
             if try columns.int64(keyCount + 2) > 0 { sum.add(.nan) }
             if try columns.int64(keyCount + 3) > 0 { sum.add(.infinity) }
             if try columns.int64(keyCount + 4) > 0 { sum.add(-.infinity) }
-            sums[keys] = sum
-            let counted = zeros[keys] ?? (0, 0)
+            // Zeros' significands add nothing, so the sign of a zero sum comes from the
+            // counts: one -0.0 for a row of negative zeros alone, one +0.0 for a row with any
+            // other finite value. ExactSum keeps -0.0 only while every value was -0.0, so
+            // the group's rows combine as its values would; neither zero changes the sum.
             let finite = try columns.int64(keyCount + 5), negative = try columns.int64(keyCount + 6)
-            zeros[keys] = (counted.finite &+ finite, counted.negative &+ negative)
-        }
-        // Zeros' significands added nothing, so the sign of a zero sum comes from the
-        // counts: -0.0 when every finite value was -0.0 (IEEE's -0.0 + -0.0), +0.0 once any
-        // other was there; add one such zero, which changes nothing else.
-        for (keys, counted) in zeros where counted.finite > 0 {
-            sums[keys]?.add(counted.finite == counted.negative ? -0.0 : 0.0)
+            if finite > negative {
+                sum.add(0.0)
+            } else if finite > 0 {
+                sum.add(-0.0)
+            }
+            sums[keys] = sum
         }
         return sums
     }
