@@ -50,14 +50,14 @@ final class SQLiteTransaction: WriteTransaction {
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
         if query.limit == 0 { return }
-        if query.filter == .constant(true) {
-            // Counting a table walks its b-tree without decoding a row; much cheaper than
-            // growing the caller's array step by step.
-            let total = try countAll(table)
-            let expected = max(0, total - query.offset)
-            reserve(query.limit.map { min($0, expected) } ?? expected)
-        } else if let limit = query.limit, limit <= 4096 {
-            reserve(limit)
+        if let limit = query.limit {
+            // A page: at most `limit` rows, whatever the table holds. Counting the table
+            // here would make every first page cost a walk of the whole table.
+            if limit <= 4096 { reserve(limit) }
+        } else if query.filter == .constant(true) {
+            // Every row: counting a table walks its b-tree without decoding a row, cheaper
+            // than growing the caller's array step by step.
+            reserve(max(0, try countAll(table) - query.offset))
         }
         let compiled = try QueryCompiler.select(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)

@@ -6,23 +6,31 @@ public import Foundation
 /// `sqlite3_column_*` call on the live statement, with no `Value` built in between.
 ///
 /// Columns are in the entity's attribute order (the SELECTs list them so), and each is read
-/// by its declared type: SQLite's own storage class decides only `NULL`, and the NaN blob
-/// of a REAL column (see `nanBlob`).
+/// by its declared type after its storage class is checked: SQLite keeps whatever another
+/// program writes (text in an INTEGER column, an integer in a BLOB one) and would convert it
+/// on reading (`'twelve'` to 0), so a value of the wrong class is a `conversionFailed` that
+/// names the entity, the key and the attribute, never a silent conversion. The NaN blob of
+/// a REAL column (see `nanBlob`) is the one BLOB a REAL column holds.
 final class StatementColumns: ColumnReader {
     let statement: OpaquePointer
     private let types: [AttributeType]
     /// Whether each column may hold NULL. A non-optional attribute's column is `NOT NULL`
     /// (Depot creates it so, and a migration cannot make an optional attribute required), so
-    /// SQLite itself guarantees a value there and the check costs a call per value for
-    /// nothing.
+    /// SQLite itself guarantees a value there.
     private let nullable: [Bool]
     private let entity: String
+    /// The attributes' names, for the messages; empty for columns that are not an entity's.
+    private let names: [String]
+    /// The primary key's column, whose value names the record in a message (-1: none).
+    private let keyColumn: Int
 
     init(_ statement: Statement, table: RegisteredEntity) {
         self.statement = statement.handle
         self.types = table.types
         self.nullable = table.nullable
         self.entity = table.entity.name
+        self.names = table.entity.attributes.map(\.name)
+        self.keyColumn = table.entity.primaryKeyIndex
     }
 
     /// Columns of the given types, any of which may be NULL: a statement whose columns
@@ -32,17 +40,59 @@ final class StatementColumns: ColumnReader {
         self.types = types
         self.nullable = types.map { _ in true }
         self.entity = entity
+        self.names = []
+        self.keyColumn = -1
     }
 
     var columnCount: Int { types.count }
 
-    /// The column at `index`, after checking that it exists and is not NULL.
+    /// The column at `index`, after checking that it exists, is not NULL and holds a value
+    /// of SQLite's storage class `expected`.
     @inline(__always)
-    private func column<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> Int32 {
+    private func column<T>(_ index: Int, _ type: T.Type, _ expected: Int32) throws(DepotError) -> Int32 {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
         let column = Int32(truncatingIfNeeded: index)
-        if nullable[index] && sqlite3_column_type(statement, column) == SQLITE_NULL { throw storedNil(T.self, at: index) }
+        let stored = sqlite3_column_type(statement, column)
+        if stored != expected {
+            if stored == SQLITE_NULL && nullable[index] { throw storedNil(T.self, at: index) }
+            throw wrongClass(index, stored: stored)
+        }
         return column
+    }
+
+    /// The error for a value of another storage class than its attribute's type takes.
+    @inline(never)
+    private func wrongClass(_ index: Int, stored: Int32) -> DepotError {
+        let column = Int32(truncatingIfNeeded: index)
+        let found: String
+        switch stored {
+        case SQLITE_INTEGER: found = "the integer \(sqlite3_column_int64(statement, column))"
+        case SQLITE_FLOAT: found = "the real number \(sqlite3_column_double(statement, column))"
+        case SQLITE_TEXT: found = "the text \(Value.string(textValue(column).prefix(64).description).debugLiteral)"
+        case SQLITE_BLOB: found = "a blob of \(sqlite3_column_bytes(statement, column)) bytes"
+        default: found = "NULL"
+        }
+        return DepotError(
+            .conversionFailed,
+            "\(place(index)) holds \(found), which its \(types[index].rawValue) attribute cannot hold; another program wrote it. Correct the stored value, or change the attribute's type with a migration step.")
+    }
+
+    /// The attribute at `index` and the record it belongs to, as a message names them.
+    private func place(_ index: Int) -> String {
+        let attribute = index < names.count ? "\(entity).\(names[index])" : "column \(index + 1) of \(entity)"
+        guard keyColumn >= 0, keyColumn < types.count, keyColumn != index else { return attribute }
+        let key = Int32(truncatingIfNeeded: keyColumn)
+        switch sqlite3_column_type(statement, key) {
+        case SQLITE_INTEGER: return "\(attribute) of the record with key \(sqlite3_column_int64(statement, key))"
+        case SQLITE_TEXT: return "\(attribute) of the record with key \(Value.string(textValue(key)).debugLiteral)"
+        default: return attribute
+        }
+    }
+
+    /// A TEXT value's characters, invalid UTF-8 repaired: for messages only.
+    private func textValue(_ column: Int32) -> String {
+        guard let text = sqlite3_column_text(statement, column) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self)
     }
 
     func isNull(_ index: Int) -> Bool {
@@ -51,50 +101,65 @@ final class StatementColumns: ColumnReader {
     }
 
     func int64(_ index: Int) throws(DepotError) -> Int64 {
-        sqlite3_column_int64(statement, try column(index, Int64.self))
+        sqlite3_column_int64(statement, try column(index, Int64.self, SQLITE_INTEGER))
     }
 
     func bool(_ index: Int) throws(DepotError) -> Bool {
-        sqlite3_column_int64(statement, try column(index, Bool.self)) != 0
+        let column = try column(index, Bool.self, SQLITE_INTEGER)
+        switch sqlite3_column_int64(statement, column) {
+        case 0: return false
+        case 1: return true
+        default: throw wrongClass(index, stored: SQLITE_INTEGER)
+        }
     }
 
-    /// A REAL column's value; NaN is stored as a BLOB (see `nanBlob`), which SQLite reads
-    /// as 0.0, so only a 0.0 needs its storage class checked.
+    /// A REAL column's value; NaN is stored as a BLOB of its bits (see `nanBlob`), the only
+    /// BLOB a REAL column holds.
     @inline(__always)
-    private func real(_ column: Int32) -> Double {
-        let value = sqlite3_column_double(statement, column)
-        if value == 0 && sqlite3_column_type(statement, column) == SQLITE_BLOB { return .nan }
-        return value
+    private func real<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> Double {
+        guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        let column = Int32(truncatingIfNeeded: index)
+        let stored = sqlite3_column_type(statement, column)
+        if stored == SQLITE_FLOAT { return sqlite3_column_double(statement, column) }
+        if stored == SQLITE_BLOB, sqlite3_column_bytes(statement, column) == Int32(nanBlob.count),
+            let blob = sqlite3_column_blob(statement, column),
+            UnsafeRawBufferPointer(start: blob, count: nanBlob.count).elementsEqual(nanBlob)
+        {
+            return .nan
+        }
+        if stored == SQLITE_NULL && nullable[index] { throw storedNil(T.self, at: index) }
+        throw wrongClass(index, stored: stored)
     }
 
     func double(_ index: Int) throws(DepotError) -> Double {
-        real(try column(index, Double.self))
+        try real(index, Double.self)
     }
 
     func date(_ index: Int) throws(DepotError) -> Date {
-        Date(timeIntervalSinceReferenceDate: real(try column(index, Date.self)))
+        Date(timeIntervalSinceReferenceDate: try real(index, Date.self))
     }
 
     func string(_ index: Int) throws(DepotError) -> String {
-        let column = try column(index, String.self)
+        let column = try column(index, String.self, SQLITE_TEXT)
         // column_text before column_bytes: the byte count is of the text form.
         guard let text = sqlite3_column_text(statement, column) else { return "" }
         let count = Int(sqlite3_column_bytes(statement, column))
-        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+        guard let string = String(validating: UnsafeBufferPointer(start: text, count: count), as: UTF8.self) else {
+            throw DepotError(.conversionFailed, "\(place(index)) holds text that is not valid UTF-8, which a string attribute cannot hold exactly; another program wrote it. Correct the stored value.")
+        }
+        return string
     }
 
     func data(_ index: Int) throws(DepotError) -> Data {
-        let column = try column(index, Data.self)
+        let column = try column(index, Data.self, SQLITE_BLOB)
         guard let blob = sqlite3_column_blob(statement, column) else { return Data() }
         return Data(bytes: blob, count: Int(sqlite3_column_bytes(statement, column)))
     }
 
     func uuid(_ index: Int) throws(DepotError) -> UUID {
-        let column = try column(index, UUID.self)
+        let column = try column(index, UUID.self, SQLITE_BLOB)
         let count = Int(sqlite3_column_bytes(statement, column))
-        guard count == 16, let blob = sqlite3_column_blob(statement, column) else {
-            throw DepotError(.storeCorrupted, "A UUID column of \(entity) holds \(count) bytes instead of 16; the database was changed outside Depot.")
-        }
+        guard count == 16, let blob = sqlite3_column_blob(statement, column) else { throw wrongClass(index, stored: SQLITE_BLOB) }
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(start: blob, count: 16)) }
         return UUID(uuid: uuid)
