@@ -8,7 +8,7 @@ extension LMDBStore: SchemaRewritingStore {
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle {
+    ) async throws -> EntityHandle? {
         try await withCheckedThrowingContinuation { continuation in
             let accepted = writerLane.submit {
                 continuation.resume(with: Result {
@@ -23,14 +23,17 @@ extension LMDBStore: SchemaRewritingStore {
 
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
-    ) throws -> EntityHandle {
+    ) throws -> EntityHandle? {
         try begin()
         defer { end() }
         let snapshot = catalog.snapshot
         guard let oldHandle = snapshot.registry.handle(named: name) else { throw DepotError.notRegistered(name) }
         let links = snapshot.registry.relationships.incoming.values.flatMap { $0 }
         try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { snapshot.registry[$0]?.entity }, relationships: links)
-        _ = try runWrite(catalog: snapshot, recording: false, publish: { [entity.name: $0] }) { transaction in
+        let (outcome, _) = try runWrite(catalog: snapshot, recording: false, publish: { $0.map { [entity.name: $0] } ?? [:] }) { transaction -> RegisteredEntity? in
+            // Another process running the same migration may have applied this step since
+            // the ledger was read: then it is done, and runs nowhere twice.
+            if try transaction.fetchRow(ledger, key: ledgerRow[value: ledger.entity.primaryKeyIndex], { _ in }) { return nil }
             var rows: [Row] = []
             try transaction.fetchRows(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append($0) }
             let transformed = try rows.map(transform)
@@ -78,6 +81,7 @@ extension LMDBStore: SchemaRewritingStore {
             _ = try transaction.write(ledgerRow, try transaction.handles(for: ledger), mode: .insert)
             return registered
         }
+        guard outcome != nil else { return nil }
         if name != entity.name { catalog.mutate { $0.remove(named: name) } }
         changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])

@@ -663,20 +663,26 @@ extension LMDBStore: CatalogStore {
     /// Every entity registered in this process or stored in the environment's catalog
     /// (`entity:<Name>` keys of `depot_meta`), registered with its stored description.
     public func storedEntities() async throws -> [EntityHandle] {
-        let stored: [EntityDescription] = try await withCheckedThrowingContinuation { continuation in
+        // Read and registered in one write transaction: registered in a second one, a
+        // description another process changed in between would be registered as a change
+        // back to the old layout, and refused.
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let accepted = writerLane.submit {
                 continuation.resume(with: Result {
                     try self.begin()
                     defer { self.end() }
                     let snapshot = self.catalog.snapshot
-                    return try self.runWrite(catalog: snapshot, recording: false) { transaction in
-                        try transaction.storedEntityDescriptions()
-                    }.0
+                    _ = try self.runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
+                        var updated: [String: RegisteredEntity] = [:]
+                        for entity in try transaction.storedEntityDescriptions() {
+                            updated[entity.name] = try transaction.registerStamped(entity, current: snapshot.registry[entity.name]?.entry)
+                        }
+                        return updated
+                    }
                 })
             }
             if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
         }
-        if !stored.isEmpty { _ = try await register(stored) }
         return catalog.registry.all.map(\.handle)
     }
 }

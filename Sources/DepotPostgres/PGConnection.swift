@@ -172,6 +172,19 @@ final class PGConnection: @unchecked Sendable {
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
 
+    /// The store's schema-version check (see `PostgresStore+SchemaWatch.swift`): called
+    /// with the version the probe read (nil when the store records none), in the same
+    /// round trip as the transaction's first statement; throws when the schema moved.
+    var schemaCheck: ((PGConnection, String?) throws(DepotError) -> Void)?
+    /// Whether the next round trip carries the schema probe: set by ``begin(_:)`` and by
+    /// ``probeNextStatement()``.
+    private var probePending = false
+    /// Set by the store's check when it found the schema moved: the work that met it runs
+    /// again once the registry is reloaded.
+    var schemaReloadNeeded = false
+    static let schemaProbe = "SELECT value FROM depot_meta WHERE key = 'schema'"
+    static let schemaProbeName = "depot_schema_probe"
+
     /// Where the server's notices and warnings go: the store's logger. libpq's default
     /// prints them on the process's standard error, which a server's operators read as
     /// its own output (a `DROP TABLE IF EXISTS` of a migration printed a NOTICE there).
@@ -217,6 +230,7 @@ final class PGConnection: @unchecked Sendable {
     func forgetPrepared() {
         prepared.removeAll()
         pendingBegin = nil
+        probePending = false
         rollbackInFlight = false
     }
 
@@ -260,6 +274,13 @@ final class PGConnection: @unchecked Sendable {
         try settle()
         guard !isInTransaction else { throw DepotError(.backend, "A PostgreSQL transaction is already open on this connection.") }
         pendingBegin = sql
+        probePending = schemaCheck != nil
+    }
+
+    /// Sends the schema probe with the next statement, which runs in autocommit mode: a
+    /// single-statement read checks the schema in its own round trip.
+    func probeNextStatement() {
+        probePending = schemaCheck != nil
     }
 
     /// A ROLLBACK sent by ``endWithoutWaiting()`` whose answer is still to be read.
@@ -363,9 +384,23 @@ final class PGConnection: @unchecked Sendable {
             }
         }
         var all = steps
+        var probeAt: Int?
+        if probePending {
+            probePending = false
+            if !prepared.contains(Self.schemaProbeName) {
+                guard let result = PQprepare(handle, Self.schemaProbeName, Self.schemaProbe, 0, nil) else {
+                    throw connectionLost("Preparing the schema probe")
+                }
+                try check(PGResult(result), "Preparing the schema probe")
+                prepared.insert(Self.schemaProbeName)
+            }
+            all.insert(Step(sql: Self.schemaProbe, name: Self.schemaProbeName, context: "Reading the schema version"), at: 0)
+            probeAt = 0
+        }
         if let begin = pendingBegin {
             pendingBegin = nil
             all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
+            probeAt = probeAt.map { $0 + 1 }
         }
         if all.count == 1 {
             guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
@@ -411,6 +446,16 @@ final class PGConnection: @unchecked Sendable {
             PQreset(handle)
             forgetPrepared()
             failure = failure ?? connectionLost(all[0].context)
+        }
+        // The schema check before any failure of the statements after it: a statement in
+        // the old layout fails (a column of another type) because the schema moved.
+        if let probeAt, let schemaCheck, results.count > probeAt, PQresultStatus(results[probeAt].handle) == PGRES_TUPLES_OK {
+            let probed = results[probeAt]
+            do throws(DepotError) {
+                try schemaCheck(self, probed.rowCount > 0 ? String(decoding: probed.bytes(0, 0), as: UTF8.self) : nil)
+            } catch {
+                failure = error
+            }
         }
         if let failure { throw failure }
         if sent < all.count || results.count < all.count { throw connectionLost(all[0].context) }

@@ -36,7 +36,15 @@ extension PostgresStore {
             defer { s.nextSerial += entities.count }
             return s.nextSerial
         }
+        var version: String?
         try lockedTransaction("Registering entities") { () throws(DepotError) in
+            // Changes other processes made since the registry was verified first: the
+            // version raised below must not hide them.
+            version = try readSchemaVersion()
+            if version != state.withLockedValue({ $0.verifiedVersion }) {
+                try reloadDescriptions(into: &current)
+            }
+            var changed = false
             var created: [EntityDescription] = []
             for (offset, entity) in entities.enumerated() {
                 // Another process may have registered or migrated the entity: under the
@@ -51,9 +59,11 @@ extension PostgresStore {
                     // PostgreSQL's words rather than Depot's.
                     try checkDefaultedReferences(migration, registered: { current[$0]?.entity })
                     try migrate(migration, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })
+                    changed = true
                     log.schemaMigrated(migration)
                 } else {
                     try create(entity)
+                    changed = true
                     created.append(entity)
                     log.schemaCreated(entity)
                 }
@@ -65,8 +75,13 @@ extension PostgresStore {
                     try writer.execute(statement, "Adding the references of \(entity.name)")
                 }
             }
+            if changed { version = try raiseSchemaVersion(into: &current) }
         }
-        state.withLockedValue { $0.tables = current }
+        let verified = version
+        state.withLockedValue { s in
+            s.tables = current
+            s.verifiedVersion = verified
+        }
         return entities.compactMap { current.handle(named: $0.name) }
     }
 
@@ -185,7 +200,7 @@ extension PostgresStore: SchemaRewritingStore {
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle {
+    ) async throws -> EntityHandle? {
         try PGDDL.checkNames(entity)
         return try await onWriter("rewriting \(name)") {
             try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
@@ -194,7 +209,7 @@ extension PostgresStore: SchemaRewritingStore {
 
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
-    ) throws -> EntityHandle {
+    ) throws -> EntityHandle? {
         var current = tables
         guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
         let links = current.relationships.incoming.values.flatMap { $0 }
@@ -203,7 +218,20 @@ extension PostgresStore: SchemaRewritingStore {
             defer { s.nextSerial += 2 }
             return s.nextSerial
         }
-        try lockedTransaction("Rewriting \(name)") { () throws -> Void in
+        var version: String?
+        let applied = try lockedTransaction("Rewriting \(name)") { () throws -> Bool in
+            // Under the schema's lock, the database is the truth. Another process running
+            // the same migration may have applied this step since the ledger was read: then
+            // it is done, and runs nowhere twice.
+            let ledgerCheck = PostgresTransaction(connection: writer, tables: current, writable: true)
+            let recorded = try ledgerCheck.fetchRow(ledger, key: ledgerRow[value: ledger.entity.primaryKeyIndex]) { _ in }
+            ledgerCheck.isFinished = true
+            if recorded { return true }
+            // Another process may have changed the entity otherwise: rows read with this
+            // process's description of it would be misread.
+            if try storedDescription(of: name) != oldHandle.entity {
+                throw DepotError(.schemaMismatch, "Another process changed the schema of \(name) in schema \(options.schema) since this migration read it; nothing was changed. Run the migration again.")
+            }
             var rows: [Row] = []
             let reading = PostgresTransaction(connection: writer, tables: current, writable: true)
             try reading.fetch(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
@@ -264,10 +292,17 @@ extension PostgresStore: SchemaRewritingStore {
             // The deferred foreign keys are checked now, inside the step, so a dangling
             // reference fails it with Depot's code rather than at COMMIT.
             try writer.execute("SET CONSTRAINTS ALL IMMEDIATE", "Checking the references of the rewritten \(entity.name)")
+            version = try raiseSchemaVersion(into: &current)
+            return false
         }
+        if applied { return nil }
         if name != entity.name { current.remove(named: name) }
         let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
-        state.withLockedValue { $0.tables = current }
+        let verified = version
+        state.withLockedValue { s in
+            s.tables = current
+            s.verifiedVersion = verified
+        }
         changes.publishTouched([name, entity.name, ledger.name])
         try? notifyTouched([name, entity.name, ledger.name])
         return handle

@@ -91,6 +91,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     struct State: Sendable {
         var tables = EntityRegistry<RegisteredEntity>()
         var nextSerial = 1
+        /// The schema version (`depot_meta`, key `schema`) the registry was last verified
+        /// at (see `PostgresStore+SchemaWatch.swift`); nil when the store records none yet.
+        var verifiedVersion: String?
     }
 
     struct Pool: Sendable {
@@ -151,7 +154,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger)
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
-            let stored = try Self.prepareSchema(writer, options: options)
+            let (stored, version) = try Self.prepareSchema(writer, options: options)
             for setting in settings { try writer.execute(setting, "Setting up the PostgreSQL session") }
             for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings, logger: log.logger)) }
             let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger)
@@ -161,6 +164,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             self.pool = NIOLockedValueBox(Pool(idle: Array(opened[1...options.readers])))
             self.listener = ChangeListener(connection: listen)
             state.withLockedValue { s in
+                s.verifiedVersion = version
                 for entity in stored {
                     s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
                     s.nextSerial += 1
@@ -169,6 +173,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         } catch {
             for connection in opened { connection.close() }
             throw error
+        }
+        for connection in [writer] + readers {
+            connection.schemaCheck = { [weak self] connection, version throws(DepotError) in try self?.checkSchemaVersion(connection, version) }
         }
         listener?.start(store: self)
         log.opened("postgres", at: "schema \(options.schema)", ["depot.readers": .stringConvertible(options.readers), "depot.entities": .stringConvertible(state.withLockedValue { $0.tables.all.count })])
@@ -203,7 +210,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
 
     /// Creates the schema and the bookkeeping tables when missing, checks the format, and
     /// reads the stored entity descriptions.
-    static func prepareSchema(_ connection: PGConnection, options: Options) throws(DepotError) -> [EntityDescription] {
+    static func prepareSchema(_ connection: PGConnection, options: Options) throws(DepotError) -> (entities: [EntityDescription], schemaVersion: String?) {
         try connection.execute("BEGIN", "Opening the PostgreSQL store")
         do throws(DepotError) {
             try connection.query("SELECT pg_advisory_xact_lock($1)", [.int(lockKey(options.schema))], "Locking the schema \(options.schema)")
@@ -240,8 +247,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
                 stored.append(try decodeDescription(rows.bytes(row, 1), name: name))
             }
+            let schemaVersion = try connection.query(PGConnection.schemaProbe, [], "Reading the schema version")
             try connection.execute("COMMIT", "Opening the PostgreSQL store")
-            return stored
+            return (stored, schemaVersion.rowCount > 0 ? String(decoding: schemaVersion.bytes(0, 0), as: UTF8.self) : nil)
         } catch {
             try? connection.execute("ROLLBACK")
             throw error
@@ -344,7 +352,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result { try self.log.transaction("read") { try self.readInTransaction(on: reader, body) } }
+            let result = Result {
+                try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } }
+            }
             self.checkIn(reader)
             self.end()
             completion(result)
@@ -371,9 +381,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             self.healthy(reader)
             let result = Result { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
-                    let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
-                    defer { transaction.isFinished = true }
-                    return try transaction.fetchRow(entity, key: key, visit)
+                    try self.retryingAfterSchemaChange(on: reader) { () throws -> Bool in
+                        let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
+                        defer { transaction.isFinished = true }
+                        reader.probeNextStatement()
+                        return try transaction.fetchRow(entity, key: key, visit)
+                    }
                 }
             }
             self.checkIn(reader)
@@ -405,12 +418,22 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// back-off, up to ``Options/retries`` times.
     func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         var attempt = 0
+        var reloads = 0
         while true {
             healthy(writer)
             writer.lastFailure = nil
             do {
                 return try log.transaction("write") { try writeInTransaction(body) }
             } catch {
+                if writer.schemaReloadNeeded {
+                    // Another process changed the schema: the registry takes it in, and the
+                    // write runs again (refused if its handles are of the old layout).
+                    writer.schemaReloadNeeded = false
+                    reloads += 1
+                    guard reloads < Self.schemaReloads else { throw error }
+                    try reloadSchemaNow()
+                    continue
+                }
                 guard attempt < options.retries, writer.lastFailure?.isRetryable == true else { throw error }
                 attempt += 1
                 usleep(UInt32.random(in: 200...(1_000 * UInt32(min(attempt, 20)))))

@@ -14,6 +14,13 @@ final class Statement {
     /// inside a fetch's body) then gets a statement of its own instead of resetting this one.
     var inUse = false
     let isCached: Bool
+    /// Whether the next step is the first of an execution: the only step at which SQLite
+    /// re-prepares a statement after a schema change (see `Connection.schemaWatch`).
+    var atFirstStep = true
+    /// Whether a step of this statement has been checked against the schema since it was
+    /// prepared; a statement prepared after another process's schema change is compiled
+    /// against the new schema without counting as re-prepared.
+    var schemaChecked = false
 
     init(handle: OpaquePointer, isCached: Bool) {
         self.handle = handle
@@ -50,6 +57,15 @@ final class Connection: @unchecked Sendable {
     /// table: lookups by key come one per read on a reader connection, and the reader
     /// outlives the read, so it is made once per connection and table, not per read.
     var rowColumns: (statement: OpaquePointer, serial: Int, columns: StatementColumns)?
+    /// Called after the first step of a statement that SQLite prepared or re-prepared since
+    /// it was last checked: then the schema may have changed under this process (another
+    /// process migrated an entity), and the store compares the file's schema cookie with
+    /// the one its registry was verified at. Set on reader connections only; the writer
+    /// checks the cookie when each write transaction begins.
+    var schemaWatch: ((Connection) throws(DepotError) -> Void)?
+    /// Set by the store when `schemaWatch` found the schema changed and the registry was
+    /// reloaded: the read that met it runs again (see `SQLiteStore.retryingAfterSchemaChange`).
+    var schemaReloaded = false
 
     private init(handle: OpaquePointer, path: String) {
         self.handle = handle
@@ -235,21 +251,53 @@ final class Connection: @unchecked Sendable {
     func release(_ statement: Statement) {
         sqlite3_reset(statement.handle)
         statement.inUse = false
+        statement.atFirstStep = true
     }
 
     /// Steps a statement: `true` for a row, `false` when done.
     @inline(__always)
     func step(_ statement: Statement, _ context: @autoclosure () -> String) throws(DepotError) -> Bool {
         let rc = sqlite3_step(statement.handle)
+        if statement.atFirstStep {
+            statement.atFirstStep = false
+            if let watch = schemaWatch, rc == SQLITE_ROW || rc == SQLITE_DONE { try checkSchema(statement, watch) }
+        }
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE { return false }
         throw error(rc, context())
     }
 
+    @inline(never)
+    private func checkSchema(_ statement: Statement, _ watch: (Connection) throws(DepotError) -> Void) throws(DepotError) {
+        let reprepared = sqlite3_stmt_status(statement.handle, SQLITE_STMTSTATUS_REPREPARE, 1) != 0
+        guard reprepared || !statement.schemaChecked else { return }
+        statement.schemaChecked = true
+        try watch(self)
+    }
+
+    /// The file's schema cookie (`PRAGMA schema_version`), which SQLite changes with every
+    /// change to the schema, by any connection of any process. Read in the connection's
+    /// current transaction, or in one of its own when there is none.
+    func schemaCookie() throws(DepotError) -> Int64 {
+        let statement = try statement(key: Self.schemaCookieKey) { "PRAGMA schema_version" }
+        defer { release(statement) }
+        // Stepped directly: this statement is the check itself, not a read to check.
+        let rc = sqlite3_step(statement.handle)
+        guard rc == SQLITE_ROW else { throw error(rc == SQLITE_DONE ? SQLITE_ERROR : rc, "Reading the schema version") }
+        return sqlite3_column_int64(statement.handle, 0)
+    }
+
+    /// The statement-cache key of `schemaCookie()`, apart from the store's transaction
+    /// keys (0–7) and the entities' (serial × 16 and up, serials starting at 1).
+    static let schemaCookieKey = 8
+
     /// Runs a cached statement without bindings or results (BEGIN, COMMIT, ROLLBACK).
     func run(key: Int, _ sql: String) throws(DepotError) {
         let statement = try statement(key: key) { sql }
         defer { release(statement) }
+        // Transaction control reads no table: nothing for the schema watch to check, and
+        // a BEGIN it failed would leave the transaction open behind the error.
+        statement.atFirstStep = false
         while try step(statement, sql) {}
     }
 

@@ -146,7 +146,7 @@ extension SQLiteStore {
     }
 
     /// Creates Depot's bookkeeping tables when missing and reads the stored entities.
-    static func prepareBookkeeping(_ writer: Connection, file: String) throws(DepotError) -> [EntityDescription] {
+    static func prepareBookkeeping(_ writer: Connection, file: String) throws(DepotError) -> (entities: [EntityDescription], schemaCookie: Int64) {
         try writer.execute("BEGIN IMMEDIATE")
         do throws(DepotError) {
             try writer.execute(
@@ -172,8 +172,10 @@ extension SQLiteStore {
                 entities.append(entity)
             }
             try repairIndexes(entities, on: writer)
+            // After any index the repair made: the cookie the registry starts verified at.
+            let cookie = try writer.schemaCookie()
             try writer.execute("COMMIT")
-            return entities
+            return (entities, cookie)
         } catch {
             try? writer.execute("ROLLBACK")
             throw error

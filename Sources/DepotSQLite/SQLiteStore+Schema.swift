@@ -33,23 +33,33 @@ extension SQLiteStore {
         // refuses to add a REFERENCES column with a default other than NULL while it is on.
         // A defaulted reference is checked below instead.
         try writer.execute("PRAGMA foreign_keys = OFF")
+        let cookie: Int64
         do throws(DepotError) {
-            try registerInTransaction(entities, current: &current, serial: serial)
+            cookie = try registerInTransaction(entities, current: &current, serial: serial)
         } catch {
             try? writer.execute("PRAGMA foreign_keys = ON")
             throw error
         }
         // Not `try?`: a writer left without foreign keys would stop SQLite's own check.
         try writer.execute("PRAGMA foreign_keys = ON")
-        state.withLockedValue { $0.tables.registry = current }
+        state.withLockedValue { s in
+            s.tables.registry = current
+            s.verifiedCookie = cookie
+        }
         return entities.compactMap { current.handle(named: $0.name) }
     }
 
+    /// Returns the schema cookie after the changes, which the registry is then verified at.
     private func registerInTransaction(
         _ entities: [EntityDescription], current: inout EntityRegistry<RegisteredEntity>, serial: Int
-    ) throws(DepotError) {
+    ) throws(DepotError) -> Int64 {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do throws(DepotError) {
+            // Changes other processes made since the registry was verified first: the
+            // cookie read after this transaction's own changes must not hide them.
+            if try writer.schemaCookie() != state.withLockedValue({ $0.verifiedCookie }) {
+                try reloadDescriptions(on: writer, into: &current)
+            }
             for (offset, entity) in entities.enumerated() {
                 // Another process may have registered or migrated the entity since this
                 // store read depot_entities at open; under the write lock the file is the
@@ -70,7 +80,9 @@ extension SQLiteStore {
                 try storeDescription(entity)
                 current.set(entity, RegisteredEntity(entity: entity, serial: serial + offset))
             }
+            let cookie = try writer.schemaCookie()
             try writer.run(key: Keys.commit, "COMMIT")
+            return cookie
         } catch {
             rollback(writer)
             throw error
@@ -200,7 +212,7 @@ extension SQLiteStore: SchemaRewritingStore {
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle {
+    ) async throws -> EntityHandle? {
         try await withCheckedThrowingContinuation { continuation in
             do { try begin() } catch { return continuation.resume(throwing: error) }
             let accepted = writerLane.submit {
@@ -221,7 +233,7 @@ extension SQLiteStore: SchemaRewritingStore {
 
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
-    ) throws -> EntityHandle {
+    ) throws -> EntityHandle? {
         var current = tables
         guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
         let links = current.relationships.incoming.values.flatMap { $0 }
@@ -231,17 +243,22 @@ extension SQLiteStore: SchemaRewritingStore {
             return s.nextSerial
         }
         try writer.execute("PRAGMA foreign_keys = OFF")
+        let outcome: Int64?
         do {
-            try rewriteInTransaction(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger, current: current, oldHandle: oldHandle, serial: serial)
+            outcome = try rewriteInTransaction(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger, current: current, oldHandle: oldHandle, serial: serial)
         } catch {
             try? writer.execute("PRAGMA foreign_keys = ON")
             throw error
         }
         // Not `try?`: a writer left without foreign keys would stop SQLite's own check.
         try writer.execute("PRAGMA foreign_keys = ON")
+        guard let cookie = outcome else { return nil }
         if name != entity.name { current.remove(named: name) }
         let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
-        state.withLockedValue { $0.tables.registry = current }
+        state.withLockedValue { s in
+            s.tables.registry = current
+            s.verifiedCookie = cookie
+        }
         changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle
@@ -250,9 +267,28 @@ extension SQLiteStore: SchemaRewritingStore {
     private func rewriteInTransaction(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle,
         current: EntityRegistry<RegisteredEntity>, oldHandle: EntityHandle, serial: Int
-    ) throws {
+    ) throws -> Int64? {
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
         do {
+            // Under the write lock, the file is the truth. Another process running the same
+            // migration may have applied this step since the ledger was read: then it is
+            // done, and runs nowhere twice.
+            let ledgerCheck = SQLiteTransaction(connection: writer, tables: SharedRegistry(current), writable: true)
+            let applied = try ledgerCheck.fetchRow(ledger, key: ledgerRow[value: ledger.entity.primaryKeyIndex]) { _ in }
+            ledgerCheck.isFinished = true
+            if applied {
+                rollback(writer)
+                return nil
+            }
+            // Another process may have changed the entity otherwise: rows read with this
+            // process's description of it would be misread.
+            if try writer.schemaCookie() != state.withLockedValue({ $0.verifiedCookie }) {
+                var stored = current
+                try reloadDescriptions(on: writer, into: &stored)
+                if stored[name]?.entity != oldHandle.entity {
+                    throw DepotError(.schemaMismatch, "Another process changed the schema of \(name) in \(path) since this migration read it; nothing was changed. Run the migration again.")
+                }
+            }
             var rows: [Row] = []
             let reading = SQLiteTransaction(connection: writer, tables: SharedRegistry(current), writable: true)
             try reading.fetch(Query(all: oldHandle), reserve: { rows.reserveCapacity($0) }) { rows.append(try $0.row()) }
@@ -286,7 +322,9 @@ extension SQLiteStore: SchemaRewritingStore {
             let recording = SQLiteTransaction(connection: writer, tables: SharedRegistry(current), writable: true)
             try recording.insert(ledgerRow, into: ledger)
             recording.isFinished = true
+            let cookie = try writer.schemaCookie()
             try writer.run(key: Keys.commit, "COMMIT")
+            return cookie
         } catch {
             rollback(writer)
             throw error

@@ -90,6 +90,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         /// The registered tables, and the snapshot transactions share.
         var tables = SharingRegistry<RegisteredEntity>()
         var nextSerial = 1
+        /// The file's schema cookie the registry was last verified against (see
+        /// `SQLiteStore+SchemaWatch.swift`).
+        var verifiedCookie: Int64 = -1
     }
 
     let state = NIOLockedValueBox(State())
@@ -226,7 +229,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             // SQLite enforces the references' FOREIGN KEY clauses too (deferred to commit),
             // behind Depot's own checks; tables without references pay nothing for it.
             try writer.execute("PRAGMA foreign_keys = ON")
-            let stored = try Self.prepareBookkeeping(writer, file: file)
+            let (stored, cookie) = try Self.prepareBookkeeping(writer, file: file)
             var connections: [Connection] = []
             for _ in 0..<options.readers {
                 let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout)
@@ -243,10 +246,14 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             self.readers = readers
             self.pool = NIOLockedValueBox(Pool(idle: readers))
             state.withLockedValue { s in
+                s.verifiedCookie = cookie
                 for entity in stored {
                     s.tables.registry.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
                     s.nextSerial += 1
                 }
+            }
+            for reader in readers {
+                reader.connection.schemaWatch = { [weak self] connection throws(DepotError) in try self?.watchSchema(connection) }
             }
             log.opened(
                 "sqlite", at: temporaryDirectory == nil ? file : ":memory:",
@@ -303,7 +310,6 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         static let beginImmediate = 1
         static let commit = 2
         static let rollback = 3
-        static let pin = 4
         static let savepoint = 5
         static let releaseSavepoint = 6
         static let rollbackToSavepoint = 7
@@ -351,9 +357,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         let result = Result { () throws -> Bool in
             try log.transaction("read") { () throws -> Bool in
                 let connection = reader.connection
-                connection.lastError = nil
-                let table = try sharedTables.registry.resolve(entity)
-                return try SQLiteTransaction.fetchRow(entity, key: key, table: table, on: connection, visit)
+                return try retryingAfterSchemaChange(on: connection) { () throws -> Bool in
+                    connection.lastError = nil
+                    let table = try sharedTables.registry.resolve(entity)
+                    return try SQLiteTransaction.fetchRow(entity, key: key, table: table, on: connection, visit)
+                }
             }
         }
         checkIn(reader)
@@ -371,9 +379,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         if singleStatement {
             // One statement in autocommit mode is its own snapshot (see submitRowRead).
             try log.transaction("read") {
-                let transaction = SQLiteTransaction(connection: reader.connection, tables: sharedTables, writable: false, explicit: false)
-                defer { transaction.isFinished = true }
-                try body(transaction)
+                try retryingAfterSchemaChange(on: reader.connection) {
+                    let transaction = SQLiteTransaction(connection: reader.connection, tables: sharedTables, writable: false, explicit: false)
+                    defer { transaction.isFinished = true }
+                    try body(transaction)
+                }
             }
         } else {
             try readNow(on: reader.connection, body)
@@ -382,20 +392,22 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
-        try log.transaction("read") { try readInTransaction(on: connection, body) }
+        try log.transaction("read") { try retryingAfterSchemaChange(on: connection) { try readInTransaction(on: connection, body) } }
     }
 
     func readInTransaction<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
-        let tables = self.sharedTables
         try connection.run(key: Keys.begin, "BEGIN")
-        let transaction = SQLiteTransaction(connection: connection, tables: tables, writable: false)
-        defer {
-            transaction.isFinished = true
-            rollback(connection)
-        }
+        defer { rollback(connection) }
         // A deferred transaction takes its snapshot at its first read: read now, so the
-        // snapshot is the one of the moment the operation started.
-        try connection.run(key: Keys.pin, "SELECT 1 FROM sqlite_master LIMIT 1")
+        // snapshot is the one of the moment the operation started. The read is the schema
+        // cookie, checked against the registry's before anything is read with it.
+        if let watch = connection.schemaWatch {
+            try watch(connection)
+        } else {
+            _ = try connection.schemaCookie()
+        }
+        let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false)
+        defer { transaction.isFinished = true }
         return try body(transaction)
     }
 
@@ -451,7 +463,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         }
         do {
             try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+            try verifySchemaOnWriter()
         } catch {
+            rollback(writer)
             finish(group, failure: error)
             return []
         }
@@ -509,8 +523,14 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        let tables = self.sharedTables
         try writer.run(key: Keys.beginImmediate, "BEGIN IMMEDIATE")
+        do {
+            try verifySchemaOnWriter()
+        } catch {
+            rollback(writer)
+            throw error
+        }
+        let tables = self.sharedTables
         let transaction = SQLiteTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder())
         let result: T
         do {

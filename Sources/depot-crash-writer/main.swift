@@ -10,6 +10,12 @@
 //       step rewriting every member), then prints "done".
 //   depot-crash-writer import URL FILE
 //       Imports CrashMigration's JSON file of arrivals in one transaction, then prints "done".
+//   depot-crash-writer retype URL
+//       Runs CrossProcessSchema's step turning Gizmo.code into an integer and registers the
+//       new layout, then prints "done".
+//   depot-crash-writer rename URL
+//       Runs CrossProcessSchema's step renaming Widget.name to label, then prints "ran: "
+//       and the steps that ran in this process (none when another process ran it).
 //   depot-crash-writer open URL [--nobody]
 //       Opens the store and registers the workload's entities, then prints "ok", or
 //       "error CODE MESSAGE" for a DepotError. With --nobody, a root process first drops to
@@ -131,8 +137,23 @@ case "migrate" where arguments.count == 2, "import" where arguments.count == 3:
     } catch {
         fail("\(arguments[0]) failed: \(error)")
     }
+case "retype" where arguments.count == 2, "rename" where arguments.count == 2:
+    exitWithParent()
+    do {
+        let store = try await openStore(url: arguments[1])
+        if arguments[0] == "retype" {
+            try await CrossProcessSchema.retype(store)
+            print("done")
+        } else {
+            // Which steps ran here: the test checks that exactly one process ran the step.
+            print("ran: \(try await CrossProcessSchema.rename(store).joined(separator: ","))")
+        }
+        await store.close()
+    } catch {
+        fail("\(arguments[0]) failed: \(error)")
+    }
 case "open" where arguments.count == 2 || (arguments.count == 3 && arguments[2] == "--nobody"):
     await runOpen(url: arguments[1], asNobody: arguments.count == 3)
 default:
-    fail("usage: depot-crash-writer write URL LOG SEED [MAX] | migrate URL | import URL FILE | open URL [--nobody]", status: 2)
+    fail("usage: depot-crash-writer write URL LOG SEED [MAX] | migrate URL | import URL FILE | retype URL | rename URL | open URL [--nobody]", status: 2)
 }

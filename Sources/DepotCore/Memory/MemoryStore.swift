@@ -253,7 +253,7 @@ extension MemoryStore: SchemaRewritingStore {
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle {
+    ) async throws -> EntityHandle? {
         try await withCheckedThrowingContinuation { continuation in
             let accepted = writerLane.submit {
                 continuation.resume(with: Result { try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger) })
@@ -264,12 +264,17 @@ extension MemoryStore: SchemaRewritingStore {
 
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
-    ) throws -> EntityHandle {
+    ) throws -> EntityHandle? {
         _ = try begin()
         defer { end() }
-        let handle = try state.withLockedValue { s in
+        let handle = try state.withLockedValue { s -> EntityHandle? in
             // A copy: the snapshot changes only once everything below has succeeded.
             var tables = s.snapshot.tables
+            // The step applied meanwhile (the rule every backend keeps; see
+            // SchemaRewritingStore): nothing to rewrite.
+            if let ledgerRows = tables[ledger.name]?.entry.rows, ledgerRows[ledgerRow[value: ledger.entity.primaryKeyIndex]] != nil {
+                return nil
+            }
             guard let old = tables[name]?.entry else { throw DepotError.notRegistered(name) }
             let links = tables.relationships.incoming.values.flatMap { $0 }
             try SchemaRewrite.check(renaming: old.entity, to: entity, registered: { tables[$0]?.entity }, relationships: links)
@@ -312,6 +317,7 @@ extension MemoryStore: SchemaRewritingStore {
             s.snapshot.tables = tables
             return handle
         }
+        guard let handle else { return nil }
         changes.publishTouched([name, entity.name, ledger.name])
         log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle

@@ -24,7 +24,8 @@ import Foundation
 ///   migration stops there, at the previous version; a process that dies during a step
 ///   leaves the previous version too.
 /// - Steps already applied are skipped, also when another process applied one meanwhile
-///   (each step checks the ledger inside its own transaction). A store that records a step this migrator does not
+///   (a data step checks the ledger inside its own transaction, a schema step inside the
+///   rewrite's). A store that records a step this migrator does not
 ///   know was written by a newer application: `migrate(_:registering:)` refuses it by name
 ///   with ``DepotError/Code/schemaMismatch`` before running anything.
 /// - The record types given describe the schema after the steps. They are registered before
@@ -265,6 +266,11 @@ public struct Migrator: Sendable {
                 }
                 }
             } catch {
+                // Another process running the same migration may have applied the step
+                // between this one's reading of the ledger and its own attempt, which then
+                // failed on the changed schema (an attribute renamed meanwhile): the step
+                // is done, once, and this process goes on.
+                if let applied = try? await Self.applied(in: store, ledger: ledger), applied.contains(step.name) { continue }
                 let cause = (error as? DepotError).map { "\($0.code): \($0.message)" } ?? "\(error)"
                 throw DepotError(
                     (error as? DepotError)?.code ?? .backend,
@@ -293,8 +299,9 @@ public struct Migrator: Sendable {
         record.append(.string(name))
         record.append(.int(position))
         record.append(.date(Date()))
-        _ = try await rewriting.rewrite(entity, as: declared, transform: { try transform($0, stored, declared) }, ledgerRow: record, ledger: ledger)
-        return true
+        let rewritten = try await rewriting.rewrite(entity, as: declared, transform: { try transform($0, stored, declared) }, ledgerRow: record, ledger: ledger)
+        // nil: another process applied the step since the ledger was read.
+        return rewritten != nil
     }
 
     /// What `migrate(_:registering:)` would do, without writing anything: the steps applied

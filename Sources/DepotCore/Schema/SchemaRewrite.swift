@@ -6,9 +6,12 @@ public protocol SchemaRewritingStore: Store {
     /// through `transform` (the old row in, the row in `entity`'s layout out), replaces the
     /// entity's stored description and records with `entity` and the new rows (another name
     /// renames the entity), and inserts `ledgerRow` into `ledger`. Nothing changes when any
-    /// part fails.
+    /// part fails. When `ledger` already holds `ledgerRow`'s key as the transaction begins
+    /// (another process running the same migration applied the step meanwhile), nothing
+    /// is rewritten and the result is nil.
     ///
-    /// - Returns: The handle of the rewritten entity.
+    /// - Returns: The handle of the rewritten entity, or nil when the step was applied
+    ///   meanwhile.
     /// - Throws: What ``SchemaRewrite/check(renaming:to:registered:relationships:)`` refuses;
     ///   ``DepotError/Code/duplicateKey`` when two new rows share a key or a unique value;
     ///   ``DepotError/Code/missingReference`` when a new row refers to no record; what
@@ -16,7 +19,7 @@ public protocol SchemaRewritingStore: Store {
     func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle
+    ) async throws -> EntityHandle?
 }
 
 /// The rules every backend's ``SchemaRewritingStore/rewrite(_:as:transform:ledgerRow:ledger:)``

@@ -1,0 +1,110 @@
+import CSQLite
+import DepotCore
+import Foundation
+
+// Following schema changes made by other processes (or other stores on the same file).
+//
+// SQLite re-prepares a statement whose table changed and runs it against the new layout;
+// a process whose registry still holds the old description would then write rows in the
+// old layout into the new table, or decode new rows as old ones. The file's schema cookie
+// changes with every schema change, so the registry is verified against it: the writer
+// reads it when each write transaction begins, an explicit read transaction when it
+// begins, and a reader connection after the first step of a statement SQLite prepared or
+// re-prepared (a statement prepared before the change is always re-prepared at its next
+// run, and one prepared after it is new), so single-statement reads pay nothing while the
+// schema stands still. When the cookie moved, the registry takes the stored descriptions:
+// an entity another process migrated gets a new generation, and handles of its old layout
+// are refused with `schemaMismatch` (a read runs again first, with the reloaded registry).
+extension SQLiteStore {
+    /// How often one read follows schema changes before it gives up with the
+    /// `schemaMismatch` it met.
+    static let schemaReloads = 8
+
+    /// Verifies the registry against the file's schema cookie in the writer's current
+    /// transaction, reloading the stored descriptions when the cookie moved. Runs on the
+    /// writer's lane.
+    func verifySchemaOnWriter() throws(DepotError) {
+        let cookie = try writer.schemaCookie()
+        guard cookie != state.withLockedValue({ $0.verifiedCookie }) else { return }
+        var current = tables
+        try reloadDescriptions(on: writer, into: &current)
+        state.withLockedValue { s in
+            s.tables.registry = current
+            s.verifiedCookie = cookie
+        }
+    }
+
+    /// Updates `current` from depot_entities, read in `connection`'s current transaction:
+    /// every registered entity whose stored description differs takes the stored one (a
+    /// new generation, so handles of the old layout are refused); one no longer stored is
+    /// removed.
+    func reloadDescriptions(on connection: Connection, into current: inout EntityRegistry<RegisteredEntity>) throws(DepotError) {
+        let statement = try connection.prepare("SELECT name, description FROM depot_entities", cached: false)
+        var stored: [String: EntityDescription] = [:]
+        while try connection.step(statement, "Reading depot_entities") {
+            guard case .string(let name) = try connection.column(0, of: statement, as: .string) else { continue }
+            stored[name] = try Self.decodeDescription(try connection.column(1, of: statement, as: .string), of: name, file: path)
+        }
+        for (handle, _) in current.all {
+            let name = handle.name
+            guard let description = stored[name] else {
+                current.remove(named: name)
+                log.logger.info("SQLite registry reloaded: another process removed the entity", metadata: ["depot.entity": .string(name)])
+                continue
+            }
+            guard description != handle.entity else { continue }
+            let serial = state.withLockedValue { s in
+                defer { s.nextSerial += 1 }
+                return s.nextSerial
+            }
+            current.set(description, RegisteredEntity(entity: description, serial: serial))
+            log.logger.info("SQLite registry reloaded: another process changed the schema", metadata: ["depot.entity": .string(name)])
+        }
+    }
+
+    /// The watch a reader connection runs after the first step of a statement SQLite
+    /// prepared or re-prepared: when the file's schema moved past the verified one, the
+    /// writer reloads the registry and the read runs again.
+    func watchSchema(_ connection: Connection) throws(DepotError) {
+        let cookie = try connection.schemaCookie()
+        guard cookie != state.withLockedValue({ $0.verifiedCookie }) else { return }
+        do {
+            try writerLane.runAndWait { () throws in
+                try self.writer.run(key: Keys.begin, "BEGIN")
+                defer { self.rollback(self.writer) }
+                try self.verifySchemaOnWriter()
+            }
+        } catch {
+            throw (error as? DepotError) ?? DepotError(.backend, "Reloading the schema of \(path): \(error)")
+        }
+        connection.schemaReloaded = true
+        throw DepotError(.schemaMismatch, "The schema of \(path) was changed by another process while this read ran; the read runs again with the new schema.")
+    }
+
+    /// Runs a read on `connection`, and again (up to ``schemaReloads`` times) when it met a
+    /// schema change that the registry has been reloaded for.
+    func retryingAfterSchemaChange<T>(on connection: Connection, _ body: () throws -> T) throws -> T {
+        var attempts = 0
+        while true {
+            do {
+                return try body()
+            } catch {
+                let reloaded = connection.schemaReloaded
+                connection.schemaReloaded = false
+                attempts += 1
+                guard reloaded, attempts < Self.schemaReloads else { throw error }
+            }
+        }
+    }
+
+    /// A stored description, decoded and validated; `storeCorrupted` when it cannot be.
+    static func decodeDescription(_ value: Value, of name: String, file: String) throws(DepotError) -> EntityDescription {
+        guard case .string(let json) = value,
+            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
+            (try? entity.validate()) != nil
+        else {
+            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
+        }
+        return entity
+    }
+}
