@@ -13,8 +13,19 @@ extension StoreURL {
     ///   `slowThreshold` option sets when a transaction is logged as slow.
     /// - Throws: `DepotError` from the backend: `DepotError.Code.storeCorrupted` for a
     ///   file that is not a store of that kind, `DepotError.Code.permissionDenied` or
-    ///   `DepotError.Code.io` when the path cannot be used.
+    ///   `DepotError.Code.io` when the path cannot be used. Its message never holds the
+    ///   URL's password, also where it quotes what libpq said about the URL.
     public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
+        do {
+            return try openUnredacted(logger: logger)
+        } catch {
+            // The boundary where what a backend or libpq said about this URL becomes the
+            // caller's error: no password passes it.
+            throw DepotError(error.code, redacting(error.message), nativeCode: error.nativeCode)
+        }
+    }
+
+    private func openUnredacted(logger: Logger?) throws(DepotError) -> any Store {
         var log = logger.map { StoreLog(logger: $0) } ?? .disabled
         if let value = self[option: "slowThreshold"], let threshold = Self.parseDuration(value) { log.slowThreshold = threshold }
         let metrics = self[option: "metrics"] == "true"

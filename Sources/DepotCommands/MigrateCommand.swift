@@ -47,7 +47,8 @@ extension MigrateCommand {
         do {
             print(try await Self.perform(options))
         } catch let error as DepotError {
-            FileHandle.standardError.write(Data("migrate: \(error.message) (\(error.code))\n".utf8))
+            let message = (try? StoreURL(options.url))?.redacting(error.message) ?? StoreURL.redactingPasswordsInMessage(error.message)
+            FileHandle.standardError.write(Data("migrate: \(message) (\(error.code))\n".utf8))
             throw ExitCode(2)
         }
     }

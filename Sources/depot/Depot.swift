@@ -25,17 +25,23 @@ struct CommandError: Error, CustomStringConvertible {
 }
 
 /// Runs a subcommand's work: a Depot error or a `CommandError` is printed on standard error
-/// and ends the process with status 2.
-func reporting(_ body: () async throws -> Void) async throws {
+/// and ends the process with status 2. `urls` are the store URLs the command was given:
+/// their passwords are taken out of whatever is printed, whoever wrote the message.
+func reporting(_ urls: String..., body: () async throws -> Void) async throws {
+    func redacted(_ message: String) -> String {
+        var text = message
+        for url in urls { if let parsed = try? StoreURL(url) { text = parsed.redacting(text) } }
+        return StoreURL.redactingPasswordsInMessage(text)
+    }
     do {
         try await body()
     } catch let error as ExitCode {
         throw error
     } catch let error as DepotError {
-        FileHandle.standardError.write(Data("depot: \(error.message) (\(error.code))\n".utf8))
+        FileHandle.standardError.write(Data("depot: \(redacted(error.message)) (\(error.code))\n".utf8))
         throw ExitCode(2)
     } catch {
-        FileHandle.standardError.write(Data("depot: \(error)\n".utf8))
+        FileHandle.standardError.write(Data("depot: \(redacted("\(error)"))\n".utf8))
         throw ExitCode(2)
     }
 }
@@ -113,7 +119,7 @@ struct Info: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of text.") var json = false
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, parsed) = try await openCatalog(url)
             do {
                 try await show(store, parsed)
@@ -189,7 +195,7 @@ struct Import: AsyncParsableCommand {
     var dateFormats: [String] = []
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, _) = try await openCatalog(url)
             do {
                 let handle = try await entity(entityName, in: store)
@@ -227,7 +233,7 @@ struct Export: AsyncParsableCommand {
     var keys: [String] = []
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, _) = try await openCatalog(url)
             do {
                 let handle = try await entity(entityName, in: store)
@@ -284,7 +290,7 @@ struct Check: AsyncParsableCommand {
     @Argument(help: "The store's URL.") var url: String
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, _) = try await openCatalog(url)
             var problems: [String]
             let entities: Int
@@ -318,7 +324,7 @@ struct Copy: AsyncParsableCommand {
     @Argument(help: "The target store's URL (created when missing).") var to: String
 
     func run() async throws {
-        try await reporting {
+        try await reporting(from, to) {
             let (source, _) = try await openCatalog(from)
             let target: any Store
             do {
@@ -373,7 +379,7 @@ struct Migrate: AsyncParsableCommand {
     var dryRun = false
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             guard dryRun else {
                 throw CommandError("depot cannot run migration steps: they are the application's code. Run `depot migrate \((try? StoreURL(url))?.redacted ?? "URL") --dry-run` to see what the store has applied, and migrate from the application (Migrator.migrate, or DepotCommands' MigrateCommand in its executable).")
             }
