@@ -33,15 +33,17 @@ extension StoreURL {
         if metrics || tracing {
             log.telemetry = StoreTelemetry(backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing)
         }
+        let readOnly = self[option: "readOnly"] == "true"
         switch backend {
         case .memory:
-            return MemoryStore(log: log)
+            return MemoryStore(log: log, readOnly: readOnly)
         case .sqlite:
             var options = SQLiteStore.Options()
             if let value = self[option: "durability"] { options.durability = value == "full" ? .full : .normal }
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
             if let value = self[option: "busyTimeout"], let timeout = Self.parseDuration(value) { options.busyTimeout = timeout }
             if let value = self[option: "adopt"] { options.adoptForeignDatabase = value == "true" }
+            options.readOnly = readOnly
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
         case .postgres:
@@ -51,6 +53,7 @@ extension StoreURL {
             if let value = self[option: "durability"] { options.durability = value == "normal" ? .normal : .full }
             if let value = self[option: "statementTimeout"], let timeout = Self.parseDuration(value) { options.statementTimeout = timeout }
             if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
+            options.readOnly = readOnly
             return try PostgresStore(url: postgresConnectionString, options: options, log: log)
         case .lmdb:
             var options = LMDBStore.Options()
@@ -59,6 +62,7 @@ extension StoreURL {
             if let value = self[option: "durability"] {
                 options.durability = value == "relaxed" ? .relaxed : (value == "unsafe" ? .unsafe : .full)
             }
+            options.readOnly = readOnly
             guard let path else {
                 throw DepotError(.invalidConfiguration, "An lmdb: URL needs a directory: lmdb:///absolute/dir or lmdb:relative/dir.")
             }

@@ -50,6 +50,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "slowThreshold", kind: .duration, help: "transactions slower than this are logged at warning (default 500ms)"),
         OptionSpec(name: "metrics", kind: .choice(["false", "true"]), help: "true: report transactions, errors, pool waits and map growths through swift-metrics (default false)"),
         OptionSpec(name: "tracing", kind: .choice(["false", "true"]), help: "true: a swift-distributed-tracing span per read and write (default false)"),
+        OptionSpec(name: "readOnly", kind: .choice(["false", "true"]), help: "true: open an existing store for reading only; nothing is created or changed, and writes are refused (default false)"),
     ]
 
     /// The options each backend accepts, besides ``commonOptions``.

@@ -53,9 +53,11 @@ extension MigrateCommand {
         }
     }
 
-    /// Opens the store, plans or migrates, closes it, and returns what to print.
+    /// Opens the store (read-only for `--dry-run`: nothing is created or changed), plans or
+    /// migrates, closes it, and returns what to print.
     public static func perform(_ options: MigrateOptions) async throws -> String {
-        let store = try await openStore(url: options.url)
+        let url = try StoreURL(options.url)
+        let store = try await (options.dryRun ? url.setting("readOnly", to: "true") : url).open()
         do {
             let text: String
             if options.dryRun {

@@ -46,14 +46,15 @@ func reporting(_ urls: String..., body: () async throws -> Void) async throws {
     }
 }
 
-/// Opens an existing store and lists what it holds. A path that does not exist is an
-/// error: opening would create an empty store there, and report on it.
-func openCatalog(_ url: String) async throws -> (any CatalogStore, StoreURL) {
+/// Opens an existing store and lists what it holds. Reading commands open it read-only
+/// (`readOnly=true`): every backend then refuses a store that does not exist instead of
+/// creating it, and writes nothing (`import` opens it to write).
+func openCatalog(_ url: String, readOnly: Bool = true) async throws -> (any CatalogStore, StoreURL) {
     let parsed = try StoreURL(url)
     if let path = parsed.path, !FileManager.default.fileExists(atPath: path) {
         throw CommandError("There is no store at \(path); check the URL (depot never creates a store it was asked to read).")
     }
-    let store = try await openStore(url: url)
+    let store = try await (readOnly ? parsed.setting("readOnly", to: "true") : parsed).open()
     guard let catalog = store as? any CatalogStore else {
         await store.close()
         throw CommandError("The \(store.backendName) store at \(parsed.redacted) cannot list its entities.")
@@ -196,7 +197,7 @@ struct Import: AsyncParsableCommand {
 
     func run() async throws {
         try await reporting(url) {
-            let (store, _) = try await openCatalog(url)
+            let (store, _) = try await openCatalog(url, readOnly: false)
             do {
                 let handle = try await entity(entityName, in: store)
                 var options = JSONImportOptions(

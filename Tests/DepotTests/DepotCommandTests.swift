@@ -12,6 +12,10 @@ struct DepotCommandTests {
     static let binary = ProcessLaunch.builtProduct("depot")
 
     func depot(_ arguments: String...) throws -> (status: Int32, stdout: String, stderr: String) {
+        try depot(arguments)
+    }
+
+    func depot(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
         guard let binary = Self.binary else { throw DepotError(.invalidConfiguration, "depot was not built next to the test runner; run swift build") }
         let result = try ProcessLaunch.run(binary, arguments)
         return (result.exit.status, result.stdout, result.stderr)
@@ -103,6 +107,47 @@ struct DepotCommandTests {
         let store = try await openStore(url: back)
         #expect(try await Controller<Walk, Walk>(store: store).fetchAll().map(\.minutes) == [30, 45, 5])
         await store.close()
+    }
+
+    /// Issue #35, item 9: the reading commands open stores read-only, so a mistyped URL
+    /// creates nothing: an empty SQLite file stays empty, an empty directory gets no LMDB
+    /// environment, and a mistyped PostgreSQL schema is not created.
+    @Test func readingCommandsCreateNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-readonly-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let empty = directory.appendingPathComponent("empty.sqlite").path
+        FileManager.default.createFile(atPath: empty, contents: Data())
+        let emptyDirectory = directory.appendingPathComponent("lmdb")
+        try FileManager.default.createDirectory(at: emptyDirectory, withIntermediateDirectories: true)
+        var urls = ["sqlite://\(empty)", "lmdb://\(emptyDirectory.path)"]
+        var schema: String?
+        if let server = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] {
+            schema = "typo_\(UUID().uuidString.prefix(8).lowercased())"
+            urls.append("\(server)&schema=\(schema ?? "")")
+        }
+        let target = "sqlite://\(directory.path)/target.sqlite"
+        for url in urls {
+            for arguments in [["info", url], ["check", url], ["export", url, "Dog"], ["migrate", url, "--dry-run"], ["copy", url, target]] {
+                let result = try depot(arguments)
+                #expect(result.status == 2, "\(arguments): \(result.stdout)\(result.stderr)")
+                #expect(result.stderr.contains("never created"), "\(arguments): \(result.stderr)")
+            }
+            let plan = try MigrateOptions.parse([url, "--dry-run"])
+            await #expect(throws: DepotError.self) { try await AppMigrate.perform(plan) }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: empty)).isEmpty, "the empty file stays empty")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: emptyDirectory.path).isEmpty, "no LMDB files")
+        #expect(!FileManager.default.fileExists(atPath: "\(directory.path)/target.sqlite"), "copy stopped before opening its target")
+        if let schema, let server = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] {
+            do {
+                let store = try await openStore(url: "\(server)&schema=\(schema)&readOnly=true")
+                await store.close()
+                Issue.record("the schema \(schema) was created")
+            } catch {
+                #expect(error.message.contains("has no schema \(schema)"), "\(error)")
+            }
+        }
     }
 
     @Test func checkFindsWhatAnotherProgramBroke() async throws {
