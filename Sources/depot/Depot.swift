@@ -293,14 +293,22 @@ struct Check: AsyncParsableCommand {
     func run() async throws {
         try await reporting(url) {
             let (store, _) = try await openCatalog(url)
-            var problems: [String]
+            var problems: [String] = []
             let entities: Int
             do {
                 entities = try await store.storedEntities().count
-                problems = try await StoreChecks.run(store)
+                // The backend's own check first: it names every damaged record, where the
+                // checks below stop at the first one they read.
                 if let checking = store as? any IntegrityCheckingStore {
                     problems += try await checking.checkIntegrity()
                 }
+                problems += try await StoreChecks.run(store)
+            } catch let error as DepotError where error.code == .storeCorrupted {
+                // Damage found while checking is a finding (status 1), not a failure to check.
+                await store.close()
+                for problem in problems { print("problem: \(problem)") }
+                print("problem: \(error.message) (checking stopped there)")
+                throw ExitCode(1)
             } catch {
                 await store.close()
                 throw error

@@ -150,6 +150,35 @@ struct DepotCommandTests {
         }
     }
 
+    /// Issue #35, item 13: LMDB records another program overwrote are findings of `check`
+    /// (status 1, each named by entity and key), not a failure to check (status 2).
+    @Test func checkReportsEveryDamagedLMDBRecord() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-damage-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("db").path
+        try await seed("lmdb://\(path)")
+        // Dogs 1 and 2 (keys: the id's big-endian bits with the sign flipped) get a value
+        // that is no record: mdb_load overwrites existing keys.
+        let dump = try ProcessLaunch.run("/usr/bin/mdb_dump", ["-s", "Dog", path])
+        #expect(dump.exit.status == 0, "\(dump.stderr)")
+        var lines = dump.stdout.components(separatedBy: "\n")
+        for key in [" 8000000000000001", " 8000000000000002"] {
+            let at = try #require(lines.firstIndex(of: key), "\(dump.stdout)")
+            lines[at + 1] = " ff00"
+        }
+        let damaged = directory.appendingPathComponent("damaged.txt")
+        try Data(lines.joined(separator: "\n").utf8).write(to: damaged)
+        let load = try ProcessLaunch.run("/usr/bin/mdb_load", ["-s", "Dog", "-f", damaged.path, path])
+        #expect(load.exit.status == 0, "\(load.stderr)")
+
+        let check = try depot("check", "lmdb://\(path)")
+        #expect(check.status == 1, "\(check.stdout)\(check.stderr)")
+        #expect(check.stdout.contains("problem: Dog record with key 1 is damaged"), "\(check.stdout)")
+        #expect(check.stdout.contains("problem: Dog record with key 2 is damaged"), "\(check.stdout)")
+        #expect(check.stderr.isEmpty, "\(check.stderr)")
+    }
+
     @Test func checkFindsWhatAnotherProgramBroke() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-check-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
