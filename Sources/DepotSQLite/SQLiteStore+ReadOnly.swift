@@ -36,4 +36,21 @@ extension SQLiteStore {
             throw error
         }
     }
+
+    /// Removes the `-wal` and `-shm` files that reading a WAL database read-only created
+    /// (a read-only connection cannot checkpoint, so SQLite leaves them behind), the way
+    /// SQLite removes them: a connection that may write opens the database, reads once and
+    /// closes, and SQLite removes the files only when that connection is the last one to the
+    /// database, never from under another process. Only when neither file existed before
+    /// the store opened and the `-wal` holds nothing: its checkpoint then writes nothing to
+    /// the database, and a `-wal` with commits of another program is left alone.
+    static func removeCompanionsAfterReading(_ file: String, createdSince before: (wal: Bool, shm: Bool)) {
+        let wal = file + "-wal"
+        guard !before.wal, !before.shm,
+            let size = (try? FileManager.default.attributesOfItem(atPath: wal))?[.size] as? NSNumber, size.intValue == 0,
+            let connection = try? Connection.open(path: file, create: false, busyTimeout: .zero)
+        else { return }
+        _ = try? connection.scalarText("SELECT 1 FROM sqlite_master LIMIT 1")
+        connection.close()
+    }
 }

@@ -111,6 +111,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     let readers: [Reader]
     let gate: StoreGate
     let temporaryDirectory: URL?
+    /// Whether the `-wal` and `-shm` files existed when the store opened: a read-only store
+    /// removes those its reading created (see `removeCompanionsAfterReading`).
+    let companionsAtOpen: (wal: Bool, shm: Bool)
     /// Checkpoints the WAL beside the writer instead of inside its commits.
     let checkpointer: Checkpointer
 
@@ -214,6 +217,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         self.temporaryDirectory = temporaryDirectory
 
         let companionsBefore = Self.companions(of: file)
+        self.companionsAtOpen = companionsBefore
         if options.readOnly, temporaryDirectory != nil {
             throw DepotError(.invalidConfiguration, "An sqlite::memory: store starts empty, so it cannot be opened read-only; open a file.")
         }
@@ -555,6 +559,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let accepted = writerLane.submit {
                 self.closeConnections()
+                if self.options.readOnly { Self.removeCompanionsAfterReading(self.path, createdSince: self.companionsAtOpen) }
                 continuation.resume()
             }
             if !accepted { continuation.resume() }

@@ -100,7 +100,10 @@ struct ReadOnlyTests {
         #expect(try await cats.count() == 50, "still readable after refusals")
         await store.close()
 
-        if let before { #expect(try Data(contentsOf: file) == before, "the SQLite file is byte for byte as it was") }
+        if let before {
+            #expect(try Data(contentsOf: file) == before, "the SQLite file is byte for byte as it was")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["store.sqlite"], "no -wal or -shm left behind")
+        }
         let again = try await openStore(url: url)
         #expect(try await Controller<Cat, CatRecord>(store: again).count() == 50, "nothing was written")
         await again.close()
