@@ -117,7 +117,7 @@ struct DepotCommandTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let empty = directory.appendingPathComponent("empty.sqlite").path
-        FileManager.default.createFile(atPath: empty, contents: Data())
+        #expect(FileManager.default.createFile(atPath: empty, contents: Data()))
         let emptyDirectory = directory.appendingPathComponent("lmdb")
         try FileManager.default.createDirectory(at: emptyDirectory, withIntermediateDirectories: true)
         var urls = ["sqlite://\(empty)", "lmdb://\(emptyDirectory.path)"]

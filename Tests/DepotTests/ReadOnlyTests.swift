@@ -65,7 +65,7 @@ struct ReadOnlyTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("empty.sqlite")
-        FileManager.default.createFile(atPath: file.path, contents: Data())
+        #expect(FileManager.default.createFile(atPath: file.path, contents: Data()))
         await #expect(throws: DepotError.self) { try await openStore(url: "sqlite://\(file.path)?readOnly=true").close() }
         #expect(try Data(contentsOf: file).isEmpty, "the empty file stays empty")
         let lmdb = directory.appendingPathComponent("lmdb")
