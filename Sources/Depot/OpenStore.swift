@@ -13,8 +13,19 @@ extension StoreURL {
     ///   `slowThreshold` option sets when a transaction is logged as slow.
     /// - Throws: `DepotError` from the backend: `DepotError.Code.storeCorrupted` for a
     ///   file that is not a store of that kind, `DepotError.Code.permissionDenied` or
-    ///   `DepotError.Code.io` when the path cannot be used.
+    ///   `DepotError.Code.io` when the path cannot be used. Its message never holds the
+    ///   URL's password, also where it quotes what libpq said about the URL.
     public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
+        do {
+            return try openUnredacted(logger: logger)
+        } catch {
+            // The boundary where what a backend or libpq said about this URL becomes the
+            // caller's error: no password passes it.
+            throw DepotError(error.code, redacting(error.message), nativeCode: error.nativeCode)
+        }
+    }
+
+    private func openUnredacted(logger: Logger?) throws(DepotError) -> any Store {
         var log = logger.map { StoreLog(logger: $0) } ?? .disabled
         if let value = self[option: "slowThreshold"], let threshold = Self.parseDuration(value) { log.slowThreshold = threshold }
         let metrics = self[option: "metrics"] == "true"
@@ -22,15 +33,17 @@ extension StoreURL {
         if metrics || tracing {
             log.telemetry = StoreTelemetry(backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing)
         }
+        let readOnly = self[option: "readOnly"] == "true"
         switch backend {
         case .memory:
-            return MemoryStore(log: log)
+            return MemoryStore(log: log, readOnly: readOnly)
         case .sqlite:
             var options = SQLiteStore.Options()
             if let value = self[option: "durability"] { options.durability = value == "full" ? .full : .normal }
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
             if let value = self[option: "busyTimeout"], let timeout = Self.parseDuration(value) { options.busyTimeout = timeout }
             if let value = self[option: "adopt"] { options.adoptForeignDatabase = value == "true" }
+            options.readOnly = readOnly
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
         case .postgres:
@@ -40,6 +53,7 @@ extension StoreURL {
             if let value = self[option: "durability"] { options.durability = value == "normal" ? .normal : .full }
             if let value = self[option: "statementTimeout"], let timeout = Self.parseDuration(value) { options.statementTimeout = timeout }
             if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
+            options.readOnly = readOnly
             return try PostgresStore(url: postgresConnectionString, options: options, log: log)
         case .lmdb:
             var options = LMDBStore.Options()
@@ -48,6 +62,7 @@ extension StoreURL {
             if let value = self[option: "durability"] {
                 options.durability = value == "relaxed" ? .relaxed : (value == "unsafe" ? .unsafe : .full)
             }
+            options.readOnly = readOnly
             guard let path else {
                 throw DepotError(.invalidConfiguration, "An lmdb: URL needs a directory: lmdb:///absolute/dir or lmdb:relative/dir.")
             }

@@ -29,10 +29,15 @@ extension StoreURL {
     /// `DEPOT_STORE_ADOPT`, ...:
     /// swift-configuration spells camel-case keys with underscores in the environment).
     ///
+    /// `depot.store.url` and `depot.store.password` are read as secrets
+    /// (`isSecret: true`), so an access reporter logs them redacted.
+    ///
     /// - Returns: `nil` when `depot.store.url` is not set.
     /// - Throws: `DepotError.Code.invalidConfiguration` for a malformed URL or option.
     public init?(config: ConfigReader) throws(DepotError) {
-        guard let text = config.string(forKey: ConfigKey(Self.configurationKey)) else { return nil }
+        // Secret: a postgres: URL may hold a password, and an access reporter (AccessLogger,
+        // FileAccessLogger) would otherwise log the value it read.
+        guard let text = config.string(forKey: ConfigKey(Self.configurationKey), isSecret: true) else { return nil }
         var url = try StoreURL(text)
         for spec in Self.options(for: url.backend) {
             let key = ConfigKey("depot.store.\(spec.name)")
@@ -43,7 +48,7 @@ extension StoreURL {
                 // A switch such as `adopt` may be a JSON boolean, not only the text "true".
                 value = String(flag)
             } else {
-                value = config.string(forKey: key)
+                value = config.string(forKey: key, isSecret: spec.name == "password")
             }
             if let value { url = try url.setting(spec.name, to: value) }
         }

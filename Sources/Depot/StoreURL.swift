@@ -50,6 +50,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "slowThreshold", kind: .duration, help: "transactions slower than this are logged at warning (default 500ms)"),
         OptionSpec(name: "metrics", kind: .choice(["false", "true"]), help: "true: report transactions, errors, pool waits and map growths through swift-metrics (default false)"),
         OptionSpec(name: "tracing", kind: .choice(["false", "true"]), help: "true: a swift-distributed-tracing span per read and write (default false)"),
+        OptionSpec(name: "readOnly", kind: .choice(["false", "true"]), help: "true: open an existing store for reading only; nothing is created or changed, and writes are refused (default false)"),
     ]
 
     /// The options each backend accepts, besides ``commonOptions``.
@@ -105,13 +106,20 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     public let path: String?
     /// A `postgres:` URL's server part, as written after the scheme's colon
     /// (`//user:password@host:port/database`); `nil` for the other backends.
-    public let server: String?
+    public private(set) var server: String?
     /// The options given, validated, by name.
     public private(set) var options: [String: String]
 
-    /// The URL as text that ``init(_:)`` parses back to this URL: characters that would
-    /// change its meaning (`%`, `?`, `&`, `=`, spaces, non-ASCII) are %-escaped.
-    public var description: String {
+    /// The URL as text for messages and logs: ``unredacted`` with the password (in the
+    /// user part or a `password` option) replaced by `***`, so interpolating a URL into a
+    /// log line never writes a password.
+    public var description: String { redacted }
+
+    /// The URL as text that ``init(_:)`` parses back to this URL, password included: for
+    /// handing the URL on (to another process, a configuration file), never for logs.
+    /// Characters that would change its meaning (`%`, `?`, `&`, `=`, spaces, non-ASCII) are
+    /// %-escaped.
+    public var unredacted: String {
         var text = "\(backend.rawValue):"
         if let server {
             text += server
@@ -129,20 +137,14 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         return text
     }
 
-    /// ``description`` with a `postgres:` URL's password replaced by `***`, for logs and
-    /// messages.
+    /// ``unredacted`` with a `postgres:` URL's password (what follows the user name in the
+    /// user part, and the `password` option) replaced by `***`, for logs and messages; the
+    /// same as ``description``.
     public var redacted: String {
         var copy = self
         if copy.options["password"] != nil { copy.options["password"] = "***" }
-        var text = copy.description
-        if let server, let at = server.firstIndex(of: "@") {
-            let credentials = server[server.index(server.startIndex, offsetBy: 2)..<at]
-            if let colon = credentials.firstIndex(of: ":") {
-                let redactedServer = "//" + credentials[..<colon] + ":***" + server[at...]
-                text = text.replacingOccurrences(of: server, with: redactedServer)
-            }
-        }
-        return text
+        if let server { copy.server = Self.redactingPasswords(in: server) }
+        return copy.unredacted
     }
 
     private static let pathCharacters: CharacterSet = {
@@ -167,29 +169,39 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     public init(_ string: String) throws(DepotError) {
         let text = string.trimmingCharacters(in: .whitespaces)
         guard let colon = text.firstIndex(of: ":") else {
-            throw Self.problem("'\(text)' has no scheme. Use one of: \(Self.schemes).")
+            throw Self.problem("'\(Self.redactingPasswords(in: text))' has no scheme. Use one of: \(Self.schemes).")
         }
         let scheme = String(text[..<colon]).lowercased()
         guard let backend = Backend(rawValue: scheme == "postgresql" ? "postgres" : scheme) else {
-            throw Self.problem("Unknown store scheme '\(scheme)' in '\(text)'. Use one of: \(Self.schemes).")
+            // Only the scheme, and only when it is one by its spelling: what comes after the
+            // colon may be a password ("app:secret@db" without "postgres://").
+            let looksLikeScheme = !scheme.isEmpty && scheme.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "+-.".unicodeScalars.contains($0) }
+            throw Self.problem("Unknown store scheme\(looksLikeScheme ? " '\(scheme)'" : " (the text before the first ':' is not one)"). Use one of: \(Self.schemes).")
         }
         var rest = String(text[text.index(after: colon)...])
         var query: String?
-        if let mark = rest.firstIndex(of: "?") {
+        // libpq reads a postgres: URL's user part up to its '@', a '?' in the password
+        // included: the query starts after it.
+        var queryFrom = rest.startIndex
+        if backend == .postgres, rest.hasPrefix("//") {
+            let authority = rest[rest.index(rest.startIndex, offsetBy: 2)...]
+            if let at = authority[..<(authority.firstIndex(of: "/") ?? authority.endIndex)].lastIndex(of: "@") { queryFrom = at }
+        }
+        if let mark = rest[queryFrom...].firstIndex(of: "?") {
             query = String(rest[rest.index(after: mark)...])
             rest = String(rest[..<mark])
         }
         self.backend = backend
         if backend == .postgres {
             guard rest.hasPrefix("//") else {
-                throw Self.problem("'\(text)' is not a PostgreSQL URL; write postgres://user@host:5432/database (or postgres:///database?host=/socket/dir).")
+                throw Self.problem("'\(Self.redactingPasswords(in: text))' is not a PostgreSQL URL; write postgres://user@host:5432/database (or postgres:///database?host=/socket/dir).")
             }
-            guard !rest.utf8.contains(0) else { throw Self.problem("'\(text)' contains a NUL byte.") }
+            guard !rest.utf8.contains(0) else { throw Self.problem("'\(Self.redactingPasswords(in: text))' contains a NUL byte.") }
             self.server = rest
             self.path = nil
         } else {
             self.server = nil
-            self.path = try Self.parsePath(rest, backend: backend, original: text)
+            self.path = try Self.parsePath(rest, backend: backend, original: Self.redactingPasswords(in: text))
         }
         self.options = try Self.parseOptions(query, backend: backend)
     }
@@ -207,7 +219,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         case .postgres:
             return nil
         case .memory:
-            guard raw.isEmpty else { throw problem("memory: takes no path; '\(original)' has '\(raw)'. Write memory:") }
+            guard raw.isEmpty else { throw problem("memory: takes no path; '\(original)' has one. Write memory:") }
             return nil
         case .sqlite where raw == ":memory:":
             return nil
@@ -237,9 +249,9 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             let name = String(parts[0]).removingPercentEncoding ?? String(parts[0])
             let value = parts.count > 1 ? (String(parts[1]).removingPercentEncoding ?? String(parts[1])) : ""
             guard let spec = specs.first(where: { $0.name == name }) else {
-                throw problem("Unknown option '\(name)' for \(backend.rawValue) stores. Accepted options: \(accepted).")
+                throw problem("Unknown option '\(Self.redactingPasswords(in: name))' for \(backend.rawValue) stores. Accepted options: \(accepted).")
             }
-            guard result[name] == nil else { throw problem("Option '\(name)' is given twice.") }
+            guard result[name] == nil else { throw problem("Option '\(Self.redactingPasswords(in: name))' is given twice.") }
             _ = try validate(value, for: spec, backend: backend)
             result[name] = value
         }
@@ -310,7 +322,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: `DepotError.Code.invalidConfiguration` for an unknown option or bad value.
     public func setting(_ name: String, to value: String) throws(DepotError) -> StoreURL {
         guard let spec = Self.options(for: backend).first(where: { $0.name == name }) else {
-            throw Self.problem("Unknown option '\(name)' for \(backend.rawValue) stores. Accepted options: \(Self.options(for: backend).map(\.name).joined(separator: ", ")).")
+            throw Self.problem("Unknown option '\(Self.redactingPasswords(in: name))' for \(backend.rawValue) stores. Accepted options: \(Self.options(for: backend).map(\.name).joined(separator: ", ")).")
         }
         try Self.validate(value, for: spec, backend: backend)
         var copy = self

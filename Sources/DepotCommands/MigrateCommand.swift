@@ -47,14 +47,17 @@ extension MigrateCommand {
         do {
             print(try await Self.perform(options))
         } catch let error as DepotError {
-            FileHandle.standardError.write(Data("migrate: \(error.message) (\(error.code))\n".utf8))
+            let message = (try? StoreURL(options.url))?.redacting(error.message) ?? StoreURL.redactingPasswordsInMessage(error.message)
+            FileHandle.standardError.write(Data("migrate: \(message) (\(error.code))\n".utf8))
             throw ExitCode(2)
         }
     }
 
-    /// Opens the store, plans or migrates, closes it, and returns what to print.
+    /// Opens the store (read-only for `--dry-run`: nothing is created or changed), plans or
+    /// migrates, closes it, and returns what to print.
     public static func perform(_ options: MigrateOptions) async throws -> String {
-        let store = try await openStore(url: options.url)
+        let url = try StoreURL(options.url)
+        let store = try await (options.dryRun ? url.setting("readOnly", to: "true") : url).open()
         do {
             let text: String
             if options.dryRun {

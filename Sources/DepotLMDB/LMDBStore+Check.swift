@@ -1,13 +1,27 @@
+import CLMDB
 public import DepotCore
+import Foundation
 
 extension LMDBStore: IntegrityCheckingStore {
     /// Each index against the records: for every indexed attribute, the records a query
     /// finds through the index (one query per distinct value) must be exactly those a scan
     /// of the records counts. An index entry missing, extra or pointing to the wrong record
     /// shows as a difference.
+    ///
+    /// First every record is checked to decode as its entity: each damaged record (bytes
+    /// another program wrote, a torn copy) is a problem naming the entity and the key, and
+    /// the index checks of that entity are skipped (they read every record).
     public func checkIntegrity() async throws -> [String] {
         var problems: [String] = []
         for handle in try await storedEntities() {
+            let damaged = try await read { transaction in
+                guard let transaction = transaction as? LMDBTransaction else { return [String]() }
+                return try transaction.damagedRecords(handle)
+            }
+            if !damaged.isEmpty {
+                problems += damaged.map { "\(handle.name) record with key \($0) is damaged: its stored value cannot be decoded as \(handle.name)." }
+                continue
+            }
             for (position, attribute) in handle.entity.attributes.enumerated() where attribute.isIndexed && position != handle.entity.primaryKeyIndex {
                 let differences = try await read { transaction in
                     var differences: [String] = []
@@ -18,7 +32,7 @@ extension LMDBStore: IntegrityCheckingStore {
                     for group in scanned {
                         guard let value = group.keys.first, case .int(let expected)? = group.values.first else { continue }
                         total += Int(expected)
-                        let predicate: PredicateExpression = .compare(attribute: attribute.name, .equal, value)
+                        let predicate: DepotCore.PredicateExpression = .compare(attribute: attribute.name, .equal, value)
                         let found = try transaction.count(Query(entity: handle, predicate: predicate))
                         if found != Int(expected) {
                             differences.append("\(handle.name).\(attribute.name) = \(value.debugLiteral): \(expected) records, but the index finds \(found)")
@@ -32,5 +46,44 @@ extension LMDBStore: IntegrityCheckingStore {
             }
         }
         return problems
+    }
+}
+
+extension LMDBTransaction {
+    /// The keys (as text) of the records of `entity` whose stored values do not decode as
+    /// the entity, found by walking its database: a damaged record does not end the walk.
+    func damagedRecords(_ entity: EntityHandle) throws -> [String] {
+        let handles = try handles(for: entity)
+        let columns = RecordColumns(types: handles.types)
+        let keyType = handles.entity.primaryKey.type
+        var damaged: [String] = []
+        try withCursor(handles.main) { cursor in
+            _ = try scan(cursor, dupSort: false, range: .all, descending: false) { key, data in
+                if !columns.load(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)) {
+                    damaged.append(Self.describeKey(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), type: keyType))
+                }
+                return true
+            }
+        }
+        return damaged
+    }
+
+    /// A primary key's stored bytes as the value they encode (see `KeyEncoding`), or as hex
+    /// when they are not a key of that type.
+    static func describeKey(_ bytes: UnsafeRawBufferPointer, type: AttributeType) -> String {
+        switch type {
+        case .int64 where bytes.count == 8:
+            let bits = bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            return String(Int64(bitPattern: bits ^ (1 << 63)))
+        case .string where bytes.first == 0:
+            if let text = String(validating: bytes.dropFirst(), as: UTF8.self) { return text.debugDescription }
+        case .uuid where bytes.count == 16:
+            var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: bytes) }
+            return UUID(uuid: uuid).uuidString
+        default:
+            break
+        }
+        return "0x" + bytes.map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -7,7 +7,7 @@ extension LMDBStore {
     /// The flags of the store's environment: `MDB_NOTLS` (transactions are not tied to
     /// threads: they run on dispatch queues) and the durability.
     static func flags(_ options: Options) -> Int32 {
-        var flags = Int32(MDB_NOTLS)
+        var flags = Int32(MDB_NOTLS) | (options.readOnly ? Int32(MDB_RDONLY) : 0)
         switch options.durability {
         case .full: break
         case .relaxed: flags |= Int32(MDB_NOMETASYNC)
@@ -131,6 +131,10 @@ extension LMDBStore {
     /// `environment`, and records the layout format. `idle`: called inside the gate (while
     /// reopening), where the map is resized directly rather than through the gate.
     static func prepareMetadata(_ environment: Environment, pointer: OpaquePointer, idle: Bool) throws(DepotError) -> MDB_dbi {
+        var environmentFlags: UInt32 = 0
+        if mdb_env_get_flags(pointer, &environmentFlags) == 0, environmentFlags & UInt32(MDB_RDONLY) != 0 {
+            return try openMetadataReadOnly(environment, pointer: pointer)
+        }
         for _ in 0..<64 {
             var begun: OpaquePointer?
             var rc = mdb_txn_begin(pointer, nil, 0, &begun)
@@ -174,5 +178,26 @@ extension LMDBStore {
             return meta
         }
         throw DepotError(.storeFull, "The LMDB store at \(environment.path) could not grow its map to hold its metadata.")
+    }
+
+    /// Opens the metadata database of an environment opened read-only (`Options.readOnly`),
+    /// refusing one that has none instead of creating it.
+    static func openMetadataReadOnly(_ environment: Environment, pointer: OpaquePointer) throws(DepotError) -> MDB_dbi {
+        var begun: OpaquePointer?
+        var rc = mdb_txn_begin(pointer, nil, UInt32(MDB_RDONLY), &begun)
+        guard rc == 0, let txn = begun else {
+            throw DepotError.lmdb(rc, context: "Opening the LMDB store at \(environment.path)")
+        }
+        var meta: MDB_dbi = 0
+        rc = mdb_dbi_open(txn, Catalog.metaName, 0, &meta)
+        if rc == MDB_NOTFOUND {
+            mdb_txn_abort(txn)
+            throw DepotError(.storeCorrupted, "\(environment.path) holds no Depot store (no \(Catalog.metaName) database), and a store opened read-only is never created. Check the path.")
+        }
+        // Committed, not aborted: the handle of a database opened in a transaction stays
+        // open only when the transaction commits (for a read transaction that writes nothing).
+        rc = rc == 0 ? mdb_txn_commit(txn) : { mdb_txn_abort(txn); return rc }()
+        if rc != 0 { throw DepotError.lmdb(rc, context: "Opening the metadata of the LMDB store at \(environment.path)") }
+        return meta
     }
 }

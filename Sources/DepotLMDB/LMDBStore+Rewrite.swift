@@ -9,7 +9,8 @@ extension LMDBStore: SchemaRewritingStore {
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
-        try await withCheckedThrowingContinuation { continuation in
+        if options.readOnly { throw DepotError.readOnly("LMDB store at \(directory)") }
+        return try await withCheckedThrowingContinuation { continuation in
             let accepted = writerLane.submit {
                 continuation.resume(with: Result {
                     try self.log.loggingFailure("rewriting \(name)") {

@@ -61,12 +61,21 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         public var maxDatabases: Int
         /// How durable a commit is; ``Durability/full`` by default.
         public var durability: Durability
+        /// Whether to open an existing store for reading only; `false` by default (URL
+        /// option `readOnly=true`).
+        ///
+        /// The environment is opened with `MDB_RDONLY` and nothing is created or changed: a
+        /// missing directory, or one without a Depot store, is refused. Writes, registering
+        /// an entity that is new or differs from the stored one, and migrations fail with
+        /// `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
+        public var readOnly: Bool
 
-        public init(mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full) {
+        public init(mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full, readOnly: Bool = false) {
             self.mapSize = mapSize
             self.maxReaders = maxReaders
             self.maxDatabases = maxDatabases
             self.durability = durability
+            self.readOnly = readOnly
         }
     }
 
@@ -141,6 +150,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             guard isDirectory.boolValue else {
                 throw DepotError(.invalidConfiguration, "\(directory) is a file; an LMDB store needs a directory of its own.")
             }
+        } else if options.readOnly {
+            throw DepotError(.io, "There is no LMDB store at \(directory) (no such directory), and a store opened read-only is never created. Check the path.")
         } else {
             do {
                 try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -157,6 +168,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             let dataFile = (path as NSString).appendingPathComponent("data.mdb")
             if let size = (try? fileManager.attributesOfItem(atPath: dataFile))?[.size] as? NSNumber, size.intValue > 0 {
                 try Self.validate(path: path, options: options)
+            } else if options.readOnly {
+                throw DepotError(.io, "There is no LMDB store in \(path) (no data.mdb, or an empty one), and a store opened read-only is never created. Check the path.")
             }
             pointer = try Self.openEnvironment(path: path, options: options, flags: Self.flags(options))
         } catch {
@@ -360,7 +373,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 continue
             }
             var begun: OpaquePointer?
-            var rc = mdb_txn_begin(pointer, nil, 0, &begun)
+            // Read-only: the catalog's databases are opened in a read transaction (committed,
+            // so its handles stay open); the transaction refuses writes.
+            var rc = mdb_txn_begin(pointer, nil, options.readOnly ? UInt32(MDB_RDONLY) : 0, &begun)
             guard rc == 0, let txn = begun else {
                 env.gate.leave(ticket)
                 if rc == MDB_MAP_RESIZED {
@@ -377,7 +392,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
                 throw DepotError.lmdb(rc, context: "Beginning a write transaction in the LMDB store at \(directory)")
             }
             let transaction = LMDBTransaction(
-                txn: txn, catalog: snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
+                txn: txn, catalog: snapshot, writable: !options.readOnly, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
                 storeName: directory, recording: recording)
             let result: T
             do {
@@ -547,6 +562,10 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         }
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
+            // Read-only: only entities stored exactly as declared are opened.
+            if options.readOnly, try !entities.allSatisfy({ try transaction.readStoredEntity($0.name)?.entity == $0 }) {
+                throw DepotError.readOnly("LMDB store at \(directory)")
+            }
             for entity in entities {
                 updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? registered[entity.name]?.entry)
             }
@@ -629,6 +648,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
+        if options.readOnly { return completion(.failure(DepotError.readOnly("LMDB store at \(directory)"))) }
         let write = PendingWrite(body, completion: completion, runner: self)
         // On a thread that may block (a task preferring the store executor), an idle writer
         // runs the write right here: no hop to the lane's thread and back.

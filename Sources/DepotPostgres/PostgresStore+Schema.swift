@@ -32,6 +32,7 @@ extension PostgresStore {
         if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
+        if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
         let serial = state.withLockedValue { s in
             defer { s.nextSerial += entities.count }
             return s.nextSerial
@@ -202,6 +203,7 @@ extension PostgresStore: SchemaRewritingStore {
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
         try PGDDL.checkNames(entity)
+        if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
         return try await onWriter("rewriting \(name)") {
             try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
         }

@@ -62,13 +62,22 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// How many times a write whose transaction PostgreSQL aborted for a serialization
         /// failure or a deadlock runs again; 20 by default.
         public var retries: Int
+        /// Whether to open an existing store for reading only; `false` by default (URL
+        /// option `readOnly=true`).
+        ///
+        /// Nothing is created or changed: a schema without Depot's tables (or no such schema)
+        /// is refused, every connection runs with `default_transaction_read_only` on, and
+        /// writes, registering an entity that is new or differs from the stored one, and
+        /// migrations fail with `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
+        public var readOnly: Bool
 
-        public init(schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20) {
+        public init(schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false) {
             self.schema = schema
             self.readers = readers
             self.durability = durability
             self.statementTimeout = statementTimeout
             self.retries = retries
+            self.readOnly = readOnly
         }
     }
 
@@ -188,6 +197,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             // Messages and identifiers as Depot writes them; no locale-dependent output.
             "SET client_encoding TO 'UTF8'",
         ]
+        // A read-only store's sessions refuse writes in the server too, behind Depot's checks.
+        if options.readOnly { settings.append("SET default_transaction_read_only TO on") }
         if let timeout = options.statementTimeout {
             // PostgreSQL takes milliseconds up to Int32.max; longer is clamped to that.
             let (seconds, attoseconds) = timeout.components
@@ -222,6 +233,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             // Created only when missing: PostgreSQL checks the CREATE privilege before it
             // looks at IF NOT EXISTS, and an application's role often has none.
             let schemaExists = try connection.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [.text(options.schema)], "Looking up the schema \(options.schema)").rowCount > 0
+            if options.readOnly { try checkReadOnly(connection, options: options, schemaExists: schemaExists) }
             if !schemaExists {
                 try connection.execute("CREATE SCHEMA \(quoted(options.schema))", "Creating the schema \(options.schema)")
             }
@@ -401,6 +413,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        if options.readOnly { return completion(.failure(DepotError.readOnly("PostgreSQL store (schema \(options.schema))"))) }
         do { try begin() } catch { return completion(.failure(error)) }
         let accepted = writerLane.submit {
             let result = Result { try self.writeNow(body) }

@@ -73,10 +73,10 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Opens a connection. Does not read or write the file yet.
-    static func open(path: String, create: Bool, busyTimeout: Duration) throws(DepotError) -> Connection {
+    static func open(path: String, create: Bool, busyTimeout: Duration, readOnly: Bool = false) throws(DepotError) -> Connection {
         var db: OpaquePointer?
-        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
-        if create { flags |= SQLITE_OPEN_CREATE }
+        var flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) }

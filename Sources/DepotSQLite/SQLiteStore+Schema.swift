@@ -25,6 +25,7 @@ extension SQLiteStore {
         if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
+        if options.readOnly { throw DepotError.readOnly("SQLite store at \(path)") }
         let serial = state.withLockedValue { s in
             defer { s.nextSerial += entities.count }
             return s.nextSerial
@@ -214,6 +215,7 @@ extension SQLiteStore: SchemaRewritingStore {
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
         try await withCheckedThrowingContinuation { continuation in
+            if options.readOnly { return continuation.resume(throwing: DepotError.readOnly("SQLite store at \(path)")) }
             do { try begin() } catch { return continuation.resume(throwing: error) }
             let accepted = writerLane.submit {
                 let result = Result {

@@ -56,15 +56,25 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         /// The file is switched to WAL mode for good, so every program that uses it must
         /// run on the same host (WAL needs shared memory) with SQLite 3.7 or newer.
         public var adoptForeignDatabase: Bool
+        /// Whether to open an existing store for reading only; `false` by default (URL
+        /// option `readOnly=true`).
+        ///
+        /// The file is opened with `SQLITE_OPEN_READONLY` and nothing is created or
+        /// changed: a missing file, or one without Depot's tables, is refused, the journal
+        /// mode is not switched and no checkpoint runs. Writes, registering an entity that is
+        /// new or differs from the stored one, and migrations fail with
+        /// `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
+        public var readOnly: Bool
 
         public init(
             durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5),
-            adoptForeignDatabase: Bool = false
+            adoptForeignDatabase: Bool = false, readOnly: Bool = false
         ) {
             self.durability = durability
             self.readers = readers
             self.busyTimeout = busyTimeout
             self.adoptForeignDatabase = adoptForeignDatabase
+            self.readOnly = readOnly
         }
     }
 
@@ -104,6 +114,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     let readers: [Reader]
     let gate: StoreGate
     let temporaryDirectory: URL?
+    /// Whether the `-wal` and `-shm` files existed when the store opened: a read-only store
+    /// removes those its reading created (see `removeCompanionsAfterReading`).
+    let companionsAtOpen: (wal: Bool, shm: Bool)
     /// Checkpoints the WAL beside the writer instead of inside its commits.
     let checkpointer: Checkpointer
 
@@ -142,7 +155,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             throw DepotError(.invalidConfiguration, "The SQLite store path is empty; give a file path, or use SQLiteStore.inMemory().")
         }
         let url = URL(fileURLWithPath: path)
-        try Self.createDirectory(url.deletingLastPathComponent())
+        if !options.readOnly { try Self.createDirectory(url.deletingLastPathComponent()) }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")
@@ -207,7 +220,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         self.temporaryDirectory = temporaryDirectory
 
         let companionsBefore = Self.companions(of: file)
-        let writer = try Connection.open(path: file, create: true, busyTimeout: options.busyTimeout)
+        self.companionsAtOpen = companionsBefore
+        if options.readOnly, temporaryDirectory != nil {
+            throw DepotError(.invalidConfiguration, "An sqlite::memory: store starts empty, so it cannot be opened read-only; open a file.")
+        }
+        let writer = try Connection.open(path: file, create: !options.readOnly, busyTimeout: options.busyTimeout, readOnly: options.readOnly)
         writer.traceStatements(to: log)
         do throws(DepotError) {
             // Nothing below writes until the file has been found to be a database that is
@@ -218,28 +235,31 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             writer.setCheckpointOnClose(false)
             try Self.checkHeader(writer)
             try Self.checkOwnership(writer, adopt: options.adoptForeignDatabase)
-            writer.setCheckpointOnClose(true)
-            let journal = try Self.retryingWhileBusy(writer, options.busyTimeout) { () throws(DepotError) in
-                try writer.scalarText("PRAGMA journal_mode = WAL")
+            // Read-only: no checkpoint on close, no journal mode switch, no bookkeeping tables.
+            if !options.readOnly {
+                writer.setCheckpointOnClose(true)
+                let journal = try Self.retryingWhileBusy(writer, options.busyTimeout) { () throws(DepotError) in
+                    try writer.scalarText("PRAGMA journal_mode = WAL")
+                }
+                guard journal?.lowercased() == "wal" else {
+                    throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
+                }
+                try writer.execute("PRAGMA synchronous = \(Self.synchronous(options, inMemory: temporaryDirectory != nil))")
             }
-            guard journal?.lowercased() == "wal" else {
-                throw DepotError(.invalidConfiguration, "SQLite could not put \(file) in WAL mode (it reports '\(journal ?? "nothing")'); WAL needs a local file system with shared memory support.")
-            }
-            try writer.execute("PRAGMA synchronous = \(Self.synchronous(options, inMemory: temporaryDirectory != nil))")
             // SQLite enforces the references' FOREIGN KEY clauses too (deferred to commit),
             // behind Depot's own checks; tables without references pay nothing for it.
             try writer.execute("PRAGMA foreign_keys = ON")
-            let (stored, cookie) = try Self.prepareBookkeeping(writer, file: file)
+            let (stored, cookie) = options.readOnly ? try Self.readBookkeeping(writer, file: file) : try Self.prepareBookkeeping(writer, file: file)
             var connections: [Connection] = []
             for _ in 0..<options.readers {
-                let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout)
+                let reader = try Connection.open(path: file, create: false, busyTimeout: options.busyTimeout, readOnly: options.readOnly)
                 try reader.execute("PRAGMA query_only = 1")
                 reader.traceStatements(to: log)
                 connections.append(reader)
             }
             let readers = connections.map { Reader(connection: $0) }
             let checkpointer = Checkpointer(path: file, log: log)
-            writer.checkpoint(with: checkpointer)
+            if !options.readOnly { writer.checkpoint(with: checkpointer) }
             self.checkpointer = checkpointer
             self.writer = writer
             self.writerLane = SerialLane(label: "depot.sqlite.writer")
@@ -422,6 +442,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
+        if options.readOnly { return completion(.failure(DepotError.readOnly("SQLite store at \(path)"))) }
         do { try begin() } catch { return completion(.failure(error)) }
         let write = PendingWrite(body, completion: completion, runner: self)
         // On a thread that may block (a task preferring the store executor), an idle writer
@@ -558,6 +579,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let accepted = writerLane.submit {
                 self.closeConnections()
+                if self.options.readOnly { Self.removeCompanionsAfterReading(self.path, createdSince: self.companionsAtOpen) }
                 continuation.resume()
             }
             if !accepted { continuation.resume() }

@@ -25,29 +25,36 @@ struct CommandError: Error, CustomStringConvertible {
 }
 
 /// Runs a subcommand's work: a Depot error or a `CommandError` is printed on standard error
-/// and ends the process with status 2.
-func reporting(_ body: () async throws -> Void) async throws {
+/// and ends the process with status 2. `urls` are the store URLs the command was given:
+/// their passwords are taken out of whatever is printed, whoever wrote the message.
+func reporting(_ urls: String..., body: () async throws -> Void) async throws {
+    func redacted(_ message: String) -> String {
+        var text = message
+        for url in urls { if let parsed = try? StoreURL(url) { text = parsed.redacting(text) } }
+        return StoreURL.redactingPasswordsInMessage(text)
+    }
     do {
         try await body()
     } catch let error as ExitCode {
         throw error
     } catch let error as DepotError {
-        FileHandle.standardError.write(Data("depot: \(error.message) (\(error.code))\n".utf8))
+        FileHandle.standardError.write(Data("depot: \(redacted(error.message)) (\(error.code))\n".utf8))
         throw ExitCode(2)
     } catch {
-        FileHandle.standardError.write(Data("depot: \(error)\n".utf8))
+        FileHandle.standardError.write(Data("depot: \(redacted("\(error)"))\n".utf8))
         throw ExitCode(2)
     }
 }
 
-/// Opens an existing store and lists what it holds. A path that does not exist is an
-/// error: opening would create an empty store there, and report on it.
-func openCatalog(_ url: String) async throws -> (any CatalogStore, StoreURL) {
+/// Opens an existing store and lists what it holds. Reading commands open it read-only
+/// (`readOnly=true`): every backend then refuses a store that does not exist instead of
+/// creating it, and writes nothing (`import` opens it to write).
+func openCatalog(_ url: String, readOnly: Bool = true) async throws -> (any CatalogStore, StoreURL) {
     let parsed = try StoreURL(url)
     if let path = parsed.path, !FileManager.default.fileExists(atPath: path) {
         throw CommandError("There is no store at \(path); check the URL (depot never creates a store it was asked to read).")
     }
-    let store = try await openStore(url: url)
+    let store = try await (readOnly ? parsed.setting("readOnly", to: "true") : parsed).open()
     guard let catalog = store as? any CatalogStore else {
         await store.close()
         throw CommandError("The \(store.backendName) store at \(parsed.redacted) cannot list its entities.")
@@ -113,7 +120,7 @@ struct Info: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of text.") var json = false
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, parsed) = try await openCatalog(url)
             do {
                 try await show(store, parsed)
@@ -189,8 +196,8 @@ struct Import: AsyncParsableCommand {
     var dateFormats: [String] = []
 
     func run() async throws {
-        try await reporting {
-            let (store, _) = try await openCatalog(url)
+        try await reporting(url) {
+            let (store, _) = try await openCatalog(url, readOnly: false)
             do {
                 let handle = try await entity(entityName, in: store)
                 var options = JSONImportOptions(
@@ -227,7 +234,7 @@ struct Export: AsyncParsableCommand {
     var keys: [String] = []
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, _) = try await openCatalog(url)
             do {
                 let handle = try await entity(entityName, in: store)
@@ -284,16 +291,24 @@ struct Check: AsyncParsableCommand {
     @Argument(help: "The store's URL.") var url: String
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             let (store, _) = try await openCatalog(url)
-            var problems: [String]
+            var problems: [String] = []
             let entities: Int
             do {
                 entities = try await store.storedEntities().count
-                problems = try await StoreChecks.run(store)
+                // The backend's own check first: it names every damaged record, where the
+                // checks below stop at the first one they read.
                 if let checking = store as? any IntegrityCheckingStore {
                     problems += try await checking.checkIntegrity()
                 }
+                problems += try await StoreChecks.run(store)
+            } catch let error as DepotError where error.code == .storeCorrupted {
+                // Damage found while checking is a finding (status 1), not a failure to check.
+                await store.close()
+                for problem in problems { print("problem: \(problem)") }
+                print("problem: \(error.message) (checking stopped there)")
+                throw ExitCode(1)
             } catch {
                 await store.close()
                 throw error
@@ -318,7 +333,7 @@ struct Copy: AsyncParsableCommand {
     @Argument(help: "The target store's URL (created when missing).") var to: String
 
     func run() async throws {
-        try await reporting {
+        try await reporting(from, to) {
             let (source, _) = try await openCatalog(from)
             let target: any Store
             do {
@@ -373,7 +388,7 @@ struct Migrate: AsyncParsableCommand {
     var dryRun = false
 
     func run() async throws {
-        try await reporting {
+        try await reporting(url) {
             guard dryRun else {
                 throw CommandError("depot cannot run migration steps: they are the application's code. Run `depot migrate \((try? StoreURL(url))?.redacted ?? "URL") --dry-run` to see what the store has applied, and migrate from the application (Migrator.migrate, or DepotCommands' MigrateCommand in its executable).")
             }

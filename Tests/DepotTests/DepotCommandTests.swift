@@ -12,6 +12,10 @@ struct DepotCommandTests {
     static let binary = ProcessLaunch.builtProduct("depot")
 
     func depot(_ arguments: String...) throws -> (status: Int32, stdout: String, stderr: String) {
+        try depot(arguments)
+    }
+
+    func depot(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
         guard let binary = Self.binary else { throw DepotError(.invalidConfiguration, "depot was not built next to the test runner; run swift build") }
         let result = try ProcessLaunch.run(binary, arguments)
         return (result.exit.status, result.stdout, result.stderr)
@@ -103,6 +107,76 @@ struct DepotCommandTests {
         let store = try await openStore(url: back)
         #expect(try await Controller<Walk, Walk>(store: store).fetchAll().map(\.minutes) == [30, 45, 5])
         await store.close()
+    }
+
+    /// Issue #35, item 9: the reading commands open stores read-only, so a mistyped URL
+    /// creates nothing: an empty SQLite file stays empty, an empty directory gets no LMDB
+    /// environment, and a mistyped PostgreSQL schema is not created.
+    @Test func readingCommandsCreateNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-readonly-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let empty = directory.appendingPathComponent("empty.sqlite").path
+        #expect(FileManager.default.createFile(atPath: empty, contents: Data()))
+        let emptyDirectory = directory.appendingPathComponent("lmdb")
+        try FileManager.default.createDirectory(at: emptyDirectory, withIntermediateDirectories: true)
+        var urls = ["sqlite://\(empty)", "lmdb://\(emptyDirectory.path)"]
+        var schema: String?
+        if let server = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] {
+            schema = "typo_\(UUID().uuidString.prefix(8).lowercased())"
+            urls.append("\(server)&schema=\(schema ?? "")")
+        }
+        let target = "sqlite://\(directory.path)/target.sqlite"
+        for url in urls {
+            for arguments in [["info", url], ["check", url], ["export", url, "Dog"], ["migrate", url, "--dry-run"], ["copy", url, target]] {
+                let result = try depot(arguments)
+                #expect(result.status == 2, "\(arguments): \(result.stdout)\(result.stderr)")
+                #expect(result.stderr.contains("never created"), "\(arguments): \(result.stderr)")
+            }
+            let plan = try MigrateOptions.parse([url, "--dry-run"])
+            await #expect(throws: DepotError.self) { try await AppMigrate.perform(plan) }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: empty)).isEmpty, "the empty file stays empty")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: emptyDirectory.path).isEmpty, "no LMDB files")
+        #expect(!FileManager.default.fileExists(atPath: "\(directory.path)/target.sqlite"), "copy stopped before opening its target")
+        if let schema, let server = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] {
+            do {
+                let store = try await openStore(url: "\(server)&schema=\(schema)&readOnly=true")
+                await store.close()
+                Issue.record("the schema \(schema) was created")
+            } catch {
+                #expect(error.message.contains("has no schema \(schema)"), "\(error)")
+            }
+        }
+    }
+
+    /// Issue #35, item 13: LMDB records another program overwrote are findings of `check`
+    /// (status 1, each named by entity and key), not a failure to check (status 2).
+    @Test func checkReportsEveryDamagedLMDBRecord() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-damage-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("db").path
+        try await seed("lmdb://\(path)")
+        // Dogs 1 and 2 (keys: the id's big-endian bits with the sign flipped) get a value
+        // that is no record: mdb_load overwrites existing keys.
+        let dump = try ProcessLaunch.run("/usr/bin/mdb_dump", ["-s", "Dog", path])
+        #expect(dump.exit.status == 0, "\(dump.stderr)")
+        var lines = dump.stdout.components(separatedBy: "\n")
+        for key in [" 8000000000000001", " 8000000000000002"] {
+            let at = try #require(lines.firstIndex(of: key), "\(dump.stdout)")
+            lines[at + 1] = " ff00"
+        }
+        let damaged = directory.appendingPathComponent("damaged.txt")
+        try Data(lines.joined(separator: "\n").utf8).write(to: damaged)
+        let load = try ProcessLaunch.run("/usr/bin/mdb_load", ["-s", "Dog", "-f", damaged.path, path])
+        #expect(load.exit.status == 0, "\(load.stderr)")
+
+        let check = try depot("check", "lmdb://\(path)")
+        #expect(check.status == 1, "\(check.stdout)\(check.stderr)")
+        #expect(check.stdout.contains("problem: Dog record with key 1 is damaged"), "\(check.stdout)")
+        #expect(check.stdout.contains("problem: Dog record with key 2 is damaged"), "\(check.stdout)")
+        #expect(check.stderr.isEmpty, "\(check.stderr)")
     }
 
     @Test func checkFindsWhatAnotherProgramBroke() async throws {

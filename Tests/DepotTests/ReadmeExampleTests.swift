@@ -12,9 +12,10 @@ struct Pet: Equatable {
 }
 
 func readmeExample(url: String) async throws -> [Pet] {
-    let pets = Controller<Pet, Pet>(store: try await openStore(url: url))
+    let pets = Controller<Pet, Pet>(store: try await openStore(url: "\(url)"))
     try await pets.save([Pet(id: 1, name: "Tom", age: 3), Pet(id: 2, name: "Felix", age: 12)])
-    return try await pets.fetchAll(Request(\.age > 10).sorted(by: \.name))
+    let old = try await pets.fetchAll(Request(\.age > 10).sorted(by: \.name))
+    return old
 }
 
 // The paired form the README mentions: a domain type with no Depot in it, and its record.

@@ -43,6 +43,9 @@ struct RelationshipsArticleTests {
         ])
 
         let rex = try await dogs.fetchAll(Request(\.name == "Rex"), including: Dog.walks)
+        // The README's relationships example, and the ToMany documentation's.
+        let withWalks = try await dogs.fetchAll(Request(.hasPrefix(\.name, "R")), including: Dog.walks)
+        #expect(withWalks.map(\.object.name) == ["Rex"] && withWalks.first?.related.count == 2)
         #expect(rex.map(\.object.name) == ["Rex"])
         #expect(rex.first?.related.map(\.id) == [10, 11])
         let perDog = try await dogs.countRelated(Dog.walks)
@@ -53,6 +56,22 @@ struct RelationshipsArticleTests {
         #expect(idle.isEmpty)
 
         try await dogs.delete(id: 1)  // walks 10 and 11 go too
+        #expect(try await walks.count() == 0)
+
+        // Integrity: two entity types written in one operation, the child first.
+        let walkEntity = try await walks.registeredEntity()
+        try await dogs.operation { dogs in
+            let walks = Context<Walk, Walk>(dogs.transaction, entity: walkEntity)
+            try walks.save(Walk(id: 12, dogID: 2, position: 0, minutes: 20))  // its dog does not exist yet
+            try dogs.save(Dog(id: 2, name: "Fido"))  // it does when the write ends
+        }
+        #expect(try await dogs.fetchAll(including: Dog.walks).map { [$0.object.id] + $0.related.map(\.id) } == [[2, 12]])
+        await #expect(throws: DepotError.self) {
+            try await dogs.operation { dogs in
+                try Context<Walk, Walk>(dogs.transaction, entity: walkEntity).save(Walk(id: 13, dogID: 3, position: 0, minutes: 5))
+            }
+        }
+        try await dogs.delete(id: 2)
         #expect(try await walks.count() == 0)
         await #expect(throws: DepotError.self) { try await walks.save(Walk(id: 12, dogID: 1, position: 0, minutes: 5)) }
         await store.close()

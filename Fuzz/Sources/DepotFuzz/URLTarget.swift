@@ -18,10 +18,10 @@ enum URLTarget {
             return
         }
         do {
-            let again = try StoreURL(url.description)
-            guard again == url else { violated("'\(text)' parses to \(url), whose description parses to \(again)") }
+            let again = try StoreURL(url.unredacted)
+            guard again == url else { violated("'\(text)' parses to \(url), whose unredacted text parses to \(again)") }
         } catch {
-            violated("'\(text)' parses, but its description '\(url.description)' does not: \(error)")
+            violated("'\(text)' parses, but its unredacted text '\(url.unredacted)' does not: \(error)")
         }
         open(url)
     }

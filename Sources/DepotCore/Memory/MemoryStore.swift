@@ -59,11 +59,19 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     public let log: StoreLog
     public var telemetry: StoreTelemetry? { log.telemetry }
 
+    /// Whether the store refuses every write, registration and rewrite
+    /// (`DepotError.readOnly(_:)`). A read-only memory store stays empty: it is what
+    /// `memory:?readOnly=true` opens, so that reading code behaves alike on every backend.
+    public let isReadOnly: Bool
+
     /// Creates an empty store.
     ///
-    /// - Parameter log: Where the store logs (nothing by default).
-    public init(log: StoreLog = .disabled) {
+    /// - Parameters:
+    ///   - log: Where the store logs (nothing by default).
+    ///   - readOnly: Refuse every write, registration and rewrite (false by default).
+    public init(log: StoreLog = .disabled, readOnly: Bool = false) {
         self.log = log
+        self.isReadOnly = readOnly
         log.opened("memory", at: "memory:")
     }
 
@@ -93,6 +101,9 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         for entity in entities { try entity.validate() }
         return try state.withLockedValue { s in
             let registered = s.snapshot.tables
+            if isReadOnly, !entities.allSatisfy({ registered[$0.name]?.entity == $0 }) {
+                throw DepotError.readOnly("memory store")
+            }
             try Relationships.validate(entities, registered: { registered[$0]?.entity })
             var handles: [EntityHandle] = []
             for entity in entities {
@@ -183,11 +194,13 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         let write = PendingWrite(body, completion: completion, runner: self)
+        if isReadOnly { return write.complete(failure: DepotError.readOnly("memory store")) }
         if writerLane.runHereIfIdle(write: write) { return }
         submit(write)
     }
 
     private func submit(_ write: PendingWrite) {
+        if isReadOnly { return write.complete(failure: DepotError.readOnly("memory store")) }
         guard writerLane.submit(write: write) else {
             return write.complete(failure: DepotError.closed("memory store"))
         }
@@ -265,6 +278,7 @@ extension MemoryStore: SchemaRewritingStore {
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
     ) throws -> EntityHandle? {
+        if isReadOnly { throw DepotError.readOnly("memory store") }
         _ = try begin()
         defer { end() }
         let handle = try state.withLockedValue { s -> EntityHandle? in

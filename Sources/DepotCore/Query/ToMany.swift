@@ -8,13 +8,14 @@ import NIOConcurrencyHelpers
 ///     var id: Int64
 ///     @Stored(.references(Dog.self, onDelete: .cascade)) var dogID: Int64
 ///     var position: Int
+///     var minutes: Int
 /// }
 ///
 /// extension Dog {
 ///     static let walks = ToMany<Dog, Walk>(\.dogID).sorted(by: \.position)
 /// }
 ///
-/// let dogsWithWalks = try await dogs.fetchAll(Request(\.name.hasPrefix("R")), including: Dog.walks)
+/// let dogsWithWalks = try await dogs.fetchAll(Request(.hasPrefix(\.name, "R")), including: Dog.walks)
 /// let walksPerDog = try await dogs.countRelated(Dog.walks)
 /// let walkedLong = try await dogs.fetchAll(having: Dog.walks, where: \.minutes > 60)
 /// ```

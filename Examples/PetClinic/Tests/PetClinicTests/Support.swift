@@ -33,7 +33,7 @@ struct TestBackend: Sendable, CustomTestStringConvertible {
         default:
             let server = ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] ?? ""
             let schema = "clinic_" + UUID().uuidString.prefix(8).lowercased()
-            return try StoreURL(server).setting("schema", to: schema).description
+            return try StoreURL(server).setting("schema", to: schema).unredacted
         }
     }
 }

@@ -1,0 +1,141 @@
+// The "Declaring records" article's examples (Sources/DepotCore/Documentation.docc/
+// DeclaringRecords.md), each in a namespace of its own (they reuse the names Cat and
+// CatRecord), compiled and run on a memory store. Keep the two in step:
+// DocumentationExampleTests checks that every line of each example is here.
+import Depot
+import Foundation
+import Testing
+
+enum ArticleFirstRecord {
+    @Record
+    struct Cat {
+        var id: Int64
+        var name: String
+        var age: Int
+    }
+
+    static func run(_ store: any Store) async throws -> Int {
+        let cats = Controller<Cat, Cat>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", age: 3))
+        return try await cats.count()
+    }
+}
+
+enum ArticleAttributeOptions {
+    @Record(name: "Cat")  // stored entity name; the type name by default
+    struct CatRecord {
+        @PrimaryKey var code: String  // the key, when it is not named `id`
+        @Stored(.indexed) var name: String  // an index, for fast filters and sorts
+        @Stored(.unique, name: "chip") var microchip: String?  // unique (implies an index), stored as "chip"
+        var lives: Int = 9  // the default existing records get when `lives` is added
+        @NotStored var selected = false  // not stored: records read from the store get `false`
+        var label: String { "\(code) \(name)" }  // computed: not stored
+    }
+}
+
+enum ArticleEnums {
+    enum Mood: String, AttributeValue { case calm, playful, grumpy }
+
+    @Record
+    struct Cat {
+        var id: Int64
+        @Stored(.indexed) var mood: Mood
+        var formerMood: Mood?
+    }
+
+    static func run(_ store: any Store) async throws -> [Int64] {
+        let cats = Controller<Cat, Cat>(store: store)
+        try await cats.save([Cat(id: 1, mood: .calm, formerMood: nil), Cat(id: 2, mood: .grumpy, formerMood: .playful)])
+        let grumpy = try await cats.fetchAll(Request(\.mood == .grumpy).sorted(by: \.mood))
+        return grumpy.map(\.id)
+    }
+}
+
+enum ArticleJSONAttributes {
+    struct Address: Codable, Hashable, JSONAttribute {
+        var street: String
+        var city: String
+    }
+
+    @Record
+    struct Owner {
+        var id: Int64
+        var address: Address
+        var tags: [String]
+        var scores: [String: Int]
+        var previous: Address?
+    }
+
+    static func run(_ store: any Store) async throws -> [Int64] {
+        let owners = Controller<Owner, Owner>(store: store)
+        try await owners.save(Owner(id: 1, address: Address(street: "1 Rue de la Paix", city: "Paris"), tags: ["a"], scores: ["x": 1], previous: nil))
+        let parisians = try await owners.fetchAll(Request(\.address == Address(street: "1 Rue de la Paix", city: "Paris")))
+        return parisians.map(\.id)
+    }
+}
+
+enum ArticleHandWritten {
+    struct Cat: Sendable, Equatable {
+        var id: Int64
+        var name: String
+        var nickname: String?
+        var age: Int
+    }
+
+    struct CatRecord: ManagedRecord, ObjectConvertible {
+        var id: Int64
+        var name: String
+        var nickname: String?
+        var age: Int
+
+        static let entity = Entity<CatRecord>("Cat", primaryKey: \.id) {
+            Attribute("id", \.id)
+            Attribute("name", \.name, indexed: true)
+            Attribute("nickname", \.nickname, unique: true)
+            Attribute("age", \.age, default: 0)
+        }
+
+        init(row: RecordReader<Self>) throws {
+            id = try row[\.id]; name = try row[\.name]; nickname = try row[\.nickname]; age = try row[\.age]
+        }
+
+        func toObject() -> Cat { Cat(id: id, name: name, nickname: nickname, age: age) }
+
+        init(id: Int64, name: String, nickname: String?, age: Int) {
+            self.id = id
+            self.name = name
+            self.nickname = nickname
+            self.age = age
+        }
+    }
+
+    static func run(_ store: any Store) async throws -> Cat? {
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", nickname: "T", age: 3))
+        return try await cats.fetchOne(id: 1)
+    }
+}
+
+extension ArticleHandWritten.Cat: ManagedConvertible {
+    func toManaged() -> ArticleHandWritten.CatRecord { .init(id: id, name: name, nickname: nickname, age: age) }
+}
+
+@Suite("The Declaring records article")
+struct DeclaringRecordsArticleTests {
+    @Test func examplesRun() async throws {
+        let store = MemoryStore()
+        #expect(try await ArticleFirstRecord.run(store) == 1)
+        await store.close()
+        let moods = MemoryStore()
+        #expect(try await ArticleEnums.run(moods) == [2])
+        await moods.close()
+        let owners = MemoryStore()
+        #expect(try await ArticleJSONAttributes.run(owners) == [1])
+        await owners.close()
+        let handWritten = MemoryStore()
+        #expect(try await ArticleHandWritten.run(handWritten) == ArticleHandWritten.Cat(id: 1, name: "Tom", nickname: "T", age: 3))
+        await handWritten.close()
+        let names = ArticleAttributeOptions.CatRecord.entity.description.attributes.map(\.name)
+        #expect(names.contains("chip") && names.contains("lives") && !names.contains("selected") && !names.contains("label"), "\(names)")
+    }
+}
