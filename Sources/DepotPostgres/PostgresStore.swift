@@ -56,8 +56,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// Reader connections, so the number of reads that run at once; 4 by default.
         public var readers: Int
         public var durability: Durability
-        /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`);
-        /// nil (the default) for no limit.
+        /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`),
+        /// at least a millisecond; `.zero` for no limit (PostgreSQL's `statement_timeout = 0`),
+        /// nil (the default) to keep the server's or the role's own setting.
         public var statementTimeout: Duration?
         /// How many times a write whose transaction PostgreSQL aborted for a serialization
         /// failure or a deadlock runs again; 20 by default.
@@ -183,9 +184,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         ]
         if let timeout = options.statementTimeout {
             // PostgreSQL takes milliseconds up to Int32.max; longer is clamped to that.
+            // Zero is PostgreSQL's own "no limit"; anything above it is at least 1 ms, since
+            // a fraction of a millisecond must not round down to no limit at all.
             let (seconds, attoseconds) = timeout.components
             let milliseconds = seconds >= Int64(Int32.max) / 1000 ? Int64(Int32.max) : seconds * 1000 + attoseconds / 1_000_000_000_000_000
-            settings.append("SET statement_timeout TO \(max(1, min(Int64(Int32.max), milliseconds)))")
+            let setting = timeout == .zero ? 0 : max(1, min(Int64(Int32.max), milliseconds))
+            settings.append("SET statement_timeout TO \(setting)")
         }
         return settings
     }
