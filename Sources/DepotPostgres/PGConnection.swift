@@ -66,14 +66,17 @@ enum PGText {
         return bytes
     }
 
-    static func decode(_ bytes: UnsafeRawBufferPointer) -> String {
+    /// The string `bytes` encode; nil when they hold a 01 byte not followed by 01 or 02,
+    /// which ``encode(_:)`` never writes (another program's text with a raw U+0001).
+    static func decode(_ bytes: UnsafeRawBufferPointer) -> String? {
         guard bytes.contains(1) else { return String(decoding: bytes, as: UTF8.self) }
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = 0
         while i < bytes.count {
             let byte = bytes[i]
-            if byte == 1, i + 1 < bytes.count {
+            if byte == 1 {
+                guard i + 1 < bytes.count, bytes[i + 1] == 1 || bytes[i + 1] == 2 else { return nil }
                 out.append(bytes[i + 1] == 1 ? 0 : 1)
                 i += 2
             } else {
