@@ -191,10 +191,29 @@ final class PGConnection: @unchecked Sendable {
         }, Unmanaged.passUnretained(notices).toOpaque())
     }
 
+    /// How long libpq waits for a server to answer while connecting, in seconds, unless the
+    /// connection string says otherwise (`connect_timeout`). libpq's own default is to wait
+    /// indefinitely: on a network that drops packets, a reconnect would hold the writer or
+    /// a reader (and every operation queued behind it) for as long as the partition lasts.
+    static let defaultConnectTimeout = 10
+
     /// Connects (blocking: run it off the cooperative pool) and applies `settings`
     /// (`SET` statements) to the session. The server's notices go to `logger`.
     static func open(_ conninfo: String, settings: [String], logger: Logger) throws(DepotError) -> PGConnection {
-        guard let handle = PQconnectdb(conninfo) else {
+        // The default first and the connection string expanded after it (expand_dbname):
+        // libpq takes the last value of a keyword, so the string's own connect_timeout wins.
+        let handle = "connect_timeout".withCString { timeoutKey in
+            "dbname".withCString { dbnameKey in
+                String(defaultConnectTimeout).withCString { timeout in
+                    conninfo.withCString { dbname in
+                        let keywords: [UnsafePointer<CChar>?] = [timeoutKey, dbnameKey, nil]
+                        let values: [UnsafePointer<CChar>?] = [timeout, dbname, nil]
+                        return PQconnectdbParams(keywords, values, 1)
+                    }
+                }
+            }
+        }
+        guard let handle else {
             throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
         }
         guard PQstatus(handle) == CONNECTION_OK else {
