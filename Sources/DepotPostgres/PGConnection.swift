@@ -174,15 +174,18 @@ final class PGConnection: @unchecked Sendable {
     private var prepared: Set<String> = []
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
+    /// Keeps the connection string's password out of messages.
+    let redaction: PGRedaction
 
     /// Where the server's notices and warnings go: the store's logger. libpq's default
     /// prints them on the process's standard error, which a server's operators read as
     /// its own output (a `DROP TABLE IF EXISTS` of a migration printed a NOTICE there).
     private let notices: NoticeSink
 
-    private init(handle: OpaquePointer, logger: Logger) {
+    private init(handle: OpaquePointer, logger: Logger, redaction: PGRedaction) {
         self.handle = handle
-        self.notices = NoticeSink(logger: logger)
+        self.redaction = redaction
+        self.notices = NoticeSink(logger: logger, redaction: redaction)
         // The receiver stays with the connection through PQreset; the sink lives as long
         // as the connection that points to it.
         PQsetNoticeReceiver(handle, { context, result in
@@ -200,6 +203,7 @@ final class PGConnection: @unchecked Sendable {
     /// Connects (blocking: run it off the cooperative pool) and applies `settings`
     /// (`SET` statements) to the session. The server's notices go to `logger`.
     static func open(_ conninfo: String, settings: [String], logger: Logger) throws(DepotError) -> PGConnection {
+        let redaction = PGRedaction(conninfo: conninfo)
         // The default first and the connection string expanded after it (expand_dbname):
         // libpq takes the last value of a keyword, so the string's own connect_timeout wins.
         let handle = "connect_timeout".withCString { timeoutKey in
@@ -217,13 +221,13 @@ final class PGConnection: @unchecked Sendable {
             throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
         }
         guard PQstatus(handle) == CONNECTION_OK else {
-            let message = String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let message = redaction.redact(String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
             PQfinish(handle)
             let code: DepotError.Code = message.contains("password") || message.contains("authentication") || message.contains("permission")
                 ? .permissionDenied : (message.contains("too many") ? .busy : .io)
             throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
         }
-        let connection = PGConnection(handle: handle, logger: logger)
+        let connection = PGConnection(handle: handle, logger: logger, redaction: redaction)
         for setting in settings {
             do {
                 try connection.execute(setting)
@@ -488,20 +492,20 @@ final class PGConnection: @unchecked Sendable {
     private func check(_ result: PGResult, _ context: String) throws(DepotError) {
         let status = PQresultStatus(result.handle)
         if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY { return }
-        let failure = Self.failure(of: result.handle, connection: handle)
+        let failure = Self.failure(of: result.handle, connection: handle, redaction: redaction)
         lastFailure = failure
         throw failure.depotError(context)
     }
 
     private func connectionLost(_ context: String) -> DepotError {
-        let message = handle.map { String(cString: PQerrorMessage($0)) } ?? "closed"
+        let message = redaction.redact(handle.map { String(cString: PQerrorMessage($0)) } ?? "closed")
         lastFailure = PGFailure(sqlState: "08006", message: message, detail: nil, constraint: nil)
         return DepotError(.io, "\(context): the PostgreSQL connection failed: \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
     }
 
-    static func failure(of result: OpaquePointer, connection: OpaquePointer?) -> PGFailure {
-        func field(_ code: Character) -> String? { errorField(code, of: result) }
-        let message = field("M") ?? connection.map { String(cString: PQerrorMessage($0)) } ?? "unknown error"
+    static func failure(of result: OpaquePointer, connection: OpaquePointer?, redaction: PGRedaction) -> PGFailure {
+        func field(_ code: Character) -> String? { errorField(code, of: result).map(redaction.redact) }
+        let message = field("M") ?? connection.map { redaction.redact(String(cString: PQerrorMessage($0))) } ?? "unknown error"
         // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
         // lost connection (08006, so `io`), not an error of the server's.
         let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
@@ -538,8 +542,12 @@ func errorField(_ code: Character, of result: OpaquePointer) -> String? {
 /// `INFO`, `LOG`, `DEBUG`) at `debug`.
 final class NoticeSink: Sendable {
     let logger: Logger
+    let redaction: PGRedaction
 
-    init(logger: Logger) { self.logger = logger }
+    init(logger: Logger, redaction: PGRedaction) {
+        self.logger = logger
+        self.redaction = redaction
+    }
 
     func receive(_ result: OpaquePointer) {
         func field(_ code: Character) -> String? { errorField(code, of: result) }
@@ -547,7 +555,7 @@ final class NoticeSink: Sendable {
         let severity = field("V") ?? field("S") ?? "NOTICE"
         let level: Logger.Level = severity == "WARNING" ? .warning : .debug
         guard logger.logLevel <= level else { return }
-        let message = field("M") ?? String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+        let message = redaction.redact(field("M") ?? String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines))
         var metadata: Logger.Metadata = ["postgres.severity": .string(severity)]
         if let state = field("C") { metadata["postgres.sqlstate"] = .string(state) }
         logger.log(level: level, "PostgreSQL \(severity.lowercased()): \(message)", metadata: metadata)

@@ -121,7 +121,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// - Parameters:
     ///   - conninfo: A libpq connection string: `postgresql://user:password@host:5432/db?sslmode=require`
     ///     or `host=/run/postgresql dbname=app`. Connecting waits at most 10 seconds for the
-    ///     server unless it sets `connect_timeout`.
+    ///     server unless it sets `connect_timeout`; its password appears in no error message.
     ///   - options: The schema, reader connections, durability, statement timeout and retries.
     ///   - log: Where the store logs, and its metrics and spans when they are on.
     /// - Throws: `DepotError.Code.io` when the server cannot be reached,
