@@ -132,6 +132,10 @@ struct PGFailure: Error {
     /// Serialization failures and deadlocks: the transaction is retried from the start.
     var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
 
+    /// The session is gone: a connection failure (class 08), or the server ending it
+    /// (57P01 administrator shutdown, 57P02 crash shutdown).
+    var isSessionLost: Bool { sqlState.hasPrefix("08") || sqlState == "57P01" || sqlState == "57P02" }
+
     func depotError(_ context: String) -> DepotError {
         let text = "\(context): PostgreSQL \(sqlState): \(message)\(detail.map { " (\($0))" } ?? "")"
         let code: DepotError.Code
@@ -174,6 +178,17 @@ final class PGConnection: @unchecked Sendable {
     private var prepared: Set<String> = []
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
+    /// Set when a statement found the session gone (the server restarted, failed over, or
+    /// ended it); cleared by ``PostgresStore/healthy(_:)`` before each operation. The store
+    /// runs a read again on the connection made afresh, and a write whose COMMIT was not
+    /// sent (``commitSent``): the server rolled back what the lost session had begun.
+    var lost = false
+    /// Whether a COMMIT went out since the flag was last cleared: a write lost after that
+    /// may have committed, so it is not run again.
+    var commitSent = false
+    /// The connection is to be made afresh before its next use (it was left in a state
+    /// libpq refuses statements in).
+    private var needsReset = false
     /// Keeps the connection string's password out of messages.
     let redaction: PGRedaction
 
@@ -273,7 +288,22 @@ final class PGConnection: @unchecked Sendable {
 
     var isBroken: Bool {
         guard let handle else { return true }
-        return PQstatus(handle) != CONNECTION_OK
+        return needsReset || PQstatus(handle) != CONNECTION_OK
+    }
+
+    /// Makes the connection afresh (blocking) with libpq's `PQreset`; true when it is usable.
+    func reset() -> Bool {
+        guard let handle else { return false }
+        PQreset(handle)
+        forgetPrepared()
+        needsReset = false
+        return PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// Marks the connection to be made afresh before its next use.
+    func markForReset() {
+        needsReset = true
+        lost = true
     }
 
     /// A BEGIN not sent yet: it goes out with the transaction's first statement, in one
@@ -367,6 +397,11 @@ final class PGConnection: @unchecked Sendable {
     /// results. A failing step throws, and the steps after it did not run.
     func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
+        if needsReset {
+            // Not set up for the store (its schema, its timeout): nothing runs on it.
+            lost = true
+            throw DepotError(.io, "\(steps.first?.context ?? "Running a statement"): the PostgreSQL connection was lost and could not be set up again yet.")
+        }
         try settle()
         for step in steps {
             for param in step.params where (param.bytes?.count ?? 0) > Self.fieldLimit {
@@ -389,6 +424,7 @@ final class PGConnection: @unchecked Sendable {
             }
         }
         var all = steps
+        if steps.contains(where: { $0.sql == "COMMIT" }) { commitSent = true }
         if let begin = pendingBegin {
             pendingBegin = nil
             all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
@@ -432,10 +468,10 @@ final class PGConnection: @unchecked Sendable {
             if status == PGRES_PIPELINE_SYNC { break }
         }
         if PQexitPipelineMode(handle) != 1 {
-            // Left in pipeline mode, the connection would refuse every later call: start
-            // it afresh (the server ends the transaction with the old session).
-            PQreset(handle)
-            forgetPrepared()
+            // Left in pipeline mode, the connection would refuse every later call: it is
+            // made afresh before its next use (the server ends the transaction with the old
+            // session), where the store also sets the session up again.
+            markForReset()
             failure = failure ?? connectionLost(all[0].context)
         }
         if let failure { throw failure }
@@ -494,12 +530,14 @@ final class PGConnection: @unchecked Sendable {
         if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY { return }
         let failure = Self.failure(of: result.handle, connection: handle, redaction: redaction)
         lastFailure = failure
+        if failure.isSessionLost || isBroken { lost = true }
         throw failure.depotError(context)
     }
 
     private func connectionLost(_ context: String) -> DepotError {
         let message = redaction.redact(handle.map { String(cString: PQerrorMessage($0)) } ?? "closed")
         lastFailure = PGFailure(sqlState: "08006", message: message, detail: nil, constraint: nil)
+        lost = true
         return DepotError(.io, "\(context): the PostgreSQL connection failed: \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
     }
 

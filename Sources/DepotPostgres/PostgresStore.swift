@@ -329,17 +329,40 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     /// A connection whose server went away (a restart, a failover) is reconnected before
-    /// its next use; the operation that found it broken has failed with `DepotError.Code.io`.
+    /// its next use, with the store's session settings.
+    ///
+    /// A connection's loss shows only when a statement is sent on it: libpq's status of an
+    /// idle connection stays "ok" after its server restarted. The operation that finds it
+    /// lost runs again on the connection made afresh when that is safe (``rerunsAfterLoss(_:)``).
     func healthy(_ connection: PGConnection) {
         // A failure ending the last read shows in `isBroken`, and the connection is reset
         // here rather than failing the read that checked it out.
         try? connection.settle()
-        guard connection.isBroken, let handle = connection.handle else { return }
-        PQreset(handle)
-        if !connection.isBroken {
-            for setting in Self.sessionSettings(options) { try? connection.execute(setting) }
-            connection.forgetPrepared()
+        connection.lost = false
+        connection.commitSent = false
+        guard connection.isBroken, connection.handle != nil else { return }
+        guard connection.reset() else { return }
+        for setting in Self.sessionSettings(options) {
+            do throws(DepotError) {
+                try connection.execute(setting, "Setting up the PostgreSQL session again")
+            } catch {
+                // Without its search_path it would read another schema's tables: unusable
+                // until a later reset succeeds.
+                connection.markForReset()
+                connection.lost = false
+                return
+            }
         }
+    }
+
+    /// Whether an operation that failed on `connection` runs again, once, after
+    /// ``healthy(_:)`` made the connection afresh: when the failure was the session's loss
+    /// (a server restart, a failover, a dropped connection) and the operation cannot have
+    /// taken effect: a read, or a write whose COMMIT was not sent (the server rolls back
+    /// what a lost session had begun). A write lost during its COMMIT may have committed,
+    /// so it fails with `DepotError.Code.io` instead.
+    func rerunsAfterLoss(_ connection: PGConnection) -> Bool {
+        connection.lost && !connection.commitSent
     }
 
     public func submitRead<T: Sendable>(
@@ -349,7 +372,11 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result { try self.log.transaction("read") { try self.readInTransaction(on: reader, body) } }
+            var result = Result { try self.log.transaction("read") { try self.readInTransaction(on: reader, body) } }
+            if case .failure = result, self.rerunsAfterLoss(reader) {
+                self.healthy(reader)
+                result = Result { try self.log.transaction("read") { try self.readInTransaction(on: reader, body) } }
+            }
             self.checkIn(reader)
             self.end()
             completion(result)
@@ -374,12 +401,17 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result { () throws -> Bool in
+            let read = { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
                     let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
                     defer { transaction.isFinished = true }
                     return try transaction.fetchRow(entity, key: key, visit)
                 }
+            }
+            var result = Result { try read() }
+            if case .failure = result, self.rerunsAfterLoss(reader) {
+                self.healthy(reader)
+                result = Result { try read() }
             }
             self.checkIn(reader)
             self.end()
@@ -410,12 +442,17 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// back-off, up to ``Options/retries`` times.
     func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         var attempt = 0
+        var rerun = false
         while true {
             healthy(writer)
             writer.lastFailure = nil
             do {
                 return try log.transaction("write") { try writeInTransaction(body) }
             } catch {
+                if !rerun && rerunsAfterLoss(writer) {
+                    rerun = true
+                    continue
+                }
                 guard attempt < options.retries, writer.lastFailure?.isRetryable == true else { throw error }
                 attempt += 1
                 usleep(UInt32.random(in: 200...(1_000 * UInt32(min(attempt, 20)))))
