@@ -542,12 +542,15 @@ final class PGConnection: @unchecked Sendable {
     }
 
     static func failure(of result: OpaquePointer, connection: OpaquePointer?, redaction: PGRedaction) -> PGFailure {
-        func field(_ code: Character) -> String? { errorField(code, of: result).map(redaction.redact) }
-        let message = field("M") ?? connection.map { redaction.redact(String(cString: PQerrorMessage($0))) } ?? "unknown error"
+        func field(_ code: Character) -> String? { errorField(code, of: result) }
+        // The texts, not the SQLSTATE or the constraint's name, which are matched against
+        // Depot's own names (a password that happens to be part of one must not break that).
+        let message = (field("M") ?? connection.map { String(cString: PQerrorMessage($0)) }).map(redaction.redact) ?? "unknown error"
         // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
         // lost connection (08006, so `io`), not an error of the server's.
         let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
-        return PGFailure(sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D"), constraint: field("n"))
+        return PGFailure(
+            sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D").map(redaction.redact), constraint: field("n"))
     }
 
     /// Notifications received so far (LISTEN), after reading what the socket holds.

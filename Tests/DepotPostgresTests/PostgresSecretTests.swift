@@ -80,6 +80,28 @@ struct PostgresSecretTests {
         #expect(checked == Self.secrets.count * 27)
     }
 
+    /// A password that happens to be part of a constraint's name (`owner` in
+    /// `depot_uq_7_Account_owner`) is masked in messages, but the constraint's name is still
+    /// matched, so a duplicate unique value is still reported in Depot's words.
+    @Test("a password inside a constraint's name does not hide which unique attribute clashed")
+    func passwordInsideAConstraintName() async throws {
+        let url = try #require(TestServer.url)
+        let withPassword = url.replacingOccurrences(of: "postgresql://depot@", with: "postgresql://depot:owner@")
+        #expect(withPassword != url)
+        let schema = "p_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+        let store = try PostgresStore(url: withPassword, options: .init(schema: schema, readers: 1))
+        let accounts = Controller<DepotTesting.Account, DepotTesting.Account>(store: store)
+        try await accounts.save(DepotTesting.Account(id: "a", owner: "ann"))
+        do {
+            try await accounts.save(DepotTesting.Account(id: "b", owner: "ann"))
+            Issue.record("a duplicate unique value was written")
+        } catch let error as DepotError {
+            #expect(error.code == .duplicateKey, "\(error)")
+            #expect(error.message.hasPrefix("Another Account already has owner = \"ann\""), "\(error)")
+        }
+        await store.close()
+    }
+
     /// Against the running server: a password in the URL (which the test server's trust
     /// login ignores) appears in no message of a failing operation, nor in the log.
     @Test("errors of a connected store hold no password")
