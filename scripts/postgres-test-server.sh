@@ -4,6 +4,9 @@
 #   scripts/postgres-test-server.sh start DIR   fresh cluster under DIR; prints its URL last
 #   scripts/postgres-test-server.sh stop DIR    stops it (never fails when nothing runs)
 #   scripts/postgres-test-server.sh url DIR     prints the URL of the running cluster
+#   scripts/postgres-test-server.sh restart DIR restarts the running cluster (pg_ctl restart
+#                                               -m fast: every client's session is ended,
+#                                               as in a server restart or a failover)
 #
 # The server listens only on a Unix socket in DIR/socket (no TCP port is opened, so runs
 # from different folders or users cannot collide and nothing is reachable from outside),
@@ -34,7 +37,7 @@ die() { echo "postgres-test-server: $*" >&2; exit 1; }
 say() { echo "postgres-test-server: $*" >&2; }
 
 usage() {
-	echo "usage: $0 start|stop|url DIR" >&2
+	echo "usage: $0 start|stop|url|restart DIR" >&2
 	exit 2
 }
 
@@ -156,6 +159,21 @@ cmd_url() {
 	cat "$dir/url"
 }
 
+# Restarts the running server with the options it was started with (pg_ctl keeps them in
+# postmaster.opts), ending every client's session; waits until it accepts connections.
+cmd_restart() {
+	local dir base bin
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base" || die "no server is running in $base"
+	bin=$(server_bin)
+	say "restarting the server in $base"
+	if ! as_server "$bin/pg_ctl" restart -D "$base/data" -l "$base/server.log" -m fast -w -t 60 >&2; then
+		tail -n 30 "$base/server.log" >&2
+		die "the server did not restart (log: $base/server.log)"
+	fi
+}
+
 # Removes what a previous start left (stopping its server first): only the names this
 # script creates, never DIR itself, which may hold other things. A /tmp fallback folder is
 # removed only when its name is one this script made.
@@ -256,5 +274,6 @@ case "$1" in
 	start) cmd_start "$2" ;;
 	stop) cmd_stop "$2" ;;
 	url) cmd_url "$2" ;;
+	restart) cmd_restart "$2" ;;
 	*) usage ;;
 esac

@@ -75,7 +75,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "schema", kind: .text, help: "the schema of the store's tables, created when missing (default public)"),
         OptionSpec(name: "readers", kind: .integer(1...64), help: "reader connections in the pool (default 4)"),
         OptionSpec(name: "durability", kind: .choice(["full", "normal"]), help: "full: synchronous_commit=on (default); normal: synchronous_commit=off, a server crash may lose the last commits"),
-        OptionSpec(name: "statementTimeout", kind: .duration, help: "statements running longer are cancelled with busy (default none)"),
+        OptionSpec(name: "statementTimeout", kind: .duration, help: "statements running longer are cancelled with busy; 0 for no limit (default: the server's setting)"),
         OptionSpec(name: "retries", kind: .integer(0...1000), help: "how often a write aborted by a serialization failure runs again (default 20)"),
     ]
 

@@ -66,14 +66,17 @@ enum PGText {
         return bytes
     }
 
-    static func decode(_ bytes: UnsafeRawBufferPointer) -> String {
+    /// The string `bytes` encode; nil when they hold a 01 byte not followed by 01 or 02,
+    /// which ``encode(_:)`` never writes (another program's text with a raw U+0001).
+    static func decode(_ bytes: UnsafeRawBufferPointer) -> String? {
         guard bytes.contains(1) else { return String(decoding: bytes, as: UTF8.self) }
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = 0
         while i < bytes.count {
             let byte = bytes[i]
-            if byte == 1, i + 1 < bytes.count {
+            if byte == 1 {
+                guard i + 1 < bytes.count, bytes[i + 1] == 1 || bytes[i + 1] == 2 else { return nil }
                 out.append(bytes[i + 1] == 1 ? 0 : 1)
                 i += 2
             } else {
@@ -129,6 +132,10 @@ struct PGFailure: Error {
     /// Serialization failures and deadlocks: the transaction is retried from the start.
     var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
 
+    /// The session is gone: a connection failure (class 08), or the server ending it
+    /// (57P01 administrator shutdown, 57P02 crash shutdown).
+    var isSessionLost: Bool { sqlState.hasPrefix("08") || sqlState == "57P01" || sqlState == "57P02" }
+
     func depotError(_ context: String) -> DepotError {
         let text = "\(context): PostgreSQL \(sqlState): \(message)\(detail.map { " (\($0))" } ?? "")"
         let code: DepotError.Code
@@ -171,6 +178,19 @@ final class PGConnection: @unchecked Sendable {
     private var prepared: Set<String> = []
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
+    /// Set when a statement found the session gone (the server restarted, failed over, or
+    /// ended it); cleared by ``PostgresStore/healthy(_:)`` before each operation. The store
+    /// runs a read again on the connection made afresh, and a write whose COMMIT was not
+    /// sent (``commitSent``): the server rolled back what the lost session had begun.
+    var lost = false
+    /// Whether a COMMIT went out since the flag was last cleared: a write lost after that
+    /// may have committed, so it is not run again.
+    var commitSent = false
+    /// The connection is to be made afresh before its next use (it was left in a state
+    /// libpq refuses statements in).
+    private var needsReset = false
+    /// Keeps the connection string's password out of messages.
+    let redaction: PGRedaction
 
     /// The store's schema-version check (see `PostgresStore+SchemaWatch.swift`): called
     /// with the version the probe read (nil when the store records none), in the same
@@ -190,9 +210,10 @@ final class PGConnection: @unchecked Sendable {
     /// its own output (a `DROP TABLE IF EXISTS` of a migration printed a NOTICE there).
     private let notices: NoticeSink
 
-    private init(handle: OpaquePointer, logger: Logger) {
+    private init(handle: OpaquePointer, logger: Logger, redaction: PGRedaction) {
         self.handle = handle
-        self.notices = NoticeSink(logger: logger)
+        self.redaction = redaction
+        self.notices = NoticeSink(logger: logger, redaction: redaction)
         // The receiver stays with the connection through PQreset; the sink lives as long
         // as the connection that points to it.
         PQsetNoticeReceiver(handle, { context, result in
@@ -201,20 +222,40 @@ final class PGConnection: @unchecked Sendable {
         }, Unmanaged.passUnretained(notices).toOpaque())
     }
 
+    /// How long libpq waits for a server to answer while connecting, in seconds, unless the
+    /// connection string says otherwise (`connect_timeout`). libpq's own default is to wait
+    /// indefinitely: on a network that drops packets, a reconnect would hold the writer or
+    /// a reader (and every operation queued behind it) for as long as the partition lasts.
+    static let defaultConnectTimeout = 10
+
     /// Connects (blocking: run it off the cooperative pool) and applies `settings`
     /// (`SET` statements) to the session. The server's notices go to `logger`.
     static func open(_ conninfo: String, settings: [String], logger: Logger) throws(DepotError) -> PGConnection {
-        guard let handle = PQconnectdb(conninfo) else {
+        let redaction = PGRedaction(conninfo: conninfo)
+        // The default first and the connection string expanded after it (expand_dbname):
+        // libpq takes the last value of a keyword, so the string's own connect_timeout wins.
+        let handle = "connect_timeout".withCString { timeoutKey in
+            "dbname".withCString { dbnameKey in
+                String(defaultConnectTimeout).withCString { timeout in
+                    conninfo.withCString { dbname in
+                        let keywords: [UnsafePointer<CChar>?] = [timeoutKey, dbnameKey, nil]
+                        let values: [UnsafePointer<CChar>?] = [timeout, dbname, nil]
+                        return PQconnectdbParams(keywords, values, 1)
+                    }
+                }
+            }
+        }
+        guard let handle else {
             throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
         }
         guard PQstatus(handle) == CONNECTION_OK else {
-            let message = String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let message = redaction.redact(String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
             PQfinish(handle)
             let code: DepotError.Code = message.contains("password") || message.contains("authentication") || message.contains("permission")
                 ? .permissionDenied : (message.contains("too many") ? .busy : .io)
             throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
         }
-        let connection = PGConnection(handle: handle, logger: logger)
+        let connection = PGConnection(handle: handle, logger: logger, redaction: redaction)
         for setting in settings {
             do {
                 try connection.execute(setting)
@@ -261,7 +302,22 @@ final class PGConnection: @unchecked Sendable {
 
     var isBroken: Bool {
         guard let handle else { return true }
-        return PQstatus(handle) != CONNECTION_OK
+        return needsReset || PQstatus(handle) != CONNECTION_OK
+    }
+
+    /// Makes the connection afresh (blocking) with libpq's `PQreset`; true when it is usable.
+    func reset() -> Bool {
+        guard let handle else { return false }
+        PQreset(handle)
+        forgetPrepared()
+        needsReset = false
+        return PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// Marks the connection to be made afresh before its next use.
+    func markForReset() {
+        needsReset = true
+        lost = true
     }
 
     /// A BEGIN not sent yet: it goes out with the transaction's first statement, in one
@@ -362,6 +418,11 @@ final class PGConnection: @unchecked Sendable {
     /// results. A failing step throws, and the steps after it did not run.
     func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
+        if needsReset {
+            // Not set up for the store (its schema, its timeout): nothing runs on it.
+            lost = true
+            throw DepotError(.io, "\(steps.first?.context ?? "Running a statement"): the PostgreSQL connection was lost and could not be set up again yet.")
+        }
         try settle()
         for step in steps {
             for param in step.params where (param.bytes?.count ?? 0) > Self.fieldLimit {
@@ -384,6 +445,7 @@ final class PGConnection: @unchecked Sendable {
             }
         }
         var all = steps
+        if steps.contains(where: { $0.sql == "COMMIT" }) { commitSent = true }
         var probeAt: Int?
         if probePending {
             probePending = false
@@ -441,10 +503,10 @@ final class PGConnection: @unchecked Sendable {
             if status == PGRES_PIPELINE_SYNC { break }
         }
         if PQexitPipelineMode(handle) != 1 {
-            // Left in pipeline mode, the connection would refuse every later call: start
-            // it afresh (the server ends the transaction with the old session).
-            PQreset(handle)
-            forgetPrepared()
+            // Left in pipeline mode, the connection would refuse every later call: it is
+            // made afresh before its next use (the server ends the transaction with the old
+            // session), where the store also sets the session up again.
+            markForReset()
             failure = failure ?? connectionLost(all[0].context)
         }
         // The schema check before any failure of the statements after it: a statement in
@@ -511,24 +573,29 @@ final class PGConnection: @unchecked Sendable {
     private func check(_ result: PGResult, _ context: String) throws(DepotError) {
         let status = PQresultStatus(result.handle)
         if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY { return }
-        let failure = Self.failure(of: result.handle, connection: handle)
+        let failure = Self.failure(of: result.handle, connection: handle, redaction: redaction)
         lastFailure = failure
+        if failure.isSessionLost || isBroken { lost = true }
         throw failure.depotError(context)
     }
 
     private func connectionLost(_ context: String) -> DepotError {
-        let message = handle.map { String(cString: PQerrorMessage($0)) } ?? "closed"
+        let message = redaction.redact(handle.map { String(cString: PQerrorMessage($0)) } ?? "closed")
         lastFailure = PGFailure(sqlState: "08006", message: message, detail: nil, constraint: nil)
+        lost = true
         return DepotError(.io, "\(context): the PostgreSQL connection failed: \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
     }
 
-    static func failure(of result: OpaquePointer, connection: OpaquePointer?) -> PGFailure {
+    static func failure(of result: OpaquePointer, connection: OpaquePointer?, redaction: PGRedaction) -> PGFailure {
         func field(_ code: Character) -> String? { errorField(code, of: result) }
-        let message = field("M") ?? connection.map { String(cString: PQerrorMessage($0)) } ?? "unknown error"
+        // The texts, not the SQLSTATE or the constraint's name, which are matched against
+        // Depot's own names (a password that happens to be part of one must not break that).
+        let message = (field("M") ?? connection.map { String(cString: PQerrorMessage($0)) }).map(redaction.redact) ?? "unknown error"
         // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
         // lost connection (08006, so `io`), not an error of the server's.
         let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
-        return PGFailure(sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D"), constraint: field("n"))
+        return PGFailure(
+            sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D").map(redaction.redact), constraint: field("n"))
     }
 
     /// Notifications received so far (LISTEN), after reading what the socket holds.
@@ -561,8 +628,12 @@ func errorField(_ code: Character, of result: OpaquePointer) -> String? {
 /// `INFO`, `LOG`, `DEBUG`) at `debug`.
 final class NoticeSink: Sendable {
     let logger: Logger
+    let redaction: PGRedaction
 
-    init(logger: Logger) { self.logger = logger }
+    init(logger: Logger, redaction: PGRedaction) {
+        self.logger = logger
+        self.redaction = redaction
+    }
 
     func receive(_ result: OpaquePointer) {
         func field(_ code: Character) -> String? { errorField(code, of: result) }
@@ -570,7 +641,7 @@ final class NoticeSink: Sendable {
         let severity = field("V") ?? field("S") ?? "NOTICE"
         let level: Logger.Level = severity == "WARNING" ? .warning : .debug
         guard logger.logLevel <= level else { return }
-        let message = field("M") ?? String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+        let message = redaction.redact(field("M") ?? String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines))
         var metadata: Logger.Metadata = ["postgres.severity": .string(severity)]
         if let state = field("C") { metadata["postgres.sqlstate"] = .string(state) }
         logger.log(level: level, "PostgreSQL \(severity.lowercased()): \(message)", metadata: metadata)

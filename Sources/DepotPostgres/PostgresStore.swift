@@ -56,8 +56,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// Reader connections, so the number of reads that run at once; 4 by default.
         public var readers: Int
         public var durability: Durability
-        /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`);
-        /// nil (the default) for no limit.
+        /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`),
+        /// at least a millisecond; `.zero` for no limit (PostgreSQL's `statement_timeout = 0`),
+        /// nil (the default) to keep the server's or the role's own setting.
         public var statementTimeout: Duration?
         /// How many times a write whose transaction PostgreSQL aborted for a serialization
         /// failure or a deadlock runs again; 20 by default.
@@ -131,7 +132,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - conninfo: A libpq connection string: `postgresql://user:password@host:5432/db?sslmode=require`
-    ///     or `host=/run/postgresql dbname=app`.
+    ///     or `host=/run/postgresql dbname=app`. Connecting waits at most 10 seconds for the
+    ///     server unless it sets `connect_timeout`; its password appears in no error message.
     ///   - options: The schema, reader connections, durability, statement timeout and retries.
     ///   - log: Where the store logs, and its metrics and spans when they are on.
     /// - Throws: `DepotError.Code.io` when the server cannot be reached,
@@ -201,9 +203,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         if options.readOnly { settings.append("SET default_transaction_read_only TO on") }
         if let timeout = options.statementTimeout {
             // PostgreSQL takes milliseconds up to Int32.max; longer is clamped to that.
+            // Zero is PostgreSQL's own "no limit"; anything above it is at least 1 ms, since
+            // a fraction of a millisecond must not round down to no limit at all.
             let (seconds, attoseconds) = timeout.components
             let milliseconds = seconds >= Int64(Int32.max) / 1000 ? Int64(Int32.max) : seconds * 1000 + attoseconds / 1_000_000_000_000_000
-            settings.append("SET statement_timeout TO \(max(1, min(Int64(Int32.max), milliseconds)))")
+            let setting = timeout == .zero ? 0 : max(1, min(Int64(Int32.max), milliseconds))
+            settings.append("SET statement_timeout TO \(setting)")
         }
         return settings
     }
@@ -344,17 +349,40 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     /// A connection whose server went away (a restart, a failover) is reconnected before
-    /// its next use; the operation that found it broken has failed with `DepotError.Code.io`.
+    /// its next use, with the store's session settings.
+    ///
+    /// A connection's loss shows only when a statement is sent on it: libpq's status of an
+    /// idle connection stays "ok" after its server restarted. The operation that finds it
+    /// lost runs again on the connection made afresh when that is safe (``rerunsAfterLoss(_:)``).
     func healthy(_ connection: PGConnection) {
         // A failure ending the last read shows in `isBroken`, and the connection is reset
         // here rather than failing the read that checked it out.
         try? connection.settle()
-        guard connection.isBroken, let handle = connection.handle else { return }
-        PQreset(handle)
-        if !connection.isBroken {
-            for setting in Self.sessionSettings(options) { try? connection.execute(setting) }
-            connection.forgetPrepared()
+        connection.lost = false
+        connection.commitSent = false
+        guard connection.isBroken, connection.handle != nil else { return }
+        guard connection.reset() else { return }
+        for setting in Self.sessionSettings(options) {
+            do throws(DepotError) {
+                try connection.execute(setting, "Setting up the PostgreSQL session again")
+            } catch {
+                // Without its search_path it would read another schema's tables: unusable
+                // until a later reset succeeds.
+                connection.markForReset()
+                connection.lost = false
+                return
+            }
         }
+    }
+
+    /// Whether an operation that failed on `connection` runs again, once, after
+    /// ``healthy(_:)`` made the connection afresh: when the failure was the session's loss
+    /// (a server restart, a failover, a dropped connection) and the operation cannot have
+    /// taken effect: a read, or a write whose COMMIT was not sent (the server rolls back
+    /// what a lost session had begun). A write lost during its COMMIT may have committed,
+    /// so it fails with `DepotError.Code.io` instead.
+    func rerunsAfterLoss(_ connection: PGConnection) -> Bool {
+        connection.lost && !connection.commitSent
     }
 
     public func submitRead<T: Sendable>(
@@ -364,8 +392,11 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result {
-                try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } }
+            let read = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } } }
+            var result = Result { try read() }
+            if case .failure = result, self.rerunsAfterLoss(reader) {
+                self.healthy(reader)
+                result = Result { try read() }
             }
             self.checkIn(reader)
             self.end()
@@ -391,7 +422,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         checkOutReader { reader in
             self.healthy(reader)
-            let result = Result { () throws -> Bool in
+            let read = { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
                     try self.retryingAfterSchemaChange(on: reader) { () throws -> Bool in
                         let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
@@ -400,6 +431,11 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                         return try transaction.fetchRow(entity, key: key, visit)
                     }
                 }
+            }
+            var result = Result { try read() }
+            if case .failure = result, self.rerunsAfterLoss(reader) {
+                self.healthy(reader)
+                result = Result { try read() }
             }
             self.checkIn(reader)
             self.end()
@@ -432,6 +468,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
         var attempt = 0
         var reloads = 0
+        var rerun = false
         while true {
             healthy(writer)
             writer.lastFailure = nil
@@ -445,6 +482,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                     reloads += 1
                     guard reloads < Self.schemaReloads else { throw error }
                     try reloadSchemaNow()
+                    continue
+                }
+                if !rerun && rerunsAfterLoss(writer) {
+                    rerun = true
                     continue
                 }
                 guard attempt < options.retries, writer.lastFailure?.isRetryable == true else { throw error }

@@ -38,7 +38,7 @@ final class PostgresTransaction: WriteTransaction {
         let result = try connection.query(compiled.sql, compiled.params, "Fetching \(table.entity.name) records")
         let count = result.rowCount
         reserve(count)
-        let columns = PGColumns(result, types: table.types, entity: table.entity.name)
+        let columns = PGColumns(result, table: table)
         for row in 0..<count {
             columns.row = row
             try body(columns)
@@ -51,7 +51,7 @@ final class PostgresTransaction: WriteTransaction {
         let result = try connection.query(
             table.selectByKey, [.value(key)], name: table.statementName(.selectByKey), "Reading a \(entity.name) record")
         guard result.rowCount > 0 else { return false }
-        try body(PGColumns(result, types: table.types, entity: table.entity.name))
+        try body(PGColumns(result, table: table))
         return true
     }
 
@@ -285,7 +285,7 @@ final class PostgresTransaction: WriteTransaction {
         if query.limit == 0 { return 0 }
         let compiled = try PGQueryCompiler.delete(query, table: table)
         let result = try connection.query(compiled.sql, compiled.params, "Deleting \(table.entity.name) records")
-        let keys = PGColumns(result, types: [table.keyType], entity: table.entity.name)
+        let keys = PGColumns(result, types: [table.keyType], entity: table.entity.name, names: [table.entity.primaryKey.name], keyIndex: 0)
         for row in 0..<result.rowCount {
             keys.row = row
             recorder.record(entity: table.entity.name, key: try keys.value(0), existedBefore: true, existsAfter: false)

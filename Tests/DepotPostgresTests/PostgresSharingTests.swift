@@ -143,6 +143,36 @@ struct PostgresSharingTests {
         await store.close()
     }
 
+    /// `statementTimeout` zero is PostgreSQL's "no limit", not a 1 ms limit: a write held
+    /// up by another program's lock waits for it.
+    @Test func aZeroStatementTimeoutIsNoLimit() async throws {
+        let schema = Self.schema()
+        guard let url = TestServer.url, let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            Issue.record("DEPOT_TEST_POSTGRES_URL and psql are needed")
+            return
+        }
+        let store = try PostgresStore(url: url, options: .init(schema: schema, readers: 1, statementTimeout: .zero, retries: 0))
+        let accounts = Controller<Account, Account>(store: store)
+        try await accounts.save(Account(id: 1, balance: 0, owner: "x"))
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: psql)
+        holder.arguments = [url, "-q", "-c", "BEGIN; LOCK TABLE \"\(schema)\".\"Account\" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;"]
+        holder.standardOutput = FileHandle.nullDevice
+        try holder.run()
+        var held = false
+        while !held && holder.isRunning {
+            let locks = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(schema)' AND c.relname = 'Account' AND l.mode = 'AccessExclusiveLock' AND l.granted"])
+            held = locks.stdout.hasPrefix("1")
+            if !held { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(held, "the other program's lock was never seen")
+        // Waits behind the lock (far more than 1 ms), then succeeds.
+        try await accounts.save(Account(id: 2, balance: 0, owner: "y"))
+        holder.waitUntilExit()
+        #expect(try await accounts.count() == 2)
+        await store.close()
+    }
+
     /// The listener's connection dropped (a server restart, a failover): it reconnects, and
     /// observers hear of the other server's writes again.
     @Test func observationSurvivesALostListenerConnection() async throws {

@@ -32,6 +32,11 @@ public struct ObservedResult<Object: Sendable>: Sendable {
 /// and can tell why), and a callback observation receives that error as its last call.
 /// Every commit that follows an observation's first read reaches it, including a write
 /// that was already running when the observation began.
+///
+/// A re-read that fails with ``DepotError/Code/io`` or ``DepotError/Code/busy`` (a
+/// database server restarting, a lost connection) does not end the observation: it reads
+/// again after a pause (50 ms, growing to 2 s) until a read succeeds, and delivers what
+/// changed meanwhile. Any other error ends it.
 public struct Observation<Object, Managed>: AsyncSequence, Sendable
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     public typealias Element = ObservedResult<Object>
@@ -99,6 +104,26 @@ struct LiveQuery<Element: Sendable, Fingerprint: Equatable & Sendable> {
 
     enum Signal: Sendable { case changed, closed }
 
+    /// The result read again after a signal; nil when the observation was cancelled.
+    ///
+    /// A transient failure (a database server restarting, a lost connection, a lock held
+    /// elsewhere: `io` or `busy`) costs a late delivery, not the observation: the read runs
+    /// again after a pause (50 ms, doubling up to 2 s), on a connection the store makes
+    /// afresh, until it succeeds, fails otherwise (a closed store's `closed` included), or
+    /// the observation is cancelled.
+    func refetch() async throws -> [Item]? {
+        var failures = 0
+        while true {
+            do {
+                return try await fetch()
+            } catch let error as DepotError where error.code == .io || error.code == .busy {
+                failures += 1
+                try? await Task.sleep(for: .milliseconds(min(2_000, 50 << min(failures - 1, 6))))
+                if Task.isCancelled { return nil }
+            }
+        }
+    }
+
     mutating func next() async throws -> ObservedResult<Element>? {
         if !started {
             started = true
@@ -133,7 +158,10 @@ struct LiveQuery<Element: Sendable, Fingerprint: Equatable & Sendable> {
                 signals = nil
                 throw DepotError(.closed, "The store was closed, which ends its observations; open a new store and observe again to continue.")
             }
-            let current = try await fetch()
+            guard let current = try await refetch() else {
+                subscription?.cancel()
+                return nil
+            }
             let changes = ChangeSet.diff(
                 from: previous, to: current.map { ($0.key, $0.fingerprint) }, key: { $0.key }, same: { $0.fingerprint == $1.fingerprint })
             previous = current.map { ($0.key, $0.fingerprint) }
