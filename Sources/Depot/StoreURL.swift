@@ -90,7 +90,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "sslrootcert", kind: .text, help: "the CA certificates file for verify-ca and verify-full"),
         OptionSpec(name: "sslcert", kind: .text, help: "the client certificate file"),
         OptionSpec(name: "sslkey", kind: .text, help: "the client key file"),
-        OptionSpec(name: "connect_timeout", kind: .integer(0...3600), help: "seconds to wait for a connection"),
+        OptionSpec(name: "connect_timeout", kind: .integer(0...3600), help: "seconds to wait for a connection (default 10; 0 waits without a limit)"),
         OptionSpec(name: "application_name", kind: .text, help: "the name the server shows for the connections"),
         OptionSpec(name: "target_session_attrs", kind: .choice(["any", "read-write", "read-only", "primary", "standby", "prefer-standby"]), help: "which of several hosts to use"),
     ]
