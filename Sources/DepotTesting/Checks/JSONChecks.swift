@@ -215,6 +215,27 @@ enum JSONChecks {
                 try await nodes.importJSON(json("[]"), options: JSONImportOptions(keys: ["parentID": "id"]))
             }
         },
+        ConformanceCheck("JSON export then import keeps every date's bits: negative, sub-second, subnormal, huge") { store in
+            let gadgets = Gadgets(store: store)
+            let seconds: [Double] = [
+                -0.1, -1e-07, 1.2345678901234568e-05, -0.9, 0.1, .leastNonzeroMagnitude, -.leastNonzeroMagnitude, .leastNormalMagnitude, -1e9 + 0.000123,
+                1e11, -1e11, 0x1p37 - 0x1p-15, 252_423_993_600.000_03, -63_113_904_000.000_01, 1e300, -.greatestFiniteMagnitude,
+            ]
+            let records = seconds.enumerated().map { i, t in
+                Gadget(id: Int64(i), name: "d\(i)", price: 1, inStock: true, added: Date(timeIntervalSinceReferenceDate: t), serial: serial, blob: nil, note: nil, count: nil, spec: nil)
+            }
+            try await gadgets.save(records)
+            let stored = try await gadgets.fetchAll().map(\.added.timeIntervalSinceReferenceDate.bitPattern)
+            try expectEqual(stored, seconds.map(\.bitPattern), "the store keeps every date")
+            let exported = try await gadgets.exportJSON()
+            _ = try await gadgets.deleteAll(where: Request<Gadget>.all)
+            _ = try await gadgets.importJSON(exported)
+            let back = try await gadgets.fetchAll().map(\.added.timeIntervalSinceReferenceDate)
+            for (t, read) in zip(seconds, back) {
+                try expect(read.bitPattern == t.bitPattern, "\(t) s came back as \(read) s")
+            }
+            try expectEqual(back.count, seconds.count, "every record")
+        },
         ConformanceCheck("a store lists its entities, passes its checks, and copies to another store verified") { store in
             let (_, dogs, _) = try await RelationshipChecks.seeded(store)
             guard let catalog = store as? any CatalogStore else {
