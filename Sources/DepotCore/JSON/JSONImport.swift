@@ -482,9 +482,19 @@ struct JSONImportSession {
     /// Fails the import once more elements were skipped than the options allow.
     func checkSkipped() throws {
         guard report.skipped.count > options.maximumSkipped, let first = report.skipped.first else { return }
-        throw DepotError(
+        throw tooManySkipped(first: first)
+    }
+
+    func tooManySkipped(first: JSONImportProblem) -> DepotError {
+        DepotError(
             .conversionFailed,
             "More than \(options.maximumSkipped) elements of the JSON for \(entity.name) are invalid (JSONImportOptions.maximumSkipped), so the import stopped; the first: \(first.message) " + committedNote)
+    }
+
+    /// Thrown inside a batch's transaction, to roll it back, when the elements it skips
+    /// bring the skipped ones over the bound.
+    struct TooManySkipped: Error {
+        let first: JSONImportProblem
     }
 
     /// A record an element writes: its entity's slot and its key.
@@ -518,6 +528,9 @@ struct JSONImportSession {
         var carriedKeys = Set<WrittenKey>()
         if deferring { for element in carried { Self.writtenKeys(element, into: &carriedKeys) } }
         let blockedByCarried = carriedKeys
+        let skippedBefore = report.skipped.count
+        let firstSkipped = report.skipped.first
+        let maximumSkipped = options.maximumSkipped
         let outcome: BatchOutcome
         do {
             outcome = try await store.write { transaction in
@@ -533,12 +546,15 @@ struct JSONImportSession {
                     try Self.write(element, transaction, &outcome)
                 } catch let problem as JSONImportProblem where skipping {
                     outcome.skipped.append(problem)
+                    if skippedBefore + outcome.skipped.count > maximumSkipped { throw TooManySkipped(first: firstSkipped ?? problem) }
                 }
             }
             return outcome
             }
         } catch let problem as JSONImportProblem {
             throw DepotError(.conversionFailed, problem.message + " " + committedNote)
+        } catch let tooMany as TooManySkipped {
+            throw tooManySkipped(first: tooMany.first)
         } catch let error as DepotError where report.inserted + report.updated > 0 {
             throw DepotError(error.code, error.message + " The import stopped there. " + committedNote, nativeCode: error.nativeCode)
         }
@@ -549,7 +565,6 @@ struct JSONImportSession {
         deferred = carried + outcome.deferred
         if retrying, case .everyBatch(let size) = options.commit { retryAt = max(size, 2 * deferred.count) }
         reportProgress()
-        try checkSkipped()
         if retrying && deferred.count > options.maximumWaiting, let first = deferred.first {
             throw DepotError(
                 .missingReference,

@@ -290,6 +290,13 @@ enum JSONChecks {
                 let report = try await staff.importJSON(json(invalid), options: skipping)
                 try expectEqual(report.skipped.map(\.index), [0, 1, 2, 3, 4], "\(mode): within the bound, every problem listed")
             }
+            // Elements found invalid as they are written (new records without a name): the
+            // transaction that would exceed the bound is rolled back, not committed first.
+            let incomplete = "[" + #"{"id": 4999, "name": "fine"}, "# + (0..<5).map { #"{"id": \#(4_000 + $0)}"# }.joined(separator: ",") + "]"
+            var atEnd = JSONImportOptions(invalidElements: .skip)
+            atEnd.maximumSkipped = 3
+            try await expectError(.conversionFailed, "more incomplete elements than maximumSkipped") { try await staff.importJSON(json(incomplete), options: atEnd) }
+            try await expectEqual(staff.fetchOne(id: 4_999), nil, "nothing of the one transaction is written")
         },
         ConformanceCheck("JSON export then import keeps every date's bits: negative, sub-second, subnormal, huge") { store in
             let gadgets = Gadgets(store: store)
