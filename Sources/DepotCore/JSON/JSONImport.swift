@@ -274,6 +274,8 @@ struct JSONImportSession {
     /// Elements waiting for records they refer to, in input order (all older than
     /// `pending`).
     var deferred: [ConvertedElement] = []
+    /// The records the waiting elements write: a later element writing one waits too.
+    var deferredKeys = Set<WrittenKey>()
     /// The number of waiting elements at which the next batch retries them: doubled after
     /// each retry, so an element is retried a bounded number of times on average.
     var retryAt = 1
@@ -520,14 +522,13 @@ struct JSONImportSession {
         let retrying = last || deferred.count >= retryAt || deferred.count > options.maximumWaiting
         // Waiting elements are older than every pending one: they go first.
         let batch = retrying ? deferred + pending : pending
-        let carried = retrying ? [] : deferred
         pending.removeAll(keepingCapacity: true)
         let deferring = !last && batchMode
         let skipping = options.invalidElements == .skip
         let relationships = Relationships(handles: Array(catalog.values))
-        var carriedKeys = Set<WrittenKey>()
-        if deferring { for element in carried { Self.writtenKeys(element, into: &carriedKeys) } }
-        let blockedByCarried = carriedKeys
+        // The records of the elements still waiting from earlier batches (none when they
+        // are retried with this one).
+        let blockedByCarried = retrying ? [] : deferredKeys
         let skippedBefore = report.skipped.count
         let firstSkipped = report.skipped.first
         let maximumSkipped = options.maximumSkipped
@@ -562,8 +563,14 @@ struct JSONImportSession {
         report.updated += outcome.updated
         report.related += outcome.related
         report.skipped.append(contentsOf: outcome.skipped)
-        deferred = carried + outcome.deferred
-        if retrying, case .everyBatch(let size) = options.commit { retryAt = max(size, 2 * deferred.count) }
+        if retrying {
+            deferred = outcome.deferred
+            deferredKeys = []
+            if case .everyBatch(let size) = options.commit { retryAt = max(size, 2 * deferred.count) }
+        } else {
+            deferred.append(contentsOf: outcome.deferred)
+        }
+        for element in outcome.deferred { Self.writtenKeys(element, into: &deferredKeys) }
         reportProgress()
         if retrying && deferred.count > options.maximumWaiting, let first = deferred.first {
             throw DepotError(
