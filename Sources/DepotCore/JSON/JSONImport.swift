@@ -156,7 +156,8 @@ public enum JSONImport {
     /// Hummingbird, `request.body.map(\.readableBytesView)`), a download. Each chunk is
     /// scanned as it arrives (small ones gathered to 256 KiB first), so the input is never
     /// held whole: memory holds a chunk and the rows not yet committed (all of them with
-    /// ``JSONImportOptions/Commit/atEnd``, one batch with
+    /// ``JSONImportOptions/Commit/atEnd``, one batch and the elements waiting for records
+    /// they refer to, at most ``JSONImportOptions/maximumWaiting``, with
     /// ``JSONImportOptions/Commit/everyBatch(_:)``). An error the stream throws ends the
     /// import like a malformed document: nothing of the uncommitted rows is written.
     public static func run<Chunks: AsyncSequence>(
