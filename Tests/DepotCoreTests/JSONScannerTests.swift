@@ -145,6 +145,68 @@ struct JSONScannerTests {
             }
         }
     }
+
+    /// The bytes of `text` with `raw` in place of each `%` (bytes that are no UTF-8).
+    static func bytes(_ text: String, _ raw: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        var rest = raw[...]
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "%"), let next = rest.popFirst() {
+                out.append(next)
+            } else {
+                out.append(byte)
+            }
+        }
+        return out
+    }
+
+    @Test("invalid UTF-8 in a string or a key is malformed JSON naming the byte, never a repaired U+FFFD", arguments: [
+        // (what, the raw bytes, where the error is)
+        ("FF C0 80 inside a value (the issue's case)", [0xFF, 0xC0, 0x80], 0),
+        ("an overlong NUL, C0 80", [0xC0, 0x80], 0),
+        ("an overlong two-byte form, C1 BF", [0xC1, 0xBF], 0),
+        ("an overlong three-byte form, E0 80 AF", [0xE0, 0x80, 0xAF], 1),
+        ("an overlong four-byte form, F0 8F BF BF", [0xF0, 0x8F, 0xBF, 0xBF], 1),
+        ("a surrogate encoded in UTF-8, ED A0 80", [0xED, 0xA0, 0x80], 1),
+        ("a low surrogate encoded in UTF-8, ED BF BF", [0xED, 0xBF, 0xBF], 1),
+        ("above U+10FFFF, F4 90 80 80", [0xF4, 0x90, 0x80, 0x80], 1),
+        ("a byte above F4, F5 80 80 80", [0xF5, 0x80, 0x80, 0x80], 0),
+        ("FE", [0xFE], 0),
+        ("a lone continuation byte, 80", [0x80], 0),
+        ("a truncated two-byte sequence before the quote, C3", [0xC3], 1),
+        ("a truncated three-byte sequence, E2 82", [0xE2, 0x82], 2),
+        ("a truncated four-byte sequence, F0 9F 98", [0xF0, 0x9F, 0x98], 3),
+    ] as [(String, [UInt8], Int)])
+    func invalidUTF8IsRefused(_ what: String, _ raw: [UInt8], _ at: Int) async throws {
+        // In a plain string, in a string after an escape (the slower path), and in a key.
+        let prefix = #"[{"id": 1, "flag": true, "text": "a"#
+        let placeholders = String(repeating: "%", count: raw.count)
+        let documents: [(String, [UInt8], Int)] = [
+            ("a string", Self.bytes(prefix + placeholders + #"b"}]"#, raw), prefix.utf8.count + at),
+            ("a string with an escape", Self.bytes(prefix + #"\n"# + placeholders + #"b"}]"#, raw), prefix.utf8.count + 2 + at),
+            ("a key", Self.bytes(#"[{"id": 1, "flag": true, "text": "x", "te"# + placeholders + #"xt": "a"}]"#, raw), #"[{"id": 1, "flag": true, "text": "x", "te"#.utf8.count + at),
+        ]
+        for (place, bytes, offset) in documents {
+            for chunk in [bytes.count, 1, 3] {
+                do {
+                    let imported = try await importing(bytes, chunk: chunk)
+                    Issue.record("\(what) in \(place) was imported as \(imported.map(\.text))")
+                } catch let error as DepotError {
+                    #expect(error.code == .conversionFailed, "\(what) in \(place)")
+                    #expect(error.message.contains("malformed at byte \(offset),") && error.message.contains("UTF-8"), "\(what) in \(place), chunks of \(chunk): \(error.message)")
+                }
+            }
+        }
+    }
+
+    @Test func validUTF8OfEveryLengthReadsBackWhateverTheChunks() async throws {
+        let text = "é€😀\u{7F}\u{80}\u{7FF}\u{800}\u{FFFF}\u{10000}\u{10FFFF}\u{E000}\u{D7FF}"
+        let bytes = Array(#"[{"id": 1, "flag": true, "text": "\#(text)", "\#(text)": 1}, {"id": 2, "flag": false, "text": "\n\#(text)"}]"#.utf8)
+        for chunk in 1...12 {
+            let tokens = try await importing(bytes, chunk: chunk)
+            #expect(tokens.map(\.text) == [text, "\n" + text], "chunks of \(chunk)")
+        }
+    }
 }
 
 /// The byte counts an import's progress reported, in order.

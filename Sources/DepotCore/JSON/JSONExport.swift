@@ -2,8 +2,11 @@ public import Foundation
 
 /// Writes records as a JSON array of objects that ``JSONImport`` reads back as exactly the
 /// same records, on every backend: integers as integers, doubles in their shortest exact form
-/// (`"NaN"`, `"Infinity"` and `"-Infinity"` as strings), dates as ISO 8601 with as many
-/// fractional digits as exactness needs, UUIDs as text, bytes as base64, nil as `null`.
+/// (`"NaN"`, `"Infinity"` and `"-Infinity"` as strings), dates as ISO 8601 with the fractional
+/// digits of the shortest decimal that reads back as the same `Double` (beyond years 0 to
+/// 9999, as an exact number of seconds since 1970), UUIDs as text, bytes as base64, nil as
+/// `null`. A date that is NaN or infinite is no instant and has no such form: the export
+/// fails with ``DepotError/Code/invalidValue`` naming the record.
 ///
 /// A query in primary-key order without offset or limit (every export of a whole entity or
 /// a filter) is read in pages of ``pageSize`` records, each in its own snapshot, so memory
@@ -29,12 +32,19 @@ public enum JSONExport {
         let entity = query.entity
         let names = entity.attributes.map { JSONWriter.quoted(keys[$0.name] ?? $0.name) + ":" }
         let keyIndex = entity.primaryKeyIndex
-        @Sendable func object(_ row: Row) -> String {
+        @Sendable func object(_ row: Row) throws -> String {
             var text = "{"
             for i in 0..<names.count {
                 if i > 0 { text += "," }
                 text += names[i]
-                text += JSONValueConverter.text(row[value: i])
+                let value = row[value: i]
+                if case .date(let date) = value, !date.timeIntervalSinceReferenceDate.isFinite {
+                    // No text an import reads as a date stands for NaN or an infinity.
+                    throw DepotError(
+                        .invalidValue,
+                        "The \(entity.name) with key \(row[value: keyIndex].debugLiteral) has \(date.timeIntervalSinceReferenceDate) seconds in its date \(entity.name).\(entity.attributes[i].name), which is no instant: JSON cannot hold it as a date that imports back, so the export stopped. Give the record a real date, or leave it out of the export.")
+                }
+                text += JSONValueConverter.text(value)
             }
             return text + "}"
         }
@@ -44,7 +54,7 @@ public enum JSONExport {
             var text = ""
             for row in rows {
                 text += count == 0 ? "\n" : ",\n"
-                text += object(row)
+                text += try object(row)
                 count += 1
             }
             try await sink(Data(text.utf8))

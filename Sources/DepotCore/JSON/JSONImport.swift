@@ -15,7 +15,8 @@ public struct JSONImportOptions: Sendable {
         /// Fail the whole import with a ``DepotError`` naming the element; nothing is written
         /// (with ``Commit/everyBatch(_:)``, nothing of the failing batch and after).
         case failImport
-        /// Leave the element out and list it in ``JSONImportReport/skipped``.
+        /// Leave the element out and list it in ``JSONImportReport/skipped``; more than
+        /// ``JSONImportOptions/maximumSkipped`` such elements fail the import.
         case skip
     }
 
@@ -25,8 +26,11 @@ public struct JSONImportOptions: Sendable {
         case atEnd
         /// One transaction per `n` elements, in bounded memory: a failure keeps the batches
         /// committed before it (``JSONImportReport`` and the error say how many elements).
-        /// Elements whose references name records not imported yet wait for a last
-        /// transaction, so parents and children may come in any order.
+        /// Elements whose references name records not imported yet wait (at most
+        /// ``JSONImportOptions/maximumWaiting`` of them) and are written as soon as those
+        /// records are, or in a last transaction, so parents and children may come in any
+        /// order. A later element for a key is written after an earlier one that waits, so
+        /// the later one wins, as when committing at the end.
         case everyBatch(Int)
     }
 
@@ -37,6 +41,16 @@ public struct JSONImportOptions: Sendable {
     public var commit: Commit
     /// How dates are read, tried in order.
     public var dateFormats: [JSONDateFormat]
+    /// With ``Commit/everyBatch(_:)``, how many elements may wait in memory for records
+    /// they refer to; when more still wait after being retried, the import fails with
+    /// ``DepotError/Code/missingReference`` (the batches committed before stay). Raise it
+    /// for a file that lists many children before their parents, or commit at the end.
+    public var maximumWaiting: Int = 100_000
+    /// With ``InvalidElements/skip``, how many invalid elements are left out (each one
+    /// listed in ``JSONImportReport/skipped``) before the import fails with
+    /// ``DepotError/Code/conversionFailed``: a file of mostly invalid elements is more likely
+    /// the wrong file than one to import.
+    public var maximumSkipped: Int = 10_000
     /// Called after each chunk of input is scanned and after each committed transaction
     /// (a progress bar for a long import: the bytes read against the input's size).
     public var progress: (@Sendable (JSONImportProgress) -> Void)?
@@ -142,7 +156,8 @@ public enum JSONImport {
     /// Hummingbird, `request.body.map(\.readableBytesView)`), a download. Each chunk is
     /// scanned as it arrives (small ones gathered to 256 KiB first), so the input is never
     /// held whole: memory holds a chunk and the rows not yet committed (all of them with
-    /// ``JSONImportOptions/Commit/atEnd``, one batch with
+    /// ``JSONImportOptions/Commit/atEnd``, one batch and the elements waiting for records
+    /// they refer to, at most ``JSONImportOptions/maximumWaiting``, with
     /// ``JSONImportOptions/Commit/everyBatch(_:)``). An error the stream throws ends the
     /// import like a malformed document: nothing of the uncommitted rows is written.
     public static func run<Chunks: AsyncSequence>(
@@ -257,14 +272,27 @@ struct JSONImportSession {
     var rescanAt = 0
     var index = 0
     var pending: [ConvertedElement] = []
+    /// Elements waiting for records they refer to, in input order (all older than
+    /// `pending`).
     var deferred: [ConvertedElement] = []
+    /// The records the waiting elements write: a later element writing one waits too.
+    var deferredKeys = Set<WrittenKey>()
+    /// The number of waiting elements at which the next batch retries them: doubled after
+    /// each retry, so an element is retried a bounded number of times on average.
+    var retryAt = 1
     var report = JSONImportReport()
     /// Entities by name, for references given as nested objects.
     let catalog: [String: EntityHandle]
 
     init(entity: EntityHandle, store: any Store, options: JSONImportOptions) async throws {
-        if case .everyBatch(let size) = options.commit, size < 1 {
-            throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
+        if case .everyBatch(let size) = options.commit {
+            guard size >= 1 else {
+                throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
+            }
+            retryAt = size
+        }
+        guard options.maximumWaiting >= 0, options.maximumSkipped >= 0 else {
+            throw DepotError(.invalidConfiguration, "JSONImportOptions.maximumWaiting and maximumSkipped may not be negative (\(options.maximumWaiting) and \(options.maximumSkipped) were given).")
         }
         // Every renamed key must name an attribute, and no two attributes may be read from
         // the same key.
@@ -387,6 +415,7 @@ struct JSONImportSession {
                 throw DepotError(.conversionFailed, problem.message + " " + committedNote)
             case .skip:
                 report.skipped.append(problem)
+                try checkSkipped()
             }
         }
     }
@@ -453,38 +482,64 @@ struct JSONImportSession {
         return ConvertedElement(index: index, entity: handle, values: values, nested: nested)
     }
 
-    /// Writes the pending elements in one transaction (elements whose references name
-    /// records that do not exist yet wait for the last one, in batch mode).
+    /// Fails the import once more elements were skipped than the options allow.
+    func checkSkipped() throws {
+        guard report.skipped.count > options.maximumSkipped, let first = report.skipped.first else { return }
+        throw tooManySkipped(first: first)
+    }
+
+    func tooManySkipped(first: JSONImportProblem) -> DepotError {
+        DepotError(
+            .conversionFailed,
+            "More than \(options.maximumSkipped) elements of the JSON for \(entity.name) are invalid (JSONImportOptions.maximumSkipped), so the import stopped; the first: \(first.message) " + committedNote)
+    }
+
+    /// Thrown inside a batch's transaction, to roll it back, when the elements it skips
+    /// bring the skipped ones over the bound.
+    struct TooManySkipped: Error {
+        let first: JSONImportProblem
+    }
+
+    /// A record an element writes: its entity's slot and its key.
+    struct WrittenKey: Hashable, Sendable {
+        let slot: Int
+        let key: Value
+    }
+
+    /// The records `element` writes: itself and its nested records.
+    static func writtenKeys(_ element: ConvertedElement, into keys: inout Set<WrittenKey>) {
+        keys.insert(WrittenKey(slot: element.entity.slot, key: element.key))
+        for nested in element.nested { writtenKeys(nested, into: &keys) }
+    }
+
+    /// Writes the pending elements in one transaction. In batch mode, elements whose
+    /// references name records that do not exist yet wait, and so does every later element
+    /// that writes a record an earlier waiting one writes: each record is written in input
+    /// order, whatever waits, so a later element for a key wins. Waiting elements are
+    /// retried ahead of a batch once there are enough of them, and written in the last
+    /// transaction (`last`) whatever their references.
     mutating func writeBatch(last: Bool = false) async throws {
-        let batch = pending
+        let batchMode = options.commit != .atEnd
+        let retrying = last || deferred.count >= retryAt || deferred.count > options.maximumWaiting
+        // Waiting elements are older than every pending one: they go first.
+        let batch = retrying ? deferred + pending : pending
         pending.removeAll(keepingCapacity: true)
-        let deferring = !last && options.commit != .atEnd
+        let deferring = !last && batchMode
         let skipping = options.invalidElements == .skip
         let relationships = Relationships(handles: Array(catalog.values))
+        // The records of the elements still waiting from earlier batches (none when they
+        // are retried with this one).
+        let blockedByCarried = retrying ? [] : deferredKeys
+        let skippedBefore = report.skipped.count
+        let firstSkipped = report.skipped.first
+        let maximumSkipped = options.maximumSkipped
         let outcome: BatchOutcome
         do {
             outcome = try await store.write { transaction in
             var outcome = BatchOutcome()
             var writing = batch
             if deferring {
-                // Until nothing changes: an element waiting for a record of a later batch
-                // takes with it the elements that refer to it.
-                var waiting = Set<Int>()
-                while true {
-                    var keysInBatch: [Int: Set<Value>] = [:]
-                    for (i, element) in batch.enumerated() where !waiting.contains(i) {
-                        keysInBatch[element.entity.slot, default: []].insert(element.key)
-                        for nested in element.nested { keysInBatch[nested.entity.slot, default: []].insert(nested.key) }
-                    }
-                    var changed = false
-                    for (i, element) in batch.enumerated() where !waiting.contains(i) {
-                        if try Self.waitsForReference(element, relationships, keysInBatch, transaction) {
-                            waiting.insert(i)
-                            changed = true
-                        }
-                    }
-                    if !changed { break }
-                }
+                let waiting = try Self.waitingElements(batch, blockedBy: blockedByCarried, relationships, transaction)
                 outcome.deferred = waiting.sorted().map { batch[$0] }
                 writing = batch.enumerated().filter { !waiting.contains($0.offset) }.map(\.element)
             }
@@ -493,12 +548,15 @@ struct JSONImportSession {
                     try Self.write(element, transaction, &outcome)
                 } catch let problem as JSONImportProblem where skipping {
                     outcome.skipped.append(problem)
+                    if skippedBefore + outcome.skipped.count > maximumSkipped { throw TooManySkipped(first: firstSkipped ?? problem) }
                 }
             }
             return outcome
             }
         } catch let problem as JSONImportProblem {
             throw DepotError(.conversionFailed, problem.message + " " + committedNote)
+        } catch let tooMany as TooManySkipped {
+            throw tooManySkipped(first: tooMany.first)
         } catch let error as DepotError where report.inserted + report.updated > 0 {
             throw DepotError(error.code, error.message + " The import stopped there. " + committedNote, nativeCode: error.nativeCode)
         }
@@ -506,8 +564,20 @@ struct JSONImportSession {
         report.updated += outcome.updated
         report.related += outcome.related
         report.skipped.append(contentsOf: outcome.skipped)
-        deferred.append(contentsOf: outcome.deferred)
+        if retrying {
+            deferred = outcome.deferred
+            deferredKeys = []
+            if case .everyBatch(let size) = options.commit { retryAt = max(size, 2 * deferred.count) }
+        } else {
+            deferred.append(contentsOf: outcome.deferred)
+        }
+        for element in outcome.deferred { Self.writtenKeys(element, into: &deferredKeys) }
         reportProgress()
+        if retrying && deferred.count > options.maximumWaiting, let first = deferred.first {
+            throw DepotError(
+                .missingReference,
+                "More than \(options.maximumWaiting) elements of the JSON for \(entity.name) wait for records they refer to that are neither stored nor imported yet (JSONImportOptions.maximumWaiting), the first of them element \(first.index); import the records they refer to first, raise maximumWaiting, or commit at the end. " + committedNote)
+        }
     }
 
     struct BatchOutcome: Sendable {
@@ -518,19 +588,93 @@ struct JSONImportSession {
         var deferred: [ConvertedElement] = []
     }
 
-    /// Whether an element names (directly or through a nested record) a record that is
-    /// neither stored nor in the same batch.
-    private static func waitsForReference(
-        _ element: ConvertedElement, _ relationships: Relationships, _ batch: [Int: Set<Value>], _ transaction: any WriteTransaction
+    /// The positions of the elements of `batch` that wait: those naming (directly or through
+    /// a nested record) a record that is neither stored nor written by an element of the
+    /// batch that does not wait, and those writing a record that an earlier waiting element
+    /// writes (or one in `blocked`, written by elements waiting from earlier batches), so
+    /// that every record is written in input order.
+    ///
+    /// One look-up per reference and per record whose first writer waits: a waiting element
+    /// makes the later writers of its records wait, and, when it is their first writer,
+    /// the elements that need those records and do not find them stored.
+    static func waitingElements(
+        _ batch: [ConvertedElement], blockedBy blocked: Set<WrittenKey>, _ relationships: Relationships, _ transaction: any WriteTransaction
+    ) throws -> Set<Int> {
+        var written: [[WrittenKey]] = []
+        written.reserveCapacity(batch.count)
+        var writers: [WrittenKey: [Int]] = [:]
+        for (i, element) in batch.enumerated() {
+            var keys = Set<WrittenKey>()
+            writtenKeys(element, into: &keys)
+            written.append(Array(keys))
+            for key in keys { writers[key, default: []].append(i) }
+        }
+        var waiting = Set<Int>()
+        var queue: [Int] = []
+        func wait(_ i: Int) {
+            if waiting.insert(i).inserted { queue.append(i) }
+        }
+        // The elements that need a record some element of the batch writes, and the entity
+        // to look the record up in should its writers all wait.
+        var dependents: [WrittenKey: [Int]] = [:]
+        var targets: [Int: EntityHandle] = [:]
+        for (i, element) in batch.enumerated() {
+            if written[i].contains(where: blocked.contains) {
+                wait(i)
+                continue
+            }
+            var needs: [WrittenKey] = []
+            var missing = false
+            try forEachReference(element, relationships) { target, value in
+                let key = WrittenKey(slot: target.slot, key: value)
+                if writers[key] != nil {
+                    needs.append(key)
+                    targets[target.slot] = target
+                } else if try !transaction.fetchRow(target, key: value, { _ in }) {
+                    missing = true
+                }
+                return !missing
+            }
+            if missing {
+                wait(i)
+            } else {
+                for key in needs { dependents[key, default: []].append(i) }
+            }
+        }
+        // For each record, the earliest waiting writer handled so far: the writers after it
+        // already wait.
+        var blockedFrom: [WrittenKey: Int] = [:]
+        while let i = queue.popLast() {
+            for key in written[i] {
+                guard let all = writers[key] else { continue }
+                let until = blockedFrom[key] ?? Int.max
+                guard i < until else { continue }
+                blockedFrom[key] = i
+                for j in all where j > i && j < until { wait(j) }
+                // Its first writer waits: no element of this batch writes the record.
+                if all.first == i, let needing = dependents[key], let target = targets[key.slot] {
+                    if try !transaction.fetchRow(target, key: key.key, { _ in }) {
+                        for d in needing { wait(d) }
+                    }
+                }
+            }
+        }
+        return waiting
+    }
+
+    /// Calls `body` with each record `element` and its nested records refer to, except
+    /// those given as the nested records themselves, until it returns false.
+    @discardableResult
+    private static func forEachReference(
+        _ element: ConvertedElement, _ relationships: Relationships, _ body: (EntityHandle, Value) throws -> Bool
     ) throws -> Bool {
-        for nested in element.nested where try waitsForReference(nested, relationships, batch, transaction) { return true }
+        for nested in element.nested where try !forEachReference(nested, relationships, body) { return false }
         for link in relationships.outgoing[element.entity.slot] ?? [] {
             guard let value = element.values[link.attribute], !value.isNull else { continue }
-            if batch[link.target.slot]?.contains(value) == true { continue }
             if element.nested.contains(where: { $0.entity.slot == link.target.slot && $0.key == value }) { continue }
-            if try !transaction.fetchRow(link.target, key: value, { _ in }) { return true }
+            if try !body(link.target, value) { return false }
         }
-        return false
+        return true
     }
 
     /// One row to write: an upsert when the element gave every attribute, otherwise an
@@ -595,12 +739,9 @@ struct JSONImportSession {
     }
 
     mutating func finish() async throws -> JSONImportReport {
-        if !pending.isEmpty || options.commit == .atEnd { try await writeBatch(last: options.commit == .atEnd) }
-        if !deferred.isEmpty {
-            pending = deferred
-            deferred = []
-            try await writeBatch(last: true)
-        }
+        // The pending elements and those still waiting, in one last transaction, checked
+        // as it commits (a reference to a record the import never brought fails it).
+        if !pending.isEmpty || !deferred.isEmpty || options.commit == .atEnd { try await writeBatch(last: true) }
         return report
     }
 }

@@ -147,7 +147,8 @@ struct JSONScanner {
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             return .number(try number())
         default:
-            throw .malformed("unexpected character '\(Unicode.Scalar(bytes[position]))'", offset: position)
+            let byte = bytes[position]
+            throw .malformed(byte < 0x80 ? "unexpected character '\(Unicode.Scalar(byte))'" : "unexpected byte \(Self.hex(byte))", offset: position)
         }
     }
 
@@ -204,7 +205,8 @@ struct JSONScanner {
     private mutating func string() throws(JSONScanError) -> String {
         position += 1  // the opening quote
         let start = position
-        // The common case: no escapes, one copy.
+        // The common case: no escapes, one copy. Every byte of a string is checked to be
+        // UTF-8 here, so `String(decoding:)` never has anything to repair.
         while position < bytes.count {
             let byte = bytes[position]
             if byte == UInt8(ascii: "\"") {
@@ -214,11 +216,21 @@ struct JSONScanner {
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw .malformed("a control character inside a string", offset: position) }
-            position += 1
+            if byte < 0x80 {
+                position += 1
+            } else {
+                position += try utf8Sequence(at: position)
+            }
         }
         var scalars: [UInt8] = Array(bytes[start..<position])
         while position < bytes.count {
             let byte = bytes[position]
+            if byte >= 0x80 {
+                let length = try utf8Sequence(at: position)
+                scalars.append(contentsOf: bytes[position..<position + length])
+                position += length
+                continue
+            }
             position += 1
             switch byte {
             case UInt8(ascii: "\""):
@@ -262,6 +274,44 @@ struct JSONScanner {
             }
         }
         throw .needsMoreInput
+    }
+
+    /// The length of the well-formed UTF-8 sequence that starts at `start` with a byte of
+    /// 0x80 or more (RFC 3629, the Unicode standard's table 3-7): no overlong form, no
+    /// encoded surrogate, nothing above U+10FFFF. A valid prefix cut by the end of the buffer
+    /// needs more input (the next chunk may complete it); anything else is malformed, at
+    /// the first byte that cannot belong to a sequence.
+    private func utf8Sequence(at start: Int) throws(JSONScanError) -> Int {
+        let lead = bytes[start]
+        let length: Int
+        // The range the second byte must fall in; the later ones are always 80...BF.
+        let second: ClosedRange<UInt8>
+        switch lead {
+        case 0xC2...0xDF: (length, second) = (2, 0x80...0xBF)
+        case 0xE0: (length, second) = (3, 0xA0...0xBF)
+        case 0xE1...0xEC, 0xEE...0xEF: (length, second) = (3, 0x80...0xBF)
+        case 0xED: (length, second) = (3, 0x80...0x9F)
+        case 0xF0: (length, second) = (4, 0x90...0xBF)
+        case 0xF1...0xF3: (length, second) = (4, 0x80...0xBF)
+        case 0xF4: (length, second) = (4, 0x80...0x8F)
+        default:
+            throw .malformed("invalid UTF-8 in a string (the byte \(Self.hex(lead)) cannot start a character)", offset: start)
+        }
+        for i in 1..<length {
+            guard start + i < bytes.count else { throw .needsMoreInput }
+            let byte = bytes[start + i]
+            guard (i == 1 ? second : 0x80...0xBF).contains(byte) else {
+                throw .malformed(
+                    "invalid UTF-8 in a string (the byte \(Self.hex(byte)) cannot follow \((start..<start + i).map { Self.hex(bytes[$0]) }.joined(separator: " ")))",
+                    offset: start + i)
+            }
+        }
+        return length
+    }
+
+    static func hex(_ byte: UInt8) -> String {
+        let digits = Array("0123456789ABCDEF")
+        return "0x" + String(digits[Int(byte >> 4)]) + String(digits[Int(byte & 0xF)])
     }
 
     private mutating func hex4() throws(JSONScanError) -> UInt32 {

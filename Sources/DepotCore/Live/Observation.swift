@@ -192,8 +192,12 @@ extension Controller {
     /// Observes `request`, calling `handler` on `queue` (the controller's operating queue by
     /// default) with the current result and then with each change, until the returned token
     /// is cancelled or released. Updates are delivered one at a time, in commit order,
-    /// whatever the queue. An error ends the observation after it is delivered; closing the
-    /// store delivers ``DepotError/Code/closed``.
+    /// whatever the queue. A handler slower than the commits is never queued a backlog:
+    /// the next result is read only once the handler has returned, so the commits made
+    /// meanwhile arrive as one delivery whose change set leads from the result the handler
+    /// last saw to the current one (at most one delivery is pending, as with the
+    /// `AsyncSequence` form). An error ends the observation after it is delivered; closing
+    /// the store delivers ``DepotError/Code/closed``.
     public func observe(
         _ request: Request<Managed> = .all, on queue: OperatingQueue? = nil,
         handler: @escaping @Sendable (Result<ObservedResult<Object>, DepotError>) -> Void
@@ -205,7 +209,16 @@ extension Controller {
         let task = Task {
             do {
                 for try await update in observation {
-                    target.async { handler(.success(update)) }
+                    // Wait for the handler before reading on: the live query keeps only the
+                    // newest commit signal meanwhile and diffs against the result delivered
+                    // last, so deliveries coalesce instead of queueing on `target` (each one
+                    // holding a whole result) when the handler is slower than the commits.
+                    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                        target.async {
+                            handler(.success(update))
+                            done.resume()
+                        }
+                    }
                 }
             } catch is CancellationError {
             } catch {

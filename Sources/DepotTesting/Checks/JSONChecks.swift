@@ -26,6 +26,14 @@ enum JSONChecks {
 
     typealias Gadgets = Controller<Gadget, Gadget>
 
+    /// A record that refers to its own entity (a manager), for the order of writes.
+    @Record(name: "Staff")
+    struct Staff: Hashable {
+        var id: Int64
+        var name: String
+        @Stored(.references(Staff.self)) var manager: Int64?
+    }
+
     static let serial = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!
 
     static func json(_ text: String) -> Data { Data(text.utf8) }
@@ -214,6 +222,102 @@ enum JSONChecks {
             try await expectError(.invalidConfiguration, "two attributes read from one key") {
                 try await nodes.importJSON(json("[]"), options: JSONImportOptions(keys: ["parentID": "id"]))
             }
+        },
+        ConformanceCheck("JSON import: a later element for a key wins in every commit mode, also when an earlier one waits for a reference") { store in
+            let staff = Controller<Staff, Staff>(store: store)
+            let modes: [JSONImportOptions.Commit] = [.atEnd, .everyBatch(1), .everyBatch(2), .everyBatch(3), .everyBatch(1_000)]
+            for (round, mode) in modes.enumerated() {
+                let base = Int64(round * 100)
+                // Element 0 waits for its manager (element 2); element 1, a later one for the
+                // same key, must not be overwritten by it.
+                let direct = """
+                    [{"id": \(base + 1), "name": "old", "manager": \(base + 3)}, {"id": \(base + 1), "name": "new"}, {"id": \(base + 3), "name": "boss"}]
+                    """
+                let report = try await staff.importJSON(json(direct), options: JSONImportOptions(commit: mode))
+                try expectEqual([report.inserted, report.updated], [2, 1], "\(mode): two records, one updated")
+                try await expectEqual(staff.fetchOne(id: base + 1), Staff(id: base + 1, name: "new", manager: base + 3), "\(mode): the later element wins, the earlier one's manager kept")
+                // The same through a nested record: element 0's nested manager waits for its
+                // own manager; element 1 writes that nested record again, later.
+                let nested = """
+                    [{"id": \(base + 5), "name": "e", "manager": {"id": \(base + 6), "name": "six old", "manager": \(base + 7)}},
+                     {"id": \(base + 6), "name": "six new"},
+                     {"id": \(base + 7), "name": "seven"},
+                     {"id": \(base + 6), "name": "six newest", "manager": null}]
+                    """
+                _ = try await staff.importJSON(json(nested), options: JSONImportOptions(commit: mode))
+                try await expectEqual(staff.fetchOne(id: base + 6), Staff(id: base + 6, name: "six newest", manager: nil), "\(mode): the last element for a nested record's key wins")
+                try await expectEqual(staff.fetchOne(id: base + 5)?.manager, base + 6, "\(mode): the waiting element is written")
+            }
+        },
+        ConformanceCheck("JSON import in batches bounds the elements waiting for references and the skipped reports") { store in
+            let staff = Controller<Staff, Staff>(store: store)
+            // Each child comes just before its manager: waiting elements are written with the
+            // next batch, so one waiting element at a time is enough for 50 such pairs.
+            var pairs: [String] = []
+            for i in 0..<50 { pairs += [#"{"id": \#(2 * i + 1), "name": "c", "manager": \#(2 * i + 2)}"#, #"{"id": \#(2 * i + 2), "name": "m"}"#] }
+            var tight = JSONImportOptions(commit: .everyBatch(1))
+            tight.maximumWaiting = 1
+            try await expectEqual(staff.importJSON(json("[" + pairs.joined(separator: ",") + "]"), options: tight).inserted, 100, "children before their managers, one at a time")
+            try await expectEqual(staff.count(Request(\.manager != nil)), 50, "every child linked")
+            // Five children before a manager that comes last: more than two would wait.
+            var children: [String] = (0..<5).map { #"{"id": \#(1_000 + $0), "name": "c", "manager": 1999}"# }
+            children.append(#"{"id": 1999, "name": "m"}"#)
+            var two = JSONImportOptions(commit: .everyBatch(1))
+            two.maximumWaiting = 2
+            do {
+                _ = try await staff.importJSON(json("[" + children.joined(separator: ",") + "]"), options: two)
+                throw ConformanceFailure(message: "more elements waited than maximumWaiting allows", file: #fileID, line: #line)
+            } catch let error as DepotError {
+                try expectEqual(error.code, .missingReference, "code")
+                try expect(error.message.contains("maximumWaiting") && error.message.contains("element 0;"), "the message names the option and the first waiting element: \(error.message)")
+            }
+            try await expectEqual(staff.count(Request(\.id >= 1_000)), 0, "nothing of the waiting elements written")
+            two.maximumWaiting = 5
+            try await expectEqual(staff.importJSON(json("[" + children.joined(separator: ",") + "]"), options: two).inserted, 6, "within the bound")
+            // Skipped reports are bounded too, in every mode.
+            let invalid = "[" + (0..<5).map { #"{"id": \#(3_000 + $0), "name": null}"# }.joined(separator: ",") + #", {"id": 3999, "name": "fine"}]"#
+            for mode in [JSONImportOptions.Commit.atEnd, .everyBatch(2)] {
+                var skipping = JSONImportOptions(invalidElements: .skip, commit: mode)
+                skipping.maximumSkipped = 3
+                do {
+                    _ = try await staff.importJSON(json(invalid), options: skipping)
+                    throw ConformanceFailure(message: "\(mode): more elements skipped than maximumSkipped allows", file: #fileID, line: #line)
+                } catch let error as DepotError {
+                    try expectEqual(error.code, .conversionFailed, "\(mode): code")
+                    try expect(error.message.contains("maximumSkipped") && error.message.contains("Element 0"), "\(mode): the message names the option and the first problem: \(error.message)")
+                }
+                skipping.maximumSkipped = 5
+                let report = try await staff.importJSON(json(invalid), options: skipping)
+                try expectEqual(report.skipped.map(\.index), [0, 1, 2, 3, 4], "\(mode): within the bound, every problem listed")
+            }
+            // Elements found invalid as they are written (new records without a name): the
+            // transaction that would exceed the bound is rolled back, not committed first.
+            let incomplete = "[" + #"{"id": 4999, "name": "fine"}, "# + (0..<5).map { #"{"id": \#(4_000 + $0)}"# }.joined(separator: ",") + "]"
+            var atEnd = JSONImportOptions(invalidElements: .skip)
+            atEnd.maximumSkipped = 3
+            try await expectError(.conversionFailed, "more incomplete elements than maximumSkipped") { try await staff.importJSON(json(incomplete), options: atEnd) }
+            try await expectEqual(staff.fetchOne(id: 4_999), nil, "nothing of the one transaction is written")
+        },
+        ConformanceCheck("JSON export then import keeps every date's bits: negative, sub-second, subnormal, huge") { store in
+            let gadgets = Gadgets(store: store)
+            let seconds: [Double] = [
+                -0.1, -1e-07, 1.2345678901234568e-05, -0.9, 0.1, .leastNonzeroMagnitude, -.leastNonzeroMagnitude, .leastNormalMagnitude, -1e9 + 0.000123,
+                1e11, -1e11, 0x1p37 - 0x1p-15, 252_423_993_600.000_03, -63_113_904_000.000_01, 1e300, -.greatestFiniteMagnitude,
+            ]
+            let records = seconds.enumerated().map { i, t in
+                Gadget(id: Int64(i), name: "d\(i)", price: 1, inStock: true, added: Date(timeIntervalSinceReferenceDate: t), serial: serial, blob: nil, note: nil, count: nil, spec: nil)
+            }
+            try await gadgets.save(records)
+            let stored = try await gadgets.fetchAll().map(\.added.timeIntervalSinceReferenceDate.bitPattern)
+            try expectEqual(stored, seconds.map(\.bitPattern), "the store keeps every date")
+            let exported = try await gadgets.exportJSON()
+            _ = try await gadgets.deleteAll(where: Request<Gadget>.all)
+            _ = try await gadgets.importJSON(exported)
+            let back = try await gadgets.fetchAll().map(\.added.timeIntervalSinceReferenceDate)
+            for (t, read) in zip(seconds, back) {
+                try expect(read.bitPattern == t.bitPattern, "\(t) s came back as \(read) s")
+            }
+            try expectEqual(back.count, seconds.count, "every record")
         },
         ConformanceCheck("a store lists its entities, passes its checks, and copies to another store verified") { store in
             let (_, dogs, _) = try await RelationshipChecks.seeded(store)

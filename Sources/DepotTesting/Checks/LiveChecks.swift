@@ -266,6 +266,61 @@ enum LiveChecks {
             try expectEqual(deliveries.count, before, "no delivery after cancel")
             try expect(onQueue.withLockedValue { $0 }, "every delivery on the given queue")
         },
+        ConformanceCheck("a slow callback observer gets one coalesced delivery with the exact merged change set, never a backlog") { store in
+            let recording = RecordingStore(store)
+            let cats = try await seededCats(recording)
+            let request = Request<CatRecord>(\.age >= 7).sorted(by: \.weight)
+            let deliveries = Deliveries()
+            // The handler holds its first delivery until every commit below is made: a
+            // handler far slower than the commits, without a clock.
+            let gate = DispatchSemaphore(value: 0)
+            let token = cats.observe(request, on: .custom(DispatchQueue(label: "slow observer"))) { result in
+                guard case .success(let update) = result else { return }
+                deliveries.add(update)
+                if update.isInitial { gate.wait() }
+            }
+            var released = false
+            defer {
+                if !released { gate.signal() }
+                token.cancel()
+            }
+            try await waitUntil { deliveries.count >= 1 }
+            let initial = try await cats.fetchAll(request)
+            try expectEqual(deliveries.last?.objects, initial, "the initial result")
+            // 200 commits while the handler is busy: inserts, updates in place, moves by the
+            // sort key, deletes, records leaving and entering the result. The pause after
+            // each gives an observation that reads on regardless every chance to do so (the
+            // assertions count reads and deliveries; none depends on the time).
+            let readsBefore = recording.fetchCount
+            for i in 0..<200 {
+                let id = Int64(100 + i % 40)
+                switch i % 5 {
+                case 0: try await cats.save(Cat(id: id, name: "n\(i)", weight: Double(i % 13), age: 8))
+                case 1: try await cats.update(Cat(id: 2, name: "Felix \(i)", weight: 3.25, age: 7))
+                case 2: try await cats.save(Cat(id: 10, name: "mover", weight: Double(200 - i), age: 7))
+                case 3: try await cats.delete(id: Int64(100 + (i / 5) % 40))
+                default: try await cats.save(Cat(id: 8, name: "in and out", weight: 6, age: i % 10 == 4 ? 2 : 15))
+                }
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            try expectEqual(recording.fetchCount - readsBefore, 0, "the observation reads nothing while its handler is busy: no result waits beside the one being handled")
+            let final = try await cats.fetchAll(request)
+            gate.signal()
+            released = true
+            try await waitUntil { deliveries.last?.objects == final }
+            let seen = deliveries.items.withLockedValue { $0 }
+            try expectEqual(seen.count, 2, "200 commits during one slow delivery reach the handler as one more delivery, not a backlog of results")
+            try expect(!seen[1].isInitial, "the second delivery is a change")
+            try verify(seen[1].changes, from: initial, to: final, "the merged change set")
+            try expectEqual(seen[1].changes, ChangeSet.diff(from: initial, to: final, key: \.id, same: ==), "the merged change set is the diff from the result the handler last saw")
+            // The observation goes on after the coalesced delivery.
+            try await cats.save(Cat(id: 999, name: "after", weight: 0.5, age: 9))
+            let after = try await cats.fetchAll(request)
+            try await waitUntil { deliveries.last?.objects == after }
+            let last = deliveries.items.withLockedValue { $0 }
+            try expectEqual(last.count, 3, "one delivery for the next commit")
+            try verify(last[2].changes, from: final, to: after, "the next change set")
+        },
     ]
 
     /// Polls `condition` for up to a minute (a loaded machine under Thread Sanitizer is slow;
