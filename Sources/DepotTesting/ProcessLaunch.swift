@@ -212,6 +212,23 @@ public enum ProcessLaunch {
         finish(try spawn(path, arguments, environment: environment))
     }
 
+    /// ``run(_:_:environment:)`` on a thread of its own, for async tests: waiting for a
+    /// child (initdb, a server restart, a helper process) on a thread of Swift's cooperative
+    /// pool holds one of the few threads every task and every store's queues share, and
+    /// with the whole test suite running at once on two cores that starved other tests
+    /// past their time limits.
+    public static func runOffPool(
+        _ path: String, _ arguments: [String], environment: [String: String] = [:]
+    ) async throws -> (exit: Exit, stdout: String, stderr: String) {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { try run(path, arguments, environment: environment) })
+            }
+            thread.name = "depot.test.child"
+            thread.start()
+        }
+    }
+
     /// An executable of this build (`depot`, `depot-crash-writer`): in the same products
     /// directory as the test runner, whatever the scratch path (`.build`, `.build-tsan`).
     /// On Linux the runner is `<products>/DepotPackageTests.xctest`; on macOS it is inside

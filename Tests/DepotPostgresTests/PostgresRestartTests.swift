@@ -16,13 +16,13 @@ struct OwnServer {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("scripts/postgres-test-server.sh").path
 
-    static func start() throws -> OwnServer {
+    static func start() async throws -> OwnServer {
         guard let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw DepotError(.invalidConfiguration, "psql is needed (make test installs it)")
         }
         // Short: the socket path must fit in a Unix socket's 107 bytes.
         let dir = "/tmp/depot-own-\(UUID().uuidString.prefix(8).lowercased())"
-        let started = try ProcessLaunch.run("/bin/bash", [script, "start", dir])
+        let started = try await ProcessLaunch.runOffPool("/bin/bash", [script, "start", dir])
         let url = started.stdout.split(separator: "\n").last.map(String.init) ?? ""
         guard started.exit.succeeded, url.hasPrefix("postgresql://") else {
             throw DepotError(.io, "could not start a server of the test's own: \(started.exit) \(started.stderr.suffix(2_000))")
@@ -31,8 +31,8 @@ struct OwnServer {
     }
 
     /// `pg_ctl restart -m fast`, from outside this process: every session ends.
-    func restart() throws {
-        let restarted = try ProcessLaunch.run("/bin/bash", [Self.script, "restart", dir])
+    func restart() async throws {
+        let restarted = try await ProcessLaunch.runOffPool("/bin/bash", [Self.script, "restart", dir])
         guard restarted.exit.succeeded else { throw DepotError(.io, "restart failed: \(restarted.stderr.suffix(2_000))") }
     }
 
@@ -43,9 +43,9 @@ struct OwnServer {
 
     /// Runs `sql` through psql in `database` (the test database by default).
     @discardableResult
-    func query(_ sql: String, database: String = "depot_test") throws -> String {
+    func query(_ sql: String, database: String = "depot_test") async throws -> String {
         let target = url.replacingOccurrences(of: "/depot_test?", with: "/\(database)?")
-        let run = try ProcessLaunch.run(psql, [target, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        let run = try await ProcessLaunch.runOffPool(psql, [target, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
         guard run.exit.succeeded else { throw DepotError(.backend, "psql: \(run.stderr)") }
         return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -63,7 +63,7 @@ struct OwnServer {
 struct PostgresRestartTests {
     @Test("an observer sees every commit made after the server restarted; reads and writes go on")
     func observationSurvivesARestart() async throws {
-        let server = try OwnServer.start()
+        let server = try await OwnServer.start()
         defer { server.stop() }
         let first = try PostgresStore(url: server.url, options: .init(schema: "shared", readers: 2))
         let second = try PostgresStore(url: server.url, options: .init(schema: "shared", readers: 2))
@@ -80,7 +80,7 @@ struct PostgresRestartTests {
             #expect(try await watcher.count() == 2)
         }
 
-        try server.restart()
+        try await server.restart()
 
         // Each later commit reaches the observer (a delivery may carry several).
         for id in Int64(3)...6 {
@@ -104,7 +104,7 @@ struct PostgresRestartTests {
     /// ending.
     @Test("an observation whose re-read fails with io reads again once the server lets it")
     func observationSurvivesAFailedReread() async throws {
-        let server = try OwnServer.start()
+        let server = try await OwnServer.start()
         defer { server.stop() }
         let tag = "depot_reread"
         let store = try PostgresStore(url: server.url + "&application_name=\(tag)", options: .init(schema: "reread", readers: 1))
@@ -121,10 +121,10 @@ struct PostgresRestartTests {
 
         // No new session in the store's database; then the reader's session ends (its last
         // statement was the ROLLBACK of the observation's first read). The writer's stays.
-        try server.query("ALTER DATABASE depot_test WITH ALLOW_CONNECTIONS false", database: "postgres")
+        try await server.query("ALTER DATABASE depot_test WITH ALLOW_CONNECTIONS false", database: "postgres")
         var killed = ""
         for _ in 0..<50 where killed != "1" {
-            killed = try server.query(
+            killed = try await server.query(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '\(tag)' AND query = 'ROLLBACK'", database: "postgres")
             if killed != "1" { try await Task.sleep(for: .milliseconds(100)) }
         }
@@ -138,7 +138,7 @@ struct PostgresRestartTests {
         for _ in 0..<600 where !server.log().contains(refused) { try await Task.sleep(for: .milliseconds(50)) }
         try #require(server.log().contains(refused), "the store never tried to connect again: \(server.log().suffix(3_000))")
 
-        try server.query("ALTER DATABASE depot_test WITH ALLOW_CONNECTIONS true", database: "postgres")
+        try await server.query("ALTER DATABASE depot_test WITH ALLOW_CONNECTIONS true", database: "postgres")
         // Before the fix, the failed re-read was delivered as the observation's last call.
         #expect(try await next() == [1, 2])
         try await accounts.save(Account(id: 3, balance: 3, owner: "c"))

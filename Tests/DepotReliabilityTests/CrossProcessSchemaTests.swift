@@ -26,6 +26,17 @@ struct CrossProcessSchemaTests {
         return urls
     }
 
+    /// Waits for a helper process on a thread of its own (see `ProcessLaunch.runOffPool`).
+    static func waitOffPool(_ helper: Helper) async -> (status: Int32, stderr: String) {
+        let pid = helper.child.pid
+        let status = await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: ProcessLaunch.wait(pid).status) }
+            thread.name = "depot.test.wait"
+            thread.start()
+        }
+        return (status, (try? String(contentsOfFile: helper.stderrPath, encoding: .utf8)) ?? "")
+    }
+
     @Test("after another process retypes an attribute, old-layout writes and reads are refused with schemaMismatch")
     func retypedElsewhere() async throws {
         let directory = TemporaryDirectory("xschema")
@@ -36,8 +47,9 @@ struct CrossProcessSchemaTests {
             try await old.save([GizmoV1(id: 1, code: "10"), GizmoV1(id: 2, code: "20")])
             #expect(try await old.fetchAll().count == 2, "\(name)")
 
-            let helper = try runHelper(["retype", url], in: directory)
-            #expect(helper.status == 0, "\(name): \(helper.stderr)")
+            let path = try #require(crashWriterPath, "depot-crash-writer was not found next to the test runner")
+            let helper = try await ProcessLaunch.runOffPool(path, ["retype", url])
+            #expect(helper.exit.status == 0, "\(name): \(helper.stderr)")
 
             await expectDepotError(.schemaMismatch, "\(name): saving the old layout after the other process's change") {
                 try await old.save(GizmoV1(id: 3, code: "thirty"))
@@ -68,7 +80,7 @@ struct CrossProcessSchemaTests {
                 }
                 let first = try Helper(["rename", url], stderrPath: directory.file("first-\(name)-\(round).txt"))
                 let second = try Helper(["rename", url], stderrPath: directory.file("second-\(name)-\(round).txt"))
-                let outcomes = [first.wait(), second.wait()]
+                let outcomes = [await Self.waitOffPool(first), await Self.waitOffPool(second)]
                 for outcome in outcomes { #expect(outcome.status == 0, "\(name) round \(round): \(outcome.stderr)") }
                 let store = try await openStore(url: url)
                 let renamed = try await Controller<CrossProcessSchema.RenamedWidget, CrossProcessSchema.RenamedWidget>(store: store).fetchAll()
