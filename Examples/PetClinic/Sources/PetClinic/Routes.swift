@@ -120,7 +120,7 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
             guard received <= limit else {
                 throw APIError(.contentTooLarge, code: "tooLarge", "An import takes at most \(limit >> 20) MiB of JSON; send the array in parts.")
             }
-            try importer.feed(buffer.readableBytesView)
+            try importer.feed(buffer)
         }
         try importer.finish()
         return try await importer.write(to: clinic)
