@@ -6,7 +6,7 @@
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -23,6 +23,14 @@ deps:
 		echo "Installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+
+# Builds Depot's own targets and tests with every compiler warning an error.
+# DEPOT_WARNINGS_AS_ERRORS=1 makes Package.swift add -warnings-as-errors to this package's
+# targets only; its dependencies are compiled as always (their warnings are not ours, and
+# their modules are not rebuilt). .ci/run sets the variable for all of its builds, so they
+# share one set of flags; a build without it recompiles Depot's own modules once.
+warnings: deps
+	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build --build-tests
 
 # Runs `swift test` (or the command in WITH_POSTGRES_RUN) with a throwaway PostgreSQL
 # server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and

@@ -4,9 +4,17 @@ import PackageDescription
 
 // Every target is compiled in Swift 6 language mode (the default for tools 6.x) with
 // these settings, applied in one loop at the end so no target can drift.
-let sharedSettings: [SwiftSetting] = [
+var sharedSettings: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
+// DEPOT_WARNINGS_AS_ERRORS=1 (set by .ci/run and `make warnings`) turns every warning in
+// Depot's own targets into an error. Only this package's targets get the flag, never its
+// dependencies (their warnings are not ours to fix). It is off by default: SwiftPM refuses
+// unsafe flags in a package that others depend on by version, so the flag must never be in
+// the manifest as an application sees it.
+if Context.environment["DEPOT_WARNINGS_AS_ERRORS"] == "1" {
+    sharedSettings.append(.unsafeFlags(["-warnings-as-errors"]))
+}
 
 let package = Package(
     name: "Depot",
@@ -20,9 +28,6 @@ let package = Package(
         .library(name: "DepotServiceLifecycle", targets: ["DepotServiceLifecycle"]),
         .library(name: "DepotCommands", targets: ["DepotCommands"]),
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
-        // Test-only: the LD_PRELOAD shim the LMDB fault-injection tests load into
-        // depot-fault-writer (see Sources/CFaultShim/include/CFaultShim.h).
-        .library(name: "DepotFaultShim", type: .dynamic, targets: ["CFaultShim"]),
         .executable(name: "depot", targets: ["depot"]),
     ],
     dependencies: [
@@ -161,15 +166,17 @@ let package = Package(
         // The crash-safety helper: writes transactions to a store and logs each acknowledged
         // commit until DepotReliabilityTests kills it with SIGKILL.
         .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
-        // The fault-injection helper: commits transactions with DepotFaultShim preloaded and
-        // reports each commit's outcome, for DepotReliabilityTests.
+        // The fault-injection helper: commits transactions with an LD_PRELOAD shim loaded
+        // and reports each commit's outcome, for DepotReliabilityTests. The shim
+        // (Tests/DepotReliabilityTests/FaultShim/FaultShim.c) is compiled by the test with
+        // the C compiler: a dynamic library target would have to be a public product.
         .executableTarget(name: "depot-fault-writer", dependencies: ["Depot", "DepotTesting"]),
-        .target(name: "CFaultShim", linkerSettings: [.linkedLibrary("dl")]),
         .testTarget(
             name: "DepotReliabilityTests",
             dependencies: [
                 "Depot", "DepotTesting", .product(name: "PropertyBased", package: "swift-property-based"),
-            ]),
+            ],
+            exclude: ["FaultShim"]),
         .testTarget(
             name: "DepotServiceLifecycleTests",
             dependencies: [

@@ -43,6 +43,7 @@ extension StoreURL {
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
             if let value = self[option: "busyTimeout"], let timeout = Self.parseDuration(value) { options.busyTimeout = timeout }
             if let value = self[option: "adopt"] { options.adoptForeignDatabase = value == "true" }
+            options.createDirectories = self[option: "createDirectories"] == "true"
             options.readOnly = readOnly
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
@@ -62,6 +63,7 @@ extension StoreURL {
             if let value = self[option: "durability"] {
                 options.durability = value == "relaxed" ? .relaxed : (value == "unsafe" ? .unsafe : .full)
             }
+            options.createDirectories = self[option: "createDirectories"] == "true"
             options.readOnly = readOnly
             guard let path else {
                 throw DepotError(.invalidConfiguration, "An lmdb: URL needs a directory: lmdb:///absolute/dir or lmdb:relative/dir.")

@@ -17,6 +17,9 @@ import Foundation
 /// Options are query items, e.g. `sqlite:///srv/app.sqlite?durability=full&readers=8`.
 /// `sqlite:` URLs take `adopt=true` to open a database another program made (see
 /// `SQLiteStore.Options.adoptForeignDatabase`); without it such a file is refused untouched.
+/// A path under a directory that does not exist is refused, naming the directory, unless
+/// `createDirectories=true` (`sqlite:` and `lmdb:`) asks for the missing directories to be
+/// created; an `lmdb:` store's own directory is created when missing either way.
 /// Every option is typed and validated; an unknown scheme or option, or a bad value, is a
 /// `DepotError` with code `DepotError.Code.invalidConfiguration` that names the problem
 /// and lists what is accepted.
@@ -61,11 +64,13 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
             OptionSpec(name: "readers", kind: .integer(1...64), help: "reader connections in the pool (default 4)"),
             OptionSpec(name: "busyTimeout", kind: .duration, help: "how long to wait for a lock held by another process (default 5s)"),
             OptionSpec(name: "adopt", kind: .choice(["false", "true"]), help: "true: open an SQLite database another program made, adding Depot's tables beside its own (default false: such a file is refused untouched)"),
+            OptionSpec(name: "createDirectories", kind: .choice(["false", "true"]), help: "true: create the file's directory and its missing parents (default false: a missing directory is refused)"),
         ],
         .lmdb: [
             OptionSpec(name: "mapSize", kind: .size, help: "initial map size; the map grows when full (default 64MiB)"),
             OptionSpec(name: "maxReaders", kind: .integer(1...4096), help: "reader slots (default 126)"),
             OptionSpec(name: "durability", kind: .choice(["full", "relaxed", "unsafe"]), help: "full: durable commits (default); relaxed: MDB_NOMETASYNC, a system crash may lose the last commit; unsafe: MDB_NOSYNC, a system crash may lose recent commits and corrupt the store"),
+            OptionSpec(name: "createDirectories", kind: .choice(["false", "true"]), help: "true: create the missing directories above the store's directory (default false: the store's directory is created only inside one that exists)"),
         ],
         .postgres: postgresDepotOptions + postgresClientOptions,
     ]

@@ -209,7 +209,11 @@ final class IdleReaders: @unchecked Sendable {
     @inline(__always)
     private static var startSlot: Int {
         // pthread_t is an integer on Linux and a pointer on Darwin: its bits either way.
+        #if os(Linux)
+        let mixed = UInt(pthread_self()) &* 0x9E37_79B9_7F4A_7C15
+        #else
         let mixed = unsafeBitCast(pthread_self(), to: UInt.self) &* 0x9E37_79B9_7F4A_7C15
+        #endif
         return Int(truncatingIfNeeded: mixed >> 60) & (capacity - 1)
     }
 

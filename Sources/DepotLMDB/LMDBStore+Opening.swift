@@ -1,5 +1,5 @@
 import CLMDB
-public import DepotCore
+import DepotCore
 import Foundation
 
 // Opening a directory: flags and map size, the read-only check of the data file, the metadata database.

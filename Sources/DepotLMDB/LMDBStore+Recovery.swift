@@ -1,5 +1,5 @@
 import CLMDB
-public import DepotCore
+import DepotCore
 import Foundation
 import NIOConcurrencyHelpers
 

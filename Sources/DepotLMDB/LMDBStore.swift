@@ -69,13 +69,26 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         /// an entity that is new or differs from the stored one, and migrations fail with
         /// `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
         public var readOnly: Bool
+        /// Whether to create the missing directories above the store's directory; `false` by
+        /// default (URL option `createDirectories=true`).
+        ///
+        /// The store's directory is the store: it is created when missing either way (unless
+        /// ``readOnly``), but only inside a directory that exists. By default a path whose
+        /// parent directory does not exist (a mistyped path) is refused with
+        /// `DepotError.Code.io`, naming the missing directory, and nothing is created; with
+        /// this set, the whole chain is created.
+        public var createDirectories: Bool
 
-        public init(mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full, readOnly: Bool = false) {
+        public init(
+            mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full, readOnly: Bool = false,
+            createDirectories: Bool = false
+        ) {
             self.mapSize = mapSize
             self.maxReaders = maxReaders
             self.maxDatabases = maxDatabases
             self.durability = durability
             self.readOnly = readOnly
+            self.createDirectories = createDirectories
         }
     }
 
@@ -104,6 +117,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// Opens the store in `directory`, creating the directory and an empty environment when
     /// they do not exist.
     ///
+    /// The directory's parent must exist: a path under a missing directory (a typo) is an
+    /// error naming it, and nothing is created, unless ``Options/createDirectories`` is set.
+    ///
     /// Stale reader slots left by crashed processes are cleared on open. An existing
     /// `data.mdb` is first checked in read-only mode, so a damaged, truncated or foreign
     /// file is refused without being modified.
@@ -121,7 +137,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     ///   a damaged or foreign `data.mdb`; `DepotError.Code.invalidConfiguration` for a
     ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; `DepotError.Code.busy` when the directory is
     ///   already open in this process; `DepotError.Code.permissionDenied` or
-    ///   `DepotError.Code.io` when the files cannot be created.
+    ///   `DepotError.Code.io` when the files cannot be created (`io` also when the
+    ///   directory's parent does not exist and ``Options/createDirectories`` is off).
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
     public convenience init(directory: String, options: Options = .init(), log: StoreLog = .disabled) throws {
         do {
@@ -153,8 +170,22 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         } else if options.readOnly {
             throw DepotError(.io, "There is no LMDB store at \(directory) (no such directory), and a store opened read-only is never created. Check the path.")
         } else {
+            if !options.createDirectories {
+                // Only the store's own directory is created: a missing parent is a typo in
+                // the path far more often than a tree the caller wants made.
+                let parent = URL(fileURLWithPath: directory).deletingLastPathComponent().path
+                var parentIsDirectory: ObjCBool = false
+                guard fileManager.fileExists(atPath: parent, isDirectory: &parentIsDirectory) else {
+                    throw DepotError(
+                        .io,
+                        "The directory \(parent) that is to hold the LMDB store \(directory) does not exist. Check the path, or create it (URL option createDirectories=true, LMDBStore.Options.createDirectories).")
+                }
+                guard parentIsDirectory.boolValue else {
+                    throw DepotError(.invalidConfiguration, "\(parent) is a file, not a directory; the LMDB store \(directory) needs a directory to be in. Check the path.")
+                }
+            }
             do {
-                try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: options.createDirectories)
             } catch {
                 throw DepotError(.permissionDenied, "Cannot create the store directory \(directory): \(error.localizedDescription).")
             }

@@ -1,5 +1,5 @@
-public import DepotCore
-public import Foundation
+import DepotCore
+import Foundation
 
 /// A `ColumnReader` over a stored record's bytes, read in place inside the transaction
 /// (LMDB hands out pointers into its memory map): no `Value` and no copy of the record.

@@ -12,6 +12,20 @@ extension SQLiteStore {
         }
     }
 
+    /// Refuses a missing directory for the database file: a mistyped path must not create
+    /// directories the caller never meant (``Options/createDirectories`` asks for them).
+    static func requireDirectory(_ url: URL) throws(DepotError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) else {
+            throw DepotError(
+                .io,
+                "The directory \(url.path) for the SQLite store does not exist. Check the path, or create it (URL option createDirectories=true, SQLiteStore.Options.createDirectories).")
+        }
+        guard isDirectory.boolValue else {
+            throw DepotError(.invalidConfiguration, "\(url.path) is a file, not a directory; the SQLite store's file needs a directory to be in. Check the path.")
+        }
+    }
+
     /// Which of a database's `-wal` and `-shm` files exist.
     static func companions(of file: String) -> (wal: Bool, shm: Bool) {
         (FileManager.default.fileExists(atPath: file + "-wal"), FileManager.default.fileExists(atPath: file + "-shm"))

@@ -65,16 +65,25 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         /// new or differs from the stored one, and migrations fail with
         /// `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
         public var readOnly: Bool
+        /// Whether to create the file's directory, and any missing directories above it,
+        /// when they do not exist; `false` by default (URL option `createDirectories=true`).
+        ///
+        /// By default the directory that is to hold the file must exist: a path with a
+        /// mistyped directory is refused with `DepotError.Code.io`, naming the missing
+        /// directory, and nothing is created. The file itself is created when missing either
+        /// way (unless ``readOnly``).
+        public var createDirectories: Bool
 
         public init(
             durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5),
-            adoptForeignDatabase: Bool = false, readOnly: Bool = false
+            adoptForeignDatabase: Bool = false, readOnly: Bool = false, createDirectories: Bool = false
         ) {
             self.durability = durability
             self.readers = readers
             self.busyTimeout = busyTimeout
             self.adoptForeignDatabase = adoptForeignDatabase
             self.readOnly = readOnly
+            self.createDirectories = createDirectories
         }
     }
 
@@ -122,11 +131,15 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     // MARK: Opening
 
-    /// Opens the SQLite database at `path`, creating the file and its directory if missing.
+    /// Opens the SQLite database at `path`, creating the file if missing.
     ///
     /// ```swift
-    /// let store = try SQLiteStore(path: "data/app.sqlite", options: .init(durability: .full))
+    /// let store = try SQLiteStore(path: "data/app.sqlite", options: .init(durability: .full, createDirectories: true))
     /// ```
+    ///
+    /// The directory that holds the file must exist, so a mistyped path is an error naming
+    /// the missing directory rather than a new directory tree; ``Options/createDirectories``
+    /// creates it (and any missing parents) instead.
     ///
     /// The file is checked before anything is written to it: a file that is not an SQLite
     /// database, or whose schema cannot be read, is refused and left untouched. So is an
@@ -147,7 +160,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     ///   not a database, is damaged, or is another program's database (see
     ///   ``Options/adoptForeignDatabase``), `DepotError.Code.invalidConfiguration` for bad
     ///   options or a path that is a directory, `DepotError.Code.io` or
-    ///   `DepotError.Code.permissionDenied` when the file cannot be opened or created,
+    ///   `DepotError.Code.permissionDenied` when the file cannot be opened or created (`io`
+    ///   also when its directory does not exist and ``Options/createDirectories`` is off),
     ///   `DepotError.Code.busy` when another process holds a lock past the timeout.
     ///   - log: Where the store logs (nothing by default); see `StoreLog`.
     public convenience init(path: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
@@ -155,7 +169,14 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             throw DepotError(.invalidConfiguration, "The SQLite store path is empty; give a file path, or use SQLiteStore.inMemory().")
         }
         let url = URL(fileURLWithPath: path)
-        if !options.readOnly { try Self.createDirectory(url.deletingLastPathComponent()) }
+        if !options.readOnly {
+            let directory = url.deletingLastPathComponent()
+            if options.createDirectories {
+                try Self.createDirectory(directory)
+            } else {
+                try Self.requireDirectory(directory)
+            }
+        }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw DepotError(.invalidConfiguration, "\(url.path) is a directory; give the path of a database file inside it.")

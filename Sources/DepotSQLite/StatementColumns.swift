@@ -1,6 +1,6 @@
 import CSQLite
-public import DepotCore
-public import Foundation
+import DepotCore
+import Foundation
 
 /// A `ColumnReader` over the current row of a stepped statement: each read is one
 /// `sqlite3_column_*` call on the live statement, with no `Value` built in between.

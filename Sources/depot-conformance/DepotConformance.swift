@@ -125,7 +125,7 @@ struct DepotConformance: AsyncParsableCommand {
         let unique = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         switch backend {
         case .memory: return "memory:"
-        case .sqlite: return "sqlite://" + scratch.appendingPathComponent("\(unique)/store.sqlite").path
+        case .sqlite: return "sqlite://" + scratch.appendingPathComponent("\(unique)/store.sqlite").path + "?createDirectories=true"
         case .sqliteMemory: return "sqlite::memory:"
         case .lmdb: return "lmdb://" + scratch.appendingPathComponent(unique).path
         case .postgres:

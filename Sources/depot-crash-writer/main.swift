@@ -126,7 +126,9 @@ case "write" where arguments.count == 4 || arguments.count == 5:
 case "migrate" where arguments.count == 2, "import" where arguments.count == 3:
     exitWithParent()
     do {
-        let store = try await openStore(url: arguments[1])
+        // The blocking overload (the one the compiler picks here): this helper has nothing
+        // else to run while the store opens.
+        let store = try openStore(url: arguments[1])
         if arguments[0] == "migrate" {
             try await CrashMigration.migrate(store)
         } else {
@@ -140,7 +142,9 @@ case "migrate" where arguments.count == 2, "import" where arguments.count == 3:
 case "retype" where arguments.count == 2, "rename" where arguments.count == 2:
     exitWithParent()
     do {
-        let store = try await openStore(url: arguments[1])
+        // The blocking overload (the one the compiler picks here): this helper has nothing
+        // else to run while the store opens.
+        let store = try openStore(url: arguments[1])
         if arguments[0] == "retype" {
             try await CrossProcessSchema.retype(store)
             print("done")

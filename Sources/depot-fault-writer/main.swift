@@ -1,5 +1,5 @@
 // depot-fault-writer: the process the LMDB fault-injection tests run with the
-// DepotFaultShim library preloaded, so that chosen writes of the store fail.
+// fault shim (libDepotFaultShim.so) preloaded, so that chosen writes of the store fail.
 //
 //   depot-fault-writer URL COUNT
 //       Opens the store and commits COUNT transactions of ten cats each (transaction i

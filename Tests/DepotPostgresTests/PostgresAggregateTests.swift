@@ -65,11 +65,13 @@ struct PostgresAggregateTests {
         var generator = SplitMix64(seed: 77)
         // Groups where one kind of value decides the sum: subnormals alone (a mistake in
         // their exponent shows), cancellations, extremes; then random bits of every
-        // exponent.
+        // exponent. Subnormals are given by their bits (2.5e-320 and -1e-321), or as the
+        // largest one: their decimal literals draw underflow warnings, and the literal
+        // 0x1.fffffffffffffp-1023 meant for the largest rounded up to leastNormalMagnitude.
         var weights: [(group: String, weight: Double)] = [
-            ("tiny", .leastNonzeroMagnitude), ("tiny", .leastNonzeroMagnitude * 3), ("tiny", 2.5e-320), ("tiny", -1e-321),
+            ("tiny", .leastNonzeroMagnitude), ("tiny", .leastNonzeroMagnitude * 3), ("tiny", Double(bitPattern: 0x13C4)), ("tiny", -Double(bitPattern: 0xCA)),
             ("tiny", 0x1p-1060), ("tiny", -0.0),
-            ("edge", .leastNormalMagnitude), ("edge", -.leastNonzeroMagnitude), ("edge", 0x1.fffffffffffffp-1023),
+            ("edge", .leastNormalMagnitude), ("edge", -.leastNonzeroMagnitude), ("edge", Double.leastNormalMagnitude.nextDown),
             ("cancel", 1e16), ("cancel", 1), ("cancel", -1e16), ("cancel", 0.1), ("cancel", 0.2), ("cancel", 0.3),
             ("huge", 1e308), ("huge", -1e308), ("huge", .greatestFiniteMagnitude), ("huge", -0x1p1020), ("huge", 0x1.fffffffffffffp52),
             // Negative zeros alone sum to -0.0; with a positive zero, to 0.0.

@@ -7,15 +7,34 @@ import Testing
 import Glibc
 #endif
 
-/// `depot-fault-writer` and the `DepotFaultShim` library it runs with, found next to
-/// `depot-crash-writer` (the same products directory).
-private let faultTools: (writer: String, shim: String)? = {
-    guard let crashWriter = crashWriterPath else { return nil }
-    let directory = URL(fileURLWithPath: crashWriter).deletingLastPathComponent()
-    let writer = directory.appendingPathComponent("depot-fault-writer").path
-    let shim = directory.appendingPathComponent("libDepotFaultShim.so").path
-    guard FileManager.default.isExecutableFile(atPath: writer), FileManager.default.fileExists(atPath: shim) else { return nil }
-    return (writer, shim)
+/// `depot-fault-writer`, found next to `depot-crash-writer` (the same products directory),
+/// and the shim it runs with, compiled from `FaultShim/FaultShim.c` beside this file into a
+/// temporary directory once per test process (the C compiler is `CC`, or `cc`). The shim is
+/// built here rather than as a dynamic library product: SwiftPM builds a `.so` only for a
+/// product, and a test-only shim must not be one of the package's public products.
+private let faultTools: Result<(writer: String, shim: String), DepotError> = {
+    guard let crashWriter = crashWriterPath else {
+        return .failure(DepotError(.invalidConfiguration, "depot-crash-writer was not found next to the test runner (swift build)"))
+    }
+    let writer = URL(fileURLWithPath: crashWriter).deletingLastPathComponent().appendingPathComponent("depot-fault-writer").path
+    guard FileManager.default.isExecutableFile(atPath: writer) else {
+        return .failure(DepotError(.invalidConfiguration, "depot-fault-writer was not found next to the test runner (swift build)"))
+    }
+    let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("FaultShim/FaultShim.c").path
+    let output = (NSTemporaryDirectory() as NSString).appendingPathComponent("depot-fault-shim-\(getpid())")
+    do {
+        try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)
+        let shim = (output as NSString).appendingPathComponent("libDepotFaultShim.so")
+        let compiler = ProcessInfo.processInfo.environment["CC"] ?? "cc"
+        let result = try ProcessLaunch.run("/usr/bin/env", [compiler, "-shared", "-fPIC", "-O1", "-o", shim, source, "-ldl"])
+        guard result.exit.succeeded, FileManager.default.fileExists(atPath: shim) else {
+            return .failure(DepotError(.io, "Compiling \(source) with \(compiler) failed: \(result.stderr)"))
+        }
+        atexit { try? FileManager.default.removeItem(atPath: (NSTemporaryDirectory() as NSString).appendingPathComponent("depot-fault-shim-\(getpid())")) }
+        return .success((writer, shim))
+    } catch {
+        return .failure(DepotError(.io, "Compiling \(source): \(error)"))
+    }
 }()
 
 /// LMDB's "the environment had a fatal error" code.
@@ -53,7 +72,7 @@ struct LMDBFaultInjectionTests {
     /// the failure.
     @Test(arguments: [EIO, ENOSPC])
     func aFailedWriteIsReportedAndLosesNothingAcknowledged(errno: Int32) async throws {
-        let tools = try #require(faultTools, "depot-fault-writer and libDepotFaultShim.so are built next to the test runner (swift build)")
+        let tools = try faultTools.get()
         let expected: DepotError.Code = errno == ENOSPC ? .storeFull : .io
         let commits = 5
         var runsWithAFailure = 0

@@ -11,7 +11,7 @@ struct SQLiteConformanceTests {
     @Test(arguments: ConformanceSuite.checks)
     func fileBacked(_ check: ConformanceCheck) async throws {
         try await withTemporaryDirectory { directory in
-            let store = try SQLiteStore(path: directory.appendingPathComponent("nested/store.sqlite").path)
+            let store = try SQLiteStore(path: directory.appendingPathComponent("nested/store.sqlite").path, options: .init(createDirectories: true))
             try await check.runAndClose(store)
         }
     }

@@ -375,6 +375,7 @@ struct SQLiteFullDiskTests {
     /// again once there is room.
     @Test func fullDatabaseRefusesTheWriteAndLosesNothing() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-full-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(path: directory.appendingPathComponent("full.sqlite").path)
         let cats = Controller<Cat, CatRecord>(store: store)

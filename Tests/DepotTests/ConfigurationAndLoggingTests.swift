@@ -10,8 +10,11 @@ import Testing
 
 @Suite("Configuration, logging and lifecycle")
 struct ConfigurationAndLoggingTests {
+    /// A fresh, existing directory (a store's directory must exist; see createDirectories).
     func temporaryDirectory() -> URL {
-        FileManager.default.temporaryDirectory.appendingPathComponent("depot-config-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-config-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
     }
 
     @Test func environmentNamesTheStore() throws {

@@ -42,6 +42,7 @@ struct OpeningTests {
     @Test(arguments: ["sqlite", "lmdb", "sqlite::memory:"])
     func asyncOpenRunsOffThePool(_ backend: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-open-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let url = switch backend {
         case "sqlite": "sqlite://\(directory)/a.sqlite"

@@ -77,6 +77,7 @@ struct ReadOnlyTests {
     @Test(arguments: templates)
     func anExistingStoreOpensReadsAndRefusesWrites(template: String) async throws {
         let (url, directory) = location(template)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let writable = try await openStore(url: url)
         try await Controller<Cat, CatRecord>(store: writable).save(Cat.workload(count: 50))

@@ -41,6 +41,7 @@ struct ReadmeExampleTests {
     @Test(arguments: ["sqlite://DIR/pets.sqlite", "lmdb://DIR/pets", "memory:"])
     func exampleRunsOnEveryBackend(template: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-readme-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let old = try await readmeExample(url: template.replacingOccurrences(of: "DIR", with: directory.path))
         #expect(old == [Pet(id: 2, name: "Felix", age: 12)])

@@ -101,6 +101,7 @@ struct StoreURLTests {
     @Test(arguments: ["memory:", "sqlite:DIR/app.sqlite?durability=full&readers=2", "sqlite::memory:", "lmdb:DIR/db?mapSize=64KiB"])
     func sameCodeEveryBackend(template: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try await openStore(url: template.replacingOccurrences(of: "DIR", with: directory.path))
         let cats = Controller<Cat, CatRecord>(store: store)
@@ -112,15 +113,42 @@ struct StoreURLTests {
     @Test func optionsReachTheBackend() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let sqlite = try #require(try await openStore(url: "sqlite://\(directory.path)/a.sqlite?durability=full&readers=3&busyTimeout=2s") as? SQLiteStore)
-        #expect(sqlite.options == SQLiteStore.Options(durability: .full, readers: 3, busyTimeout: .seconds(2)))
+        let sqlite = try #require(
+            try await openStore(url: "sqlite://\(directory.path)/a.sqlite?durability=full&readers=3&busyTimeout=2s&createDirectories=true") as? SQLiteStore)
+        #expect(sqlite.options == SQLiteStore.Options(durability: .full, readers: 3, busyTimeout: .seconds(2), createDirectories: true))
         await sqlite.close()
         let lmdb = try #require(try await openStore(url: "lmdb://\(directory.path)/db?mapSize=1MiB&maxReaders=9&durability=relaxed") as? LMDBStore)
+        #expect(!lmdb.options.createDirectories)
         #expect(lmdb.options.mapSize == 1 << 20)
         #expect(lmdb.options.maxReaders == 9)
         #expect(lmdb.options.durability == .relaxed)
         await lmdb.close()
         #expect(try await openStore(url: "memory:") is MemoryStore)
+    }
+
+    /// Issue #40: `sqlite:/nonexistent/dir/x.sqlite` created `/nonexistent/dir/`. A store
+    /// URL under a missing directory is refused, naming it, with nothing created, unless it
+    /// says `createDirectories=true`.
+    @Test(arguments: ["sqlite://DIR/x.sqlite", "lmdb://DIR/db"])
+    func aMissingDirectoryIsRefusedUnlessTheURLAsksForIt(template: String) async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("depot-url-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let missing = root.appendingPathComponent("nonexistent/dir").path
+        let url = template.replacingOccurrences(of: "DIR", with: missing)
+        do {
+            let store = try await openStore(url: url)
+            await store.close()
+            Issue.record("\(url) was opened under a missing directory")
+        } catch {
+            #expect(error.code == .io && error.message.contains(missing), "\(error)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root.path).isEmpty, "nothing was created")
+
+        let store = try await openStore(url: url + "?createDirectories=true")
+        await store.close()
+        #expect(FileManager.default.fileExists(atPath: missing))
+        #expect(throws: DepotError.self) { try StoreURL(url + "?createDirectories=yes") }
     }
 
     /// Issue #11, item 4: another program's SQLite database is refused untouched unless the

@@ -33,6 +33,7 @@ struct TelemetryTests {
         let metrics = TelemetrySystems.metrics
         let tracer = TelemetrySystems.tracer
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-telemetry-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let base = template.replacingOccurrences(of: "DIR", with: directory.path)
         let writes: [(String, String)] = [("backend", backend), ("kind", "write")]
@@ -102,6 +103,7 @@ struct TelemetryTests {
         let onThread = [("backend", "sqlite"), ("on", "thread")]
         let before = total("depot_sqlite_checkpoints_total", onThread)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-telemetry-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try await openStore(url: "sqlite:\(directory.path)/cats.sqlite?metrics=true")
         let cats = Controller<Cat, CatRecord>(store: store)

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// How the importer reads a date, tried in the order given.
 public enum JSONDateFormat: Sendable, Hashable {

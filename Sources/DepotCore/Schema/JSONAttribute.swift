@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// A `Codable` value stored as JSON text: nested structs, and (without declaring anything)
 /// arrays and dictionaries with `String` keys of storable `Codable` values.

@@ -1,4 +1,4 @@
-public import Dispatch
+import Dispatch
 public import Logging
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,4 @@
-public import CoreMetrics
+import CoreMetrics
 import NIOConcurrencyHelpers
 public import Tracing
 

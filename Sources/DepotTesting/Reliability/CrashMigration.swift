@@ -1,5 +1,5 @@
 public import DepotCore
-public import Foundation
+import Foundation
 
 /// What the crash tests kill inside a migration step and inside a JSON import: both must be
 /// all or nothing after a kill at any moment.

@@ -1,5 +1,5 @@
 public import DepotCore
-public import Foundation
+import Foundation
 
 // The crash-safety workload, shared by the `depot-crash-writer` helper (which writes it
 // until it is killed) and DepotReliabilityTests (which checks the store afterwards). Every

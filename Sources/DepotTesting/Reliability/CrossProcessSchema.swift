@@ -1,5 +1,5 @@
 public import DepotCore
-public import Foundation
+import Foundation
 
 /// What the cross-process schema tests run in a second process (`depot-crash-writer
 /// retype URL` and `rename URL`): one process changes an entity's schema while another

@@ -19,7 +19,7 @@ extension Visit: ResponseEncodable {}
 /// | `POST /pets`, `GET /pets?species=&ownerID=&namePrefix=&sort=&limit=&cursor=` | create, list a page |
 /// | `GET`, `PUT`, `DELETE /pets/{id}` | one pet |
 /// | `GET`, `POST /pets/{id}/visits` | the pet's visits, add one |
-/// | `POST /pets/import?skipInvalid=` | a JSON array of pets, upserted in one transaction |
+/// | `POST /pets/import?skipInvalid=` | a JSON array of pets, each checked as `POST /pets` checks one, upserted in one transaction |
 /// | `GET /pets/live?species=&limit=&events=` | server-sent events: the first `limit` pets, then each change set |
 /// | `GET /metrics` | Prometheus text, when a registry is given |
 public func buildRouter(clinic: Clinic, metrics: PrometheusCollectorRegistry? = nil) -> Router<BasicRequestContext> {
@@ -109,23 +109,21 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
     }
     // Registered before ":id" routes' siblings so "import" and "live" are never read as ids.
     pets.post("import") { request, context in
-        var options = JSONImportOptions()
-        if request.uri.queryParameters.get("skipInvalid") == "true" { options.invalidElements = .skip }
-        // Scanned as it arrives, never collected whole. One transaction (all or nothing)
-        // holds every converted row until it commits, hence the cap on the body.
+        // Each element is checked as it arrives, by the rules of `POST /pets` (PetImport).
+        // One transaction (all or nothing) holds every checked pet until it commits, hence
+        // the cap on the body.
+        var importer = PetImport(skipInvalid: request.uri.queryParameters.get("skipInvalid") == "true")
         let limit = importLimit
         var received = 0
-        let chunks = request.body.map { buffer in
+        for try await buffer in request.body {
             received += buffer.readableBytes
             guard received <= limit else {
                 throw APIError(.contentTooLarge, code: "tooLarge", "An import takes at most \(limit >> 20) MiB of JSON; send the array in parts.")
             }
-            return buffer.readableBytesView
+            try importer.feed(buffer)
         }
-        let report = try await clinic.pets.importJSON(chunks: chunks, options: options)
-        return ImportResponse(
-            inserted: report.inserted, updated: report.updated,
-            skipped: report.skipped.map { .init(index: $0.index, key: $0.key, message: $0.message) })
+        try importer.finish()
+        return try await importer.write(to: clinic)
     }
     pets.get("live") { request, context in
         let query = request.uri.queryParameters

@@ -130,7 +130,7 @@ struct APITests {
         try await withClinic(backend) { client, clinic in
             let owner = try await client.createOwner("Hal", city: "Bern")
             let pets = (0..<250).map { Pet(id: UUID(), ownerID: owner.id, name: "p\($0)", species: $0 % 2 == 0 ? "cat" : "dog", birthYear: 2010 + $0 % 10) }
-            var body = try json(pets.map { ["id": $0.id.uuidString, "ownerID": $0.ownerID.uuidString, "name": $0.name, "species": $0.species, "birthYear": String($0.birthYear)] })
+            var body = try json(pets)
             var response = try await client.post("/pets/import", body)
             #expect(response.status == .ok, "\(String(buffer: response.body))")
             let report = try decode(ImportCounts.self, response)
@@ -162,6 +162,47 @@ struct APITests {
             large += "]"
             try expectError(try await client.post("/pets/import", json(large)), .contentTooLarge, mentioning: "at most 32 MiB")
             #expect(try await clinic.pets.count() == 251, "nothing of the refused import")
+        }
+    }
+
+    @Test("import checks each element as the create route does, naming its index", arguments: TestBackend.all)
+    func importValidatesLikeCreate(_ backend: TestBackend) async throws {
+        try await withClinic(backend) { client, clinic in
+            let owner = try await client.createOwner("Ida", city: "Chur")
+            let valid = "{\"ownerID\": \"\(owner.id)\", \"name\": \"Rex\", \"species\": \"dog\", \"birthYear\": 2020}"
+            let invalid = [
+                "{\"ownerID\": \"\(owner.id)\", \"name\": \"\", \"species\": \"cat\", \"birthYear\": 2020}",
+                "{\"ownerID\": \"\(owner.id)\", \"name\": \"Old\", \"species\": \"cat\", \"birthYear\": 3000}",
+                "{\"ownerID\": \"\(owner.id)\", \"name\": \"Long\", \"species\": \"\(String(repeating: "x", count: 51))\", \"birthYear\": 2020}",
+                "{\"ownerID\": \"\(owner.id)\", \"name\": \"\(String(repeating: "n", count: 101))\", \"species\": \"cat\", \"birthYear\": 2020}",
+            ]
+            for element in invalid {
+                // The create route's answer for the same pet...
+                let created = try await client.post("/pets", json(element))
+                #expect(created.status == .badRequest, "\(String(buffer: created.body))")
+                let expected = try decode(ErrorBody.self, created)
+                // ...is the import's, with the element's index, and nothing is imported.
+                let response = try await client.post("/pets/import", json("[\(valid), \(element)]"))
+                #expect(response.status == .badRequest, "\(String(buffer: response.body))")
+                let body = try decode(ErrorBody.self, response)
+                #expect(body.error.code == expected.error.code)
+                #expect(body.error.message == "Element 1: " + expected.error.message)
+            }
+            #expect(try await clinic.pets.count() == 0, "nothing imported")
+
+            // With skipInvalid, each invalid element is left out and reported with its index;
+            // the valid ones, without an id, get one from the server. Commas, brackets and
+            // escaped quotes inside a string do not split an element.
+            let tricky = "{\"ownerID\": \"\(owner.id)\", \"name\": \"Rex, \\\"the\\\" [king]}\", \"species\": \"dog\", \"birthYear\": 2021}"
+            let response = try await client.post("/pets/import?skipInvalid=true", json("[" + ([valid, tricky] + invalid).joined(separator: ",") + "]"))
+            #expect(response.status == .ok, "\(String(buffer: response.body))")
+            let report = try decode(ImportCounts.self, response)
+            #expect(report.inserted == 2)
+            #expect(report.skipped.map(\.index) == [2, 3, 4, 5])
+            let pets = try await clinic.pets.fetchAll()
+            #expect(Set(pets.map(\.name)) == ["Rex", "Rex, \"the\" [king]}"])
+            try expectError(try await client.post("/pets/import", json("[\(valid),]")), .badRequest, mentioning: "expected an element")
+            try expectError(try await client.post("/pets/import", json("[\(valid)")), .badRequest, mentioning: "not closed")
         }
     }
 
