@@ -135,6 +135,8 @@ final class DepotSubject: BenchSubject {
     }
 
     func open(at directory: URL) async throws {
+        // As the raw subjects do: a store URL no longer creates a missing directory.
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let store = try makeStore(directory)
         try await store.register(CatRecord.self)
         self.store = store

@@ -27,7 +27,9 @@ actor Fixtures {
     }
 
     func url(_ backend: String, _ name: String) -> String {
-        switch backend {
+        // A store URL does not create a missing directory (createDirectories=true would).
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return switch backend {
         case "sqlite": "sqlite://\(directory.appendingPathComponent("\(name).sqlite").path)"
         case "lmdb": "lmdb://\(directory.appendingPathComponent(name).path)"
         default: "memory:"
