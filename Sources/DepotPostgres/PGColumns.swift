@@ -48,17 +48,9 @@ final class PGColumns: ColumnReader {
         self.init(result, types: table.types, entity: table.entity.name, names: table.entity.attributes.map(\.name), keyIndex: table.keyIndex)
     }
 
-    /// The PostgreSQL type Depot keeps each attribute type in (``PGDDL/columnType(_:)``).
-    static func oid(_ type: AttributeType) -> Oid {
-        switch type {
-        case .int64: PGParam.int8Oid
-        case .bool: PGParam.boolOid
-        case .double, .date: PGParam.float8Oid
-        case .string: PGParam.textOid
-        case .data: PGParam.byteaOid
-        case .uuid: PGParam.uuidOid
-        }
-    }
+    /// The PostgreSQL type Depot keeps each attribute type in (``PGDDL/columnType(_:)``):
+    /// the one its parameters are bound as.
+    static func oid(_ type: AttributeType) -> Oid { PostgresTransaction.oid(type) }
 
     /// A type's name for messages.
     static func typeName(_ oid: Oid) -> String {
