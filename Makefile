@@ -4,6 +4,9 @@
 # (scripts/postgres-test-server.sh, which installs the server the same way when missing).
 
 SWIFT ?= swift
+# Depot's own builds turn its PostgreSQL trait on (tests, the depot command, the benchmark
+# and the example all use the PostgreSQL backend); an application chooses for itself.
+TRAITS := --traits PostgreSQL
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 .PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
@@ -30,7 +33,7 @@ deps:
 # their modules are not rebuilt). .ci/run sets the variable for all of its builds, so they
 # share one set of flags; a build without it recompiles Depot's own modules once.
 warnings: deps
-	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build --build-tests
+	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(TRAITS) --build-tests
 
 # Runs `swift test` (or the command in WITH_POSTGRES_RUN) with a throwaway PostgreSQL
 # server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and
@@ -55,7 +58,7 @@ endef
 # work) took minutes to get a thread, and the restart test ran past its time limit.
 ISOLATED_TESTS := PostgresRestartTests
 test: WITH_POSTGRES_DIR = .build/postgres
-test: WITH_POSTGRES_RUN = $(SWIFT) test --skip '$(ISOLATED_TESTS)' && DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(SWIFT) test --skip-build --filter '$(ISOLATED_TESTS)'
+test: WITH_POSTGRES_RUN = $(SWIFT) test $(TRAITS) --skip '$(ISOLATED_TESTS)' && DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(SWIFT) test $(TRAITS) --skip-build --filter '$(ISOLATED_TESTS)'
 test: deps
 	$(WITH_POSTGRES)
 	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
@@ -69,7 +72,7 @@ test: deps
 # their transaction failed; the checks themselves still run their own work concurrently.
 TSAN_TEST_WIDTH ?= 8
 test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
-test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps
 	$(WITH_POSTGRES)
 
@@ -85,12 +88,12 @@ test-tsan: deps
 STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests'
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \
-	$(SWIFT) build --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
+	$(SWIFT) build $(TRAITS) --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
 	url=$$($(POSTGRES_SERVER) start .build/postgres-stress 2>> .build/depot-stress.log | tail -n 1) && [ -n "$$url" ] || { tail -20 .build/depot-stress.log; exit 1; }; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-stress >> .build/depot-stress.log 2>&1' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	status=0; for group in $(STRESS_GROUPS); do \
 		echo "  $$group"; \
-		DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 DEPOT_STRESS=full $(SWIFT) test --skip-build --filter "$$group" >> .build/depot-stress.log 2>&1 || status=1; \
+		DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 DEPOT_STRESS=full $(SWIFT) test $(TRAITS) --skip-build --filter "$$group" >> .build/depot-stress.log 2>&1 || status=1; \
 	done; \
 	grep -E "✘|error:" .build/depot-stress.log | head -40; \
 	echo; echo "Reliability figures:"; grep -h "^depot-reliability:" .build/depot-stress.log | sort; \
@@ -109,7 +112,7 @@ fuzz: deps
 # parameter) fails it. About 20 s once the debug build exists (CI runs it after `make test`).
 DOC_TARGETS := DepotCore DepotSQLite DepotLMDB DepotPostgres Depot DepotServiceLifecycle DepotCommands
 docs: deps
-	$(SWIFT) package --disable-sandbox generate-documentation $(addprefix --target ,$(DOC_TARGETS)) --warnings-as-errors
+	$(SWIFT) package $(TRAITS) --disable-sandbox generate-documentation $(addprefix --target ,$(DOC_TARGETS)) --warnings-as-errors
 
 # Before a release build of Depot's programs: when any file under Sources/ or Package.swift
 # changed since the last such build, every Swift source of this package is touched, so that
@@ -124,7 +127,7 @@ define FRESH_RELEASE_BUILD
 	@sum=$$(find Sources Package.swift -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
 	if [ "$$(cat .build/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
 		if [ -d .build/release ]; then find Sources -name '*.swift' -exec touch {} +; fi; \
-		$(SWIFT) build -c release || exit 1; \
+		$(SWIFT) build $(TRAITS) -c release || exit 1; \
 		echo "$$sum" > .build/release-sources.cksum; \
 	fi
 endef
@@ -132,7 +135,7 @@ endef
 # The main job: every backend beside the raw engines, release build, about a minute.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run -c release depot-bench --output depot-bench-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --output depot-bench-report
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
 # build, as `make bench` (6 minutes from clean here; nothing is timed): it is CI's only run
@@ -141,13 +144,13 @@ bench: deps
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+	$(SWIFT) run $(TRAITS) -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
 
 # The conformance suite against the release build (the tests run a debug build), on every
 # backend: PostgreSQL on a throwaway server, as `make test`. CI runs it after bench-smoke,
 # whose release build it reuses: about a minute. Any failed check fails it.
 conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
-conformance: WITH_POSTGRES_RUN = $(SWIFT) run -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
+conformance: WITH_POSTGRES_RUN = $(SWIFT) run $(TRAITS) -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
 conformance: deps
 	$(FRESH_RELEASE_BUILD)
 	$(WITH_POSTGRES)
@@ -162,7 +165,7 @@ bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
 
 # The example service (Examples/PetClinic, a package of its own that depends on Depot by
 # path): its API tests on memory, SQLite, LMDB and PostgreSQL (a throwaway server), and the

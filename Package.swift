@@ -30,6 +30,14 @@ let package = Package(
         .library(name: "DepotTesting", targets: ["DepotTesting"]),
         .executable(name: "depot", targets: ["depot"]),
     ],
+    // PostgreSQL is opt-in: the `Depot` umbrella links libpq (and opens `postgres://` URLs)
+    // only with this trait on, so an application on SQLite or LMDB neither links libpq nor
+    // needs its headers to build. The DepotPostgres product itself works either way.
+    traits: [
+        .trait(
+            name: "PostgreSQL",
+            description: "The PostgreSQL backend in the Depot umbrella: postgres:// URLs open a PostgresStore (links libpq)."),
+    ],
     dependencies: [
         // NIOLockedValueBox: a pthread-based lock that Thread Sanitizer understands (the
         // standard library's Mutex uses raw futexes on Linux, which TSan cannot see).
@@ -100,7 +108,8 @@ let package = Package(
         .target(
             name: "Depot",
             dependencies: [
-                "DepotCore", "DepotSQLite", "DepotLMDB", "DepotPostgres", .product(name: "Logging", package: "swift-log"),
+                "DepotCore", "DepotSQLite", "DepotLMDB", .product(name: "Logging", package: "swift-log"),
+                .target(name: "DepotPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Configuration", package: "swift-configuration"),
             ]),
         .executableTarget(

@@ -27,6 +27,13 @@ if ! $SWIFT build -c debug -Xswiftc -sanitize=address -Xswiftc -sanitize-coverag
 	exit 1
 fi
 BIN=.build/debug/DepotFuzz
+# DepotFuzz depends on Depot without its PostgreSQL trait, as an application on SQLite or
+# LMDB does: such an application must not link libpq (Package.swift, the trait).
+if ldd "$BIN" | grep -q 'libpq\.so'; then
+	echo "DepotFuzz links libpq although it depends on Depot without the PostgreSQL trait:"
+	ldd "$BIN" | grep libpq
+	exit 1
+fi
 
 # Leak reports would be the Swift runtime's caches; the Swift backtracer cannot run under ASan.
 export ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}"

@@ -11,7 +11,8 @@ let package = Package(
         .executable(name: "pet-clinic", targets: ["PetClinicServer"]),
     ],
     dependencies: [
-        .package(name: "Depot", path: "../.."),
+        // The PostgreSQL trait: the example serves every backend, postgres:// URLs included.
+        .package(name: "Depot", path: "../..", traits: ["PostgreSQL"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.8.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),

@@ -1,6 +1,8 @@
 public import DepotCore
 import DepotLMDB
+#if PostgreSQL
 import DepotPostgres
+#endif
 import DepotSQLite
 import Foundation
 public import Logging
@@ -48,6 +50,7 @@ extension StoreURL {
             guard let path else { return try SQLiteStore.inMemory(options: options, log: log) }
             return try SQLiteStore(path: path, options: options, log: log)
         case .postgres:
+            #if PostgreSQL
             var options = PostgresStore.Options()
             if let value = self[option: "schema"] { options.schema = value }
             if let value = self[option: "readers"], let readers = Int(value) { options.readers = readers }
@@ -56,6 +59,9 @@ extension StoreURL {
             if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
             options.readOnly = readOnly
             return try PostgresStore(url: postgresConnectionString, options: options, log: log)
+            #else
+            throw DepotError(.invalidConfiguration, StoreURL.postgresTraitMissing)
+            #endif
         case .lmdb:
             var options = LMDBStore.Options()
             if let value = self[option: "mapSize"], let size = Self.parseSize(value) { options.mapSize = size }
@@ -80,6 +86,15 @@ extension StoreURL {
 }
 
 extension StoreURL {
+    /// Why a `postgres:` URL cannot be opened by a build of Depot without its PostgreSQL
+    /// backend, and how to add it.
+    static let postgresTraitMissing = """
+        This build of Depot has no PostgreSQL backend: turn on Depot's PostgreSQL trait in \
+        the package that depends on it, .package(url: "…/Depot.git", from: "…", traits: ["PostgreSQL"]) \
+        (with `swift build --traits PostgreSQL` when building Depot itself), or depend on \
+        the DepotPostgres product and open a PostgresStore directly.
+        """
+
     /// The libpq connection URI of a `postgres:` URL: its server part and the client
     /// options, without Depot's own options (libpq refuses parameters it does not know).
     var postgresConnectionString: String {

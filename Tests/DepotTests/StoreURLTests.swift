@@ -34,6 +34,7 @@ struct StoreURLTests {
         #expect(try StoreURL("postgres://db/app?password=hunter2").redacted.contains("password=***"))
     }
 
+    #if PostgreSQL
     /// A real server (started by `make test`): the URL's options reach the store.
     @Test(.enabled(if: ProcessInfo.processInfo.environment["DEPOT_TEST_POSTGRES_URL"] != nil))
     func postgresOptionsReachTheStore() async throws {
@@ -46,6 +47,16 @@ struct StoreURLTests {
         #expect(try await cats.count(Request(\.age > 10)) == Cat.workload(count: 500).filter { $0.age > 10 }.count)
         await store.close()
     }
+    #else
+    /// Without the trait, a postgres: URL is refused before any connection, saying how to
+    /// turn the backend on.
+    @Test func postgresNeedsTheTrait() async throws {
+        let error = await #expect(throws: DepotError.self) { try await openStore(url: "postgres://app:s3cret@db.invalid/app") }
+        #expect(error?.code == .invalidConfiguration)
+        #expect(error?.message.contains("PostgreSQL trait") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("s3cret") == false)
+    }
+    #endif
 
     @Test func optionsAreTypedAndValidated() throws {
         let sqlite = try StoreURL("sqlite:///x.sqlite?durability=full&readers=8&busyTimeout=250ms")
