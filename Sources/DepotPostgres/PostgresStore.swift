@@ -106,14 +106,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         var verifiedVersion: String?
     }
 
-    struct Pool: Sendable {
-        var idle: [PGConnection]
-        var waiting: [@Sendable (PGConnection) -> Void] = []
-        var waitingStart = 0
-    }
-
     let state = NIOLockedValueBox(State())
-    let pool: NIOLockedValueBox<Pool>
+    /// The reader connections, handed out to reads in arrival order; each runs its reads on
+    /// its own queue.
+    let pool: ReaderPool<PGConnection>
     let writer: PGConnection
     let readers: [PGConnection]
     /// A lane over a serial queue, off the global queue's threads that Swift's tasks run on:
@@ -172,7 +168,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             opened.append(listen)
             self.writer = writer
             self.readers = Array(opened[1...options.readers])
-            self.pool = NIOLockedValueBox(Pool(idle: Array(opened[1...options.readers])))
+            self.pool = ReaderPool(Array(opened[1...options.readers]), telemetry: log.telemetry) { $0.queue }
             self.listener = ChangeListener(connection: listen)
             state.withLockedValue { s in
                 s.verifiedVersion = version
@@ -306,48 +302,6 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
 
     // MARK: Reads
 
-    func checkOutReader(_ job: @escaping @Sendable (PGConnection) -> Void) {
-        let telemetry = log.telemetry
-        let reader = pool.withLockedValue { p -> PGConnection? in
-            if let reader = p.idle.popLast() { return reader }
-            if let telemetry, telemetry.metrics {
-                // Every reader is busy: how long this read waits for one.
-                telemetry.poolWaitBegan()
-                let since = DispatchTime.now().uptimeNanoseconds
-                p.waiting.append { reader in
-                    telemetry.poolWaited(nanoseconds: DispatchTime.now().uptimeNanoseconds &- since)
-                    job(reader)
-                }
-            } else {
-                p.waiting.append(job)
-            }
-            return nil
-        }
-        guard let reader else { return }
-        if StoreExecutor.isCurrent {
-            job(reader)
-        } else {
-            reader.queue.async { job(reader) }
-        }
-    }
-
-    func checkIn(_ reader: PGConnection) {
-        let next = pool.withLockedValue { p -> (@Sendable (PGConnection) -> Void)? in
-            guard p.waitingStart < p.waiting.count else {
-                p.idle.append(reader)
-                return nil
-            }
-            let job = p.waiting[p.waitingStart]
-            p.waitingStart += 1
-            if p.waitingStart == p.waiting.count {
-                p.waiting.removeAll(keepingCapacity: true)
-                p.waitingStart = 0
-            }
-            return job
-        }
-        if let next { reader.queue.async { next(reader) } }
-    }
-
     /// A connection whose server went away (a restart, a failover) is reconnected before
     /// its next use, with the store's session settings.
     ///
@@ -390,7 +344,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        checkOutReader { reader in
+        pool.checkOut { reader in
             self.healthy(reader)
             let read = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } } }
             var result = Result { try read() }
@@ -398,7 +352,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 self.healthy(reader)
                 result = Result { try read() }
             }
-            self.checkIn(reader)
+            self.pool.checkIn(reader)
             self.end()
             completion(result)
         }
@@ -420,7 +374,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        checkOutReader { reader in
+        pool.checkOut { reader in
             self.healthy(reader)
             let read = { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
@@ -437,7 +391,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 self.healthy(reader)
                 result = Result { try read() }
             }
-            self.checkIn(reader)
+            self.pool.checkIn(reader)
             self.end()
             completion(result)
         }

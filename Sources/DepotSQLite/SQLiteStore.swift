@@ -115,10 +115,11 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 
     let state = NIOLockedValueBox(State())
-    let pool: NIOLockedValueBox<Pool>
+    /// The reader connections, handed out to reads in arrival order.
+    let pool: ReaderPool<Reader>
     let writer: Connection
     let writerLane: SerialLane
-    /// Where reads run (see `checkOutReader`).
+    /// Where reads run (see `ReaderPool`).
     let readQueue = DispatchQueue(label: "depot.sqlite.readers", attributes: .concurrent)
     let readers: [Reader]
     let gate: StoreGate
@@ -285,7 +286,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
             self.writer = writer
             self.writerLane = SerialLane(label: "depot.sqlite.writer")
             self.readers = readers
-            self.pool = NIOLockedValueBox(Pool(idle: readers))
+            let readQueue = self.readQueue
+            self.pool = ReaderPool(readers, telemetry: log.telemetry) { _ in readQueue }
             state.withLockedValue { s in
                 s.verifiedCookie = cookie
                 for entity in stored {
@@ -365,9 +367,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
-        checkOutReader { reader in
+        pool.checkOut { reader in
             let result = Result { try self.readNow(on: reader.connection, body) }
-            self.checkIn(reader)
+            self.pool.checkIn(reader)
             self.end()
             completion(result)
         }
@@ -382,9 +384,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     ) {
         do { try begin() } catch { return completion(.failure(error)) }
         // An idle reader is taken here, so the read queue gets one block capturing
-        // everything, not a block around the closure checkOutReader would keep.
-        guard let reader = pool.withLockedValue({ $0.idle.popLast() }) else {
-            return checkOutReader { reader in self.readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
+        // everything, not a block around the closure the pool would keep.
+        guard let reader = pool.takeIdle() else {
+            return pool.checkOut { reader in self.readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
         }
         if StoreExecutor.isCurrent { return readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
         readQueue.async { self.readRow(entity, key: key, visit: visit, completion: completion, on: reader) }
@@ -405,7 +407,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
                 }
             }
         }
-        checkIn(reader)
+        pool.checkIn(reader)
         end()
         completion(result)
     }
@@ -415,8 +417,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
         try begin()
         defer { end() }
-        guard let reader = pool.withLockedValue({ $0.idle.popLast() }) else { return false }
-        defer { checkIn(reader) }
+        guard let reader = pool.takeIdle() else { return false }
+        defer { pool.checkIn(reader) }
         if singleStatement {
             // One statement in autocommit mode is its own snapshot (see submitRowRead).
             try log.transaction("read") {
