@@ -82,11 +82,13 @@ let package = Package(
                 .product(name: "SwiftDiagnostics", package: "swift-syntax"),
                 .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
             ]),
+        // What the two SQL backends share: the query compiler over a dialect each.
+        .target(name: "DepotSQL", dependencies: ["DepotCore"]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(
             name: "DepotSQLite",
             dependencies: [
-                "DepotCore", "CSQLite", .product(name: "Logging", package: "swift-log"),
+                "DepotCore", "DepotSQL", "CSQLite", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
@@ -102,7 +104,7 @@ let package = Package(
         .target(
             name: "DepotPostgres",
             dependencies: [
-                "DepotCore", "CLibPQ", .product(name: "Logging", package: "swift-log"),
+                "DepotCore", "DepotSQL", "CLibPQ", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
         .target(

@@ -1,5 +1,6 @@
 import CLibPQ
 import DepotCore
+import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
 

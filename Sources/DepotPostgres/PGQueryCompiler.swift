@@ -1,175 +1,74 @@
 import DepotCore
+import DepotSQL
 import Foundation
 
-/// A query compiled to SQL with its parameters. Every value is a bound parameter; the
-/// text holds only quoted identifiers, operators and parameter markers.
-struct PGCompiledQuery {
-    var sql: String
-    var params: [PGParam]
-}
-
-/// Compiles a ``Filter`` and a `Query`'s order, limit and offset into PostgreSQL with the
-/// semantics of `Filter.evaluate`:
-/// - SQL's three-valued logic is Depot's: a comparison with NULL is unknown;
+/// PostgreSQL's SQL for Depot's requests (``SQLQueryCompiler`` writes the rest):
 /// - strings are `COLLATE "C"` (UTF-8 byte order) in Depot's NUL-safe form (``PGText``);
 /// - doubles are `double precision`, whose order is Depot's total order: NaN equals NaN and
 ///   sorts after +infinity;
 /// - NULL sorts first ascending and last descending, as `Value.compare` puts nil first;
-/// - `hasPrefix` is a range or `starts_with`, `contains` a byte search (`strpos`): no LIKE,
-///   so no case folding and no wildcards.
-struct PGQueryCompiler {
-    let table: RegisteredEntity
-    var params: [PGParam] = []
+/// - `hasPrefix` is a range or `starts_with`, `contains` a byte search (`strpos`).
+/// A value compared with a column is typed as the column by the server: a date is a
+/// double, and a value of another type than the column's is cast (or refused).
+enum PostgresDialect: SQLDialect {
+    typealias Parameter = PGParam
 
-    init(table: RegisteredEntity) {
-        self.table = table
+    static func placeholder(_ position: Int) -> String { "$\(position)" }
+    static let trueLiteral = "TRUE"
+    static let falseLiteral = "FALSE"
+    static let unknownLiteral = "NULL::boolean"
+    static func parameter(_ value: Value) -> PGParam { .value(value) }
+    static func count(_ value: Int64) -> PGParam { .int(value) }
+    /// LIMIT NULL is no limit.
+    static let noLimit = PGParam(oid: PGParam.int8Oid, bytes: nil)
+
+    static func orderKey(_ column: String, ascending: Bool) -> String {
+        "\(column) \(ascending ? "ASC NULLS FIRST" : "DESC NULLS LAST")"
     }
 
-    func column(_ index: Int) throws(DepotError) -> String {
-        guard table.entity.attributes.indices.contains(index) else {
-            throw DepotError(.invalidPredicate, "The query names attribute position \(index), but \(table.entity.name) has \(table.entity.attributes.count) attributes; build queries from the entity that registered it.")
+    static func hasPrefix(_ c: String, _ prefix: String, _ parameters: inout SQLParameters<Self>) -> String {
+        let encoded = PGText.encode(prefix)
+        let lower = parameters.add(PGParam(oid: PGParam.textOid, bytes: encoded))
+        // The smallest text above every text with this prefix, when it is valid UTF-8
+        // (an index range); otherwise starts_with, byte-wise under "C".
+        var upper = encoded
+        while let last = upper.last, last == 0xFF { upper.removeLast() }
+        guard let last = upper.popLast() else { return "\(c) >= \(lower)" }
+        upper.append(last + 1)
+        if String(validating: upper, as: UTF8.self) != nil {
+            return "(\(c) >= \(lower) AND \(c) < \(parameters.add(PGParam(oid: PGParam.textOid, bytes: upper))))"
         }
-        return quoted(table.entity.attributes[index].name)
+        return "starts_with(\(c), \(lower))"
     }
 
-    private mutating func parameter(_ param: PGParam) -> String {
-        params.append(param)
-        return "$\(params.count)"
-    }
-
-    /// A value compared with a column, typed as the column: a date is a double, a value of
-    /// another type than the column's is cast by the server (and refused when it cannot be).
-    private mutating func value(_ value: Value, for index: Int) -> String {
-        parameter(.value(value))
-    }
-
-    private mutating func list(_ values: [Value], for index: Int) -> String {
-        values.map { value($0, for: index) }.joined(separator: ", ")
-    }
-
-    mutating func condition(_ filter: Filter) throws(DepotError) -> String {
-        switch filter {
-        case .constant(let b):
-            return b.map { $0 ? "TRUE" : "FALSE" } ?? "NULL::boolean"
-        case .compare(let index, let op, let operand):
-            let c = try column(index)
-            if operand.isNull { return "NULL::boolean" }
-            let sqlOperator: String
-            switch op {
-            case .equal: sqlOperator = "="
-            case .notEqual: sqlOperator = "<>"
-            case .less: sqlOperator = "<"
-            case .lessOrEqual: sqlOperator = "<="
-            case .greater: sqlOperator = ">"
-            case .greaterOrEqual: sqlOperator = ">="
-            }
-            return "\(c) \(sqlOperator) \(value(operand, for: index))"
-        case .oneOf(let index, let values, let includesNil):
-            let c = try column(index)
-            if values.isEmpty {
-                return includesNil ? "\(c) IS NULL" : "(\(c) IS NULL AND NULL::boolean)"
-            }
-            let inList = "\(c) IN (\(list(values, for: index)))"
-            return includesNil ? "(\(inList) OR \(c) IS NULL)" : inList
-        case .notOneOf(let index, let values):
-            let c = try column(index)
-            if values.isEmpty { return "(\(c) IS NOT NULL OR NULL::boolean)" }
-            return "\(c) NOT IN (\(list(values, for: index)))"
-        case .isNil(let index):
-            return "\(try column(index)) IS NULL"
-        case .isNotNil(let index):
-            return "\(try column(index)) IS NOT NULL"
-        case .hasPrefix(let index, let prefix):
-            let c = try column(index)
-            let encoded = PGText.encode(prefix)
-            let lower = parameter(PGParam(oid: PGParam.textOid, bytes: encoded))
-            // The smallest text above every text with this prefix, when it is valid UTF-8
-            // (an index range); otherwise starts_with, byte-wise under "C".
-            var upper = encoded
-            while let last = upper.last, last == 0xFF { upper.removeLast() }
-            guard let last = upper.popLast() else { return "\(c) >= \(lower)" }
-            upper.append(last + 1)
-            if String(validating: upper, as: UTF8.self) != nil {
-                return "(\(c) >= \(lower) AND \(c) < \(parameter(PGParam(oid: PGParam.textOid, bytes: upper))))"
-            }
-            return "starts_with(\(c), \(lower))"
-        case .contains(let index, let needle):
-            let c = try column(index)
-            if needle.isEmpty { return "(\(c) IS NOT NULL OR NULL::boolean)" }
-            let encoded = PGText.encode(needle)
-            if let first = encoded.first, first > 2 {
-                return "strpos(\(c), \(parameter(PGParam(oid: PGParam.textOid, bytes: encoded)))) > 0"
-            }
-            // A needle that begins with 01 or 02 could match the second byte of an escape
-            // pair (see PGText): match whole code units from the start instead.
-            // \u and exactly four digits: PostgreSQL's \x takes every hex digit that follows.
-            var pattern = "^(?:[^\\u0001]|\\u0001[\\u0001\\u0002])*?"
-            for scalar in String(decoding: encoded, as: UTF8.self).unicodeScalars {
-                if scalar.value < 0x20 {
-                    pattern += String(format: "\\u%04x", scalar.value)
-                } else if scalar.isASCII && !(CharacterSet.alphanumerics.contains(scalar)) {
-                    pattern += "\\" + String(scalar)
-                } else {
-                    pattern.unicodeScalars.append(scalar)
-                }
-            }
-            return "\(c) ~ \(parameter(.text(pattern)))"
-        case .and(let parts):
-            if parts.isEmpty { return "TRUE" }
-            var out: [String] = []
-            for part in parts { out.append(try condition(part)) }
-            return "(" + out.joined(separator: " AND ") + ")"
-        case .or(let parts):
-            if parts.isEmpty { return "FALSE" }
-            var out: [String] = []
-            for part in parts { out.append(try condition(part)) }
-            return "(" + out.joined(separator: " OR ") + ")"
-        case .not(let inner):
-            return "(NOT \(try condition(inner)))"
+    static func contains(_ c: String, _ needle: String, _ parameters: inout SQLParameters<Self>) -> String {
+        let encoded = PGText.encode(needle)
+        if let first = encoded.first, first > 2 {
+            return "strpos(\(c), \(parameters.add(PGParam(oid: PGParam.textOid, bytes: encoded)))) > 0"
         }
-    }
-
-    mutating func whereClause(_ filter: Filter) throws(DepotError) -> String {
-        if filter == .constant(true) { return "" }
-        return " WHERE " + (try condition(filter))
-    }
-
-    func orderBy(_ sort: [ResolvedSortKey]) throws(DepotError) -> String {
-        var keys: [String] = []
-        for key in sort {
-            keys.append("\(try column(key.attributeIndex)) \(key.ascending ? "ASC NULLS FIRST" : "DESC NULLS LAST")")
+        // A needle that begins with 01 or 02 could match the second byte of an escape
+        // pair (see PGText): match whole code units from the start instead.
+        // \u and exactly four digits: PostgreSQL's \x takes every hex digit that follows.
+        var pattern = "^(?:[^\\u0001]|\\u0001[\\u0001\\u0002])*?"
+        for scalar in String(decoding: encoded, as: UTF8.self).unicodeScalars {
+            if scalar.value < 0x20 {
+                pattern += String(format: "\\u%04x", scalar.value)
+            } else if scalar.isASCII && !(CharacterSet.alphanumerics.contains(scalar)) {
+                pattern += "\\" + String(scalar)
+            } else {
+                pattern.unicodeScalars.append(scalar)
+            }
         }
-        return keys.isEmpty ? "" : " ORDER BY " + keys.joined(separator: ", ")
+        return "\(c) ~ \(parameters.add(.text(pattern)))"
     }
+}
 
-    mutating func limitClause(_ query: Query) -> String {
-        guard query.limit != nil || query.offset > 0 else { return "" }
-        // LIMIT NULL is no limit.
-        let limit = parameter(query.limit.map { .int(Int64($0)) } ?? PGParam(oid: PGParam.int8Oid, bytes: nil))
-        let offset = parameter(.int(Int64(query.offset)))
-        return " LIMIT \(limit) OFFSET \(offset)"
-    }
+typealias PGQueryCompiler = SQLQueryCompiler<PostgresDialect>
+typealias PGCompiledQuery = SQLStatement<PostgresDialect>
 
-    // MARK: Whole statements
+extension RegisteredEntity: SQLTable {}
 
-    static func select(_ query: Query, table: RegisteredEntity, columns: String? = nil) throws(DepotError) -> PGCompiledQuery {
-        var compiler = PGQueryCompiler(table: table)
-        let whereSQL = try compiler.whereClause(query.filter)
-        let order = try compiler.orderBy(query.sort)
-        let limit = compiler.limitClause(query)
-        return PGCompiledQuery(sql: "SELECT \(columns ?? table.columnList) FROM \(table.name)\(whereSQL)\(order)\(limit)", params: compiler.params)
-    }
-
-    static func count(_ query: Query, table: RegisteredEntity) throws(DepotError) -> PGCompiledQuery {
-        var compiler = PGQueryCompiler(table: table)
-        let whereSQL = try compiler.whereClause(query.filter)
-        if query.limit == nil && query.offset == 0 {
-            return PGCompiledQuery(sql: "SELECT count(*) FROM \(table.name)\(whereSQL)", params: compiler.params)
-        }
-        let limit = compiler.limitClause(query)
-        return PGCompiledQuery(sql: "SELECT count(*) FROM (SELECT 1 FROM \(table.name)\(whereSQL)\(limit)) AS page", params: compiler.params)
-    }
-
+extension SQLQueryCompiler where Dialect == PostgresDialect {
     /// What one aggregate function reads from a row of ``aggregate(_:table:)``'s result.
     enum AggregateColumn {
         /// A count: one `bigint`.
@@ -209,16 +108,6 @@ struct PGQueryCompiler {
         var doubleSums: [DoubleSumQuery] = []
     }
 
-    /// The rows an aggregate reads: the table filtered, or, with an offset or a limit, the
-    /// query's page chosen in a subquery first.
-    mutating func aggregateSource(_ rows: Query) throws(DepotError) -> String {
-        let whereSQL = try whereClause(rows.filter)
-        guard rows.limit != nil || rows.offset > 0 else { return "\(table.name)\(whereSQL)" }
-        let order = try orderBy(rows.sort)
-        let limit = limitClause(rows)
-        return "(SELECT * FROM \(table.name)\(whereSQL)\(order)\(limit)) AS page"
-    }
-
     static func doubleSum(of attribute: Int, _ query: AggregateQuery, table: RegisteredEntity) throws(DepotError) -> DoubleSumQuery {
         var compiler = PGQueryCompiler(table: table)
         let c = try compiler.column(attribute)
@@ -233,7 +122,7 @@ struct PGQueryCompiler {
             keys += "\"depot.k\(n)\", "
             types.append(table.entity.attributes[index].type)
         }
-        let source = try compiler.aggregateSource(query.rows)
+        let source = try compiler.rowSource(query.rows, table: table)
         let x = "\"depot.x\"", b = "\"depot.b\"", e = "\"depot.e\"", m = "\"depot.m\""
         let exponent = "((\(b) >> 52) & 2047)"
         let fraction = "(\(b) & 4503599627370495)"
@@ -260,7 +149,7 @@ struct PGQueryCompiler {
             FROM (\(parts)) AS parts GROUP BY \(keys)\(e)
             """
         types += [.int64, .string, .int64, .int64, .int64, .int64, .int64]
-        return DoubleSumQuery(attribute: attribute, query: PGCompiledQuery(sql: sql, params: compiler.params), types: types)
+        return DoubleSumQuery(attribute: attribute, query: PGCompiledQuery(sql: sql, parameters: compiler.parameters.values), types: types)
     }
 
     /// `GROUP BY` on the server, with Depot's answers: counts and integer sums are exact
@@ -322,26 +211,11 @@ struct PGQueryCompiler {
                 layout.append(.extreme)
             }
         }
-        let source = try compiler.aggregateSource(query.rows)
+        let source = try compiler.rowSource(query.rows, table: table)
         var sql = "SELECT \(selected.joined(separator: ", ")) FROM \(source)"
         if !query.groupBy.isEmpty {
             sql += " GROUP BY " + selected.prefix(query.groupBy.count).joined(separator: ", ")
         }
-        return CompiledAggregate(query: PGCompiledQuery(sql: sql, params: compiler.params), functions: layout, types: types, doubleSums: doubleSums)
-    }
-
-    /// A DELETE honouring the query's order, offset and limit, returning every deleted
-    /// row's key (for the change feed).
-    static func delete(_ query: Query, table: RegisteredEntity) throws(DepotError) -> PGCompiledQuery {
-        var compiler = PGQueryCompiler(table: table)
-        let whereSQL = try compiler.whereClause(query.filter)
-        let returning = " RETURNING \(table.keyColumn)"
-        if query.limit == nil && query.offset == 0 {
-            return PGCompiledQuery(sql: "DELETE FROM \(table.name)\(whereSQL)\(returning)", params: compiler.params)
-        }
-        let order = try compiler.orderBy(query.sort)
-        let limit = compiler.limitClause(query)
-        let chosen = "SELECT \(table.keyColumn) FROM \(table.name)\(whereSQL)\(order)\(limit)"
-        return PGCompiledQuery(sql: "DELETE FROM \(table.name) WHERE \(table.keyColumn) IN (\(chosen))\(returning)", params: compiler.params)
+        return CompiledAggregate(query: PGCompiledQuery(sql: sql, parameters: compiler.parameters.values), functions: layout, types: types, doubleSums: doubleSums)
     }
 }

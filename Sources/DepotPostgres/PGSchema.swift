@@ -1,12 +1,6 @@
 import DepotCore
+import DepotSQL
 import Foundation
-
-/// Quotes an SQL identifier. Entity and attribute names are validated to letters, digits
-/// and `_` before they get here; quoting anyway means a name can never become syntax, and
-/// keeps PostgreSQL from folding it to lower case.
-func quoted(_ identifier: String) -> String {
-    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-}
 
 /// A registered entity and the SQL that reads and writes its table, built once. Column
 /// lists follow the declared attribute order, which is the row order.

@@ -1,4 +1,5 @@
 public import DepotCore
+import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
 

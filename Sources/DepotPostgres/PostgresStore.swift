@@ -1,5 +1,6 @@
 import CLibPQ
 public import DepotCore
+import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
 

@@ -35,7 +35,7 @@ final class PostgresTransaction: WriteTransaction {
         let table = try table(query.handle)
         if query.limit == 0 { return }
         let compiled = try PGQueryCompiler.select(query, table: table)
-        let result = try connection.query(compiled.sql, compiled.params, "Fetching \(table.entity.name) records")
+        let result = try connection.query(compiled.sql, compiled.parameters, "Fetching \(table.entity.name) records")
         let count = result.rowCount
         reserve(count)
         let columns = PGColumns(result, table: table)
@@ -58,7 +58,7 @@ final class PostgresTransaction: WriteTransaction {
     func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         let compiled = try PGQueryCompiler.count(query, table: table)
-        let result = try connection.query(compiled.sql, compiled.params, "Counting \(table.entity.name) records")
+        let result = try connection.query(compiled.sql, compiled.parameters, "Counting \(table.entity.name) records")
         guard result.rowCount > 0 else { return 0 }
         return Int(result.int64(0, 0))
     }
@@ -76,7 +76,7 @@ final class PostgresTransaction: WriteTransaction {
         for part in compiled.doubleSums {
             doubleSums[part.attribute] = try doubleSum(part, entity: entity, keyCount: keyCount)
         }
-        let result = try connection.query(compiled.query.sql, compiled.query.params, "Aggregating \(entity.name) records")
+        let result = try connection.query(compiled.query.sql, compiled.query.parameters, "Aggregating \(entity.name) records")
         let columns = PGColumns(result, types: compiled.types, entity: entity.name)
         var rows: [AggregateRow] = []
         rows.reserveCapacity(result.rowCount)
@@ -122,7 +122,7 @@ final class PostgresTransaction: WriteTransaction {
     /// group and binary exponent the sum of the significands, then the counts of NaNs,
     /// infinities, finite values and negative zeros.
     private func doubleSum(_ part: PGQueryCompiler.DoubleSumQuery, entity: EntityDescription, keyCount: Int) throws -> [[Value]: ExactSum] {
-        let result = try connection.query(part.query.sql, part.query.params, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
+        let result = try connection.query(part.query.sql, part.query.parameters, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
         let columns = PGColumns(result, types: part.types, entity: entity.name)
         var sums: [[Value]: ExactSum] = [:]
         for row in 0..<result.rowCount {
@@ -283,8 +283,8 @@ final class PostgresTransaction: WriteTransaction {
     func delete(_ query: Query) throws -> Int {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
-        let compiled = try PGQueryCompiler.delete(query, table: table)
-        let result = try connection.query(compiled.sql, compiled.params, "Deleting \(table.entity.name) records")
+        let compiled = try PGQueryCompiler.delete(query, table: table, returningKeys: true)
+        let result = try connection.query(compiled.sql, compiled.parameters, "Deleting \(table.entity.name) records")
         let keys = PGColumns(result, types: [table.keyType], entity: table.entity.name, names: [table.entity.primaryKey.name], keyIndex: 0)
         for row in 0..<result.rowCount {
             keys.row = row

@@ -1,11 +1,6 @@
 import DepotCore
+import DepotSQL
 import Foundation
-
-/// Quotes an SQL identifier. Entity and attribute names are validated to letters, digits
-/// and `_` before they get here; quoting anyway means a name can never become syntax.
-func quoted(_ identifier: String) -> String {
-    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-}
 
 /// A registered entity (every backend calls its per-entity state by this name) and the SQL
 /// that reads and writes its table, built once.

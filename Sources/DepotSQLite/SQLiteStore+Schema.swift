@@ -1,5 +1,6 @@
 import CSQLite
 public import DepotCore
+import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
 

@@ -62,7 +62,7 @@ final class SQLiteTransaction: WriteTransaction {
         let compiled = try QueryCompiler.select(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
-        try bind(compiled.bindings, to: statement)
+        try bind(compiled.parameters, to: statement)
         let columns = StatementColumns(statement, table: table)
         while try connection.step(statement, "Fetching \(table.entity.name) records") {
             try body(columns)
@@ -113,7 +113,7 @@ final class SQLiteTransaction: WriteTransaction {
         let compiled = try QueryCompiler.count(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
-        try bind(compiled.bindings, to: statement)
+        try bind(compiled.parameters, to: statement)
         guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
@@ -123,7 +123,7 @@ final class SQLiteTransaction: WriteTransaction {
         let compiled = try QueryCompiler.aggregate(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
-        try bind(compiled.bindings, to: statement)
+        try bind(compiled.parameters, to: statement)
         let entity = query.entity
         // Result columns: the group keys, then one per function, each read by its type.
         var types = query.groupBy.map { entity.attributes[$0].type }
@@ -267,7 +267,7 @@ final class SQLiteTransaction: WriteTransaction {
         let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
-        try bind(compiled.bindings, to: statement)
+        try bind(compiled.parameters, to: statement)
         var deleted = 0
         while try connection.step(statement, "Deleting \(table.entity.name) records") {
             let key = try connection.column(0, of: statement, as: table.keyType)

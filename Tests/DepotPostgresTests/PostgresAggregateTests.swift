@@ -26,7 +26,7 @@ struct PostgresAggregateTests {
         let compiled = try PGQueryCompiler.aggregate(grouped, table: table)
         #expect(compiled.query.sql.hasSuffix("GROUP BY \"age\""), "\(compiled.query.sql)")
         #expect(compiled.query.sql.contains("sum(\"age\")::text"), "integer sums exact, as numeric: \(compiled.query.sql)")
-        #expect(compiled.query.params.count == 1, "the filter's value bound, not spliced in")
+        #expect(compiled.query.parameters.count == 1, "the filter's value bound, not spliced in")
         // The server's answer equals Depot's reference over the same rows.
         let (served, reference) = try await store.read { transaction in
             var rows: [Row] = []
