@@ -7,7 +7,14 @@ public import Logging
 public import Configuration
 
 extension StoreURL {
-    /// Opens the store this URL names.
+    /// Opens the store this URL names on the calling thread, blocking it until the store is
+    /// ready.
+    ///
+    /// Opening reads and checks files, may wait for another process's lock (up to the busy
+    /// timeout), may run a recovery, and connects to a server: blocking work. This form is
+    /// for code that is not async (a command-line tool's synchronous `main`, a test
+    /// fixture); async code uses ``open(logger:)``, which does the same on a thread of its
+    /// own and never blocks Swift's cooperative pool.
     ///
     /// - Parameter logger: Where the store logs (nothing by default). The URL's
     ///   `slowThreshold` option sets when a transaction is logged as slow.
@@ -15,7 +22,7 @@ extension StoreURL {
     ///   file that is not a store of that kind, `DepotError.Code.permissionDenied` or
     ///   `DepotError.Code.io` when the path cannot be used. Its message never holds the
     ///   URL's password, also where it quotes what libpq said about the URL.
-    public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
+    public func openBlocking(logger: Logger? = nil) throws(DepotError) -> any Store {
         do {
             return try openUnredacted(logger: logger)
         } catch {
@@ -94,12 +101,13 @@ extension StoreURL {
 }
 
 /// Opens the store a URL string names, e.g. `sqlite:///var/lib/app/app.sqlite?durability=full`
-/// (see ``StoreURL`` for every scheme and option).
+/// (see ``StoreURL`` for every scheme and option), blocking the calling thread until it is
+/// ready: for code that is not async. Async code uses `openStore(url:logger:)`.
 ///
 /// - Throws: `DepotError.Code.invalidConfiguration` for a malformed URL or option, and
 ///   the backend's errors when opening fails.
-public func openStore(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
-    try StoreURL(url).open(logger: logger)
+public func openStoreBlocking(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
+    try StoreURL(url).openBlocking(logger: logger)
 }
 
 extension StoreURL {
@@ -107,15 +115,15 @@ extension StoreURL {
     ///
     /// Opening reads and checks files, may wait for another process's lock (up to the busy
     /// timeout) and may run a recovery; that is blocking work, so it runs on a thread of
-    /// its own and the calling task is resumed when the store is ready. Use this form from
-    /// async code (a server's startup, a request handler); the synchronous form is for
-    /// code that is not async.
+    /// its own and the calling task is resumed when the store is ready. Code that is not
+    /// async uses ``openBlocking(logger:)``.
     ///
-    /// - Parameter logger: Where the store logs (nothing by default).
-    /// - Throws: The same errors as ``open(logger:)``.
+    /// - Parameter logger: Where the store logs (nothing by default). The URL's
+    ///   `slowThreshold` option sets when a transaction is logged as slow.
+    /// - Throws: The same errors as ``openBlocking(logger:)``.
     public func open(logger: Logger? = nil) async throws(DepotError) -> any Store {
         let url = self
-        return try await BlockingWork.run { () throws(DepotError) in try url.open(logger: logger) }
+        return try await BlockingWork.run { () throws(DepotError) in try url.openBlocking(logger: logger) }
     }
 }
 

@@ -50,7 +50,7 @@ struct ConfigurationAndLoggingTests {
         let none = ConfigReader(provider: InMemoryProvider(values: [:]))
         #expect(try StoreURL(config: none) == nil)
         do {
-            _ = try openStore(config: none)
+            _ = try openStoreBlocking(config: none)
             Issue.record("opening without a URL should fail")
         } catch {
             #expect(error.code == .invalidConfiguration)
