@@ -38,7 +38,8 @@ extension StoreURL {
         let metrics = self[option: "metrics"] == "true"
         let tracing = self[option: "tracing"] == "true"
         if metrics || tracing {
-            log.telemetry = StoreTelemetry(backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing)
+            log.telemetry = StoreTelemetry(
+                backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing, namespace: telemetryNamespace)
         }
         let readOnly = self[option: "readOnly"] == "true"
         switch backend {
@@ -87,6 +88,40 @@ extension StoreURL {
 }
 
 extension StoreURL {
+    /// The store's name in its spans' `db.namespace`: the file (SQLite) or directory (LMDB)
+    /// path; on PostgreSQL the database and the schema, `app|public` (OpenTelemetry's
+    /// form, the database left out when the URL does not name it); `nil` for memory stores.
+    /// Never holds a password: the database comes from the URL's path or `dbname` option.
+    var telemetryNamespace: String? {
+        switch backend {
+        case .memory:
+            return nil
+        case .sqlite, .lmdb:
+            return path
+        case .postgres:
+            let schema = self[option: "schema"] ?? "public"
+            guard let database = postgresDatabase, !database.isEmpty else { return schema }
+            return "\(database)|\(schema)"
+        }
+    }
+
+    /// The database a `postgres:` URL names: its `dbname` option, or the path after the
+    /// server part (`//user@host:5432/app`).
+    var postgresDatabase: String? {
+        if let name = self[option: "dbname"] { return name }
+        guard var rest = server?[...] else { return nil }
+        if rest.hasPrefix("//") {
+            rest = rest.dropFirst(2)
+            // The host part begins after the user part's last '@': a password may hold a
+            // '/', and nothing of it may reach a span.
+            if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+            guard let slash = rest.firstIndex(of: "/") else { return nil }
+            rest = rest[rest.index(after: slash)...]
+        }
+        let database = String(rest)
+        return database.removingPercentEncoding ?? database
+    }
+
     /// The libpq connection URI of a `postgres:` URL: its server part and the client
     /// options, without Depot's own options (libpq refuses parameters it does not know).
     var postgresConnectionString: String {
