@@ -46,7 +46,8 @@ let package = Package(
         // TreeDictionary: persistent hash tries, so MemoryStore commits copy O(log n) nodes
         // instead of whole tables while readers hold snapshots.
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // 1.14: Logger.current and withLogger, the task-local logger Depot logs a call to.
+        .package(url: "https://github.com/apple/swift-log", from: "1.14.0"),
         // Metrics and spans, off unless a store is given a StoreTelemetry.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.1.0"),

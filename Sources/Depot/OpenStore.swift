@@ -9,7 +9,14 @@ public import Logging
 public import Configuration
 
 extension StoreURL {
-    /// Opens the store this URL names.
+    /// Opens the store this URL names on the calling thread, blocking it until the store is
+    /// ready.
+    ///
+    /// Opening reads and checks files, may wait for another process's lock (up to the busy
+    /// timeout), may run a recovery, and connects to a server: blocking work. This form is
+    /// for code that is not async (a command-line tool's synchronous `main`, a test
+    /// fixture); async code uses ``open(logger:)``, which does the same on a thread of its
+    /// own and never blocks Swift's cooperative pool.
     ///
     /// - Parameter logger: Where the store logs (nothing by default). The URL's
     ///   `slowThreshold` option sets when a transaction is logged as slow.
@@ -17,7 +24,7 @@ extension StoreURL {
     ///   file that is not a store of that kind, `DepotError.Code.permissionDenied` or
     ///   `DepotError.Code.io` when the path cannot be used. Its message never holds the
     ///   URL's password, also where it quotes what libpq said about the URL.
-    public func open(logger: Logger? = nil) throws(DepotError) -> any Store {
+    public func openBlocking(logger: Logger? = nil) throws(DepotError) -> any Store {
         do {
             return try openUnredacted(logger: logger)
         } catch {
@@ -33,7 +40,8 @@ extension StoreURL {
         let metrics = self[option: "metrics"] == "true"
         let tracing = self[option: "tracing"] == "true"
         if metrics || tracing {
-            log.telemetry = StoreTelemetry(backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing)
+            log.telemetry = StoreTelemetry(
+                backend: backend == .postgres ? "postgres" : backend.rawValue, metrics: metrics, tracing: tracing, namespace: telemetryNamespace)
         }
         let readOnly = self[option: "readOnly"] == "true"
         switch backend {
@@ -95,6 +103,40 @@ extension StoreURL {
         the DepotPostgres product and open a PostgresStore directly.
         """
 
+    /// The store's name in its spans' `db.namespace`: the file (SQLite) or directory (LMDB)
+    /// path; on PostgreSQL the database and the schema, `app|public` (OpenTelemetry's
+    /// form, the database left out when the URL does not name it); `nil` for memory stores.
+    /// Never holds a password: the database comes from the URL's path or `dbname` option.
+    var telemetryNamespace: String? {
+        switch backend {
+        case .memory:
+            return nil
+        case .sqlite, .lmdb:
+            return path
+        case .postgres:
+            let schema = self[option: "schema"] ?? "public"
+            guard let database = postgresDatabase, !database.isEmpty else { return schema }
+            return "\(database)|\(schema)"
+        }
+    }
+
+    /// The database a `postgres:` URL names: its `dbname` option, or the path after the
+    /// server part (`//user@host:5432/app`).
+    var postgresDatabase: String? {
+        if let name = self[option: "dbname"] { return name }
+        guard var rest = server?[...] else { return nil }
+        if rest.hasPrefix("//") {
+            rest = rest.dropFirst(2)
+            // The host part begins after the user part's last '@': a password may hold a
+            // '/', and nothing of it may reach a span.
+            if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+            guard let slash = rest.firstIndex(of: "/") else { return nil }
+            rest = rest[rest.index(after: slash)...]
+        }
+        let database = String(rest)
+        return database.removingPercentEncoding ?? database
+    }
+
     /// The libpq connection URI of a `postgres:` URL: its server part and the client
     /// options, without Depot's own options (libpq refuses parameters it does not know).
     var postgresConnectionString: String {
@@ -109,12 +151,13 @@ extension StoreURL {
 }
 
 /// Opens the store a URL string names, e.g. `sqlite:///var/lib/app/app.sqlite?durability=full`
-/// (see ``StoreURL`` for every scheme and option).
+/// (see ``StoreURL`` for every scheme and option), blocking the calling thread until it is
+/// ready: for code that is not async. Async code uses `openStore(url:logger:)`.
 ///
 /// - Throws: `DepotError.Code.invalidConfiguration` for a malformed URL or option, and
 ///   the backend's errors when opening fails.
-public func openStore(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
-    try StoreURL(url).open(logger: logger)
+public func openStoreBlocking(url: String, logger: Logger? = nil) throws(DepotError) -> any Store {
+    try StoreURL(url).openBlocking(logger: logger)
 }
 
 extension StoreURL {
@@ -122,15 +165,15 @@ extension StoreURL {
     ///
     /// Opening reads and checks files, may wait for another process's lock (up to the busy
     /// timeout) and may run a recovery; that is blocking work, so it runs on a thread of
-    /// its own and the calling task is resumed when the store is ready. Use this form from
-    /// async code (a server's startup, a request handler); the synchronous form is for
-    /// code that is not async.
+    /// its own and the calling task is resumed when the store is ready. Code that is not
+    /// async uses ``openBlocking(logger:)``.
     ///
-    /// - Parameter logger: Where the store logs (nothing by default).
-    /// - Throws: The same errors as ``open(logger:)``.
+    /// - Parameter logger: Where the store logs (nothing by default). The URL's
+    ///   `slowThreshold` option sets when a transaction is logged as slow.
+    /// - Throws: The same errors as ``openBlocking(logger:)``.
     public func open(logger: Logger? = nil) async throws(DepotError) -> any Store {
         let url = self
-        return try await BlockingWork.run { () throws(DepotError) in try url.open(logger: logger) }
+        return try await BlockingWork.run { () throws(DepotError) in try url.openBlocking(logger: logger) }
     }
 }
 

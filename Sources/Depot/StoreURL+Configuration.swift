@@ -57,13 +57,14 @@ extension StoreURL {
 }
 
 /// Opens the store named by swift-configuration's `depot.store.url` (see
-/// ``StoreURL/init(config:)``).
+/// ``StoreURL/init(config:)``), blocking the calling thread until it is ready: for code
+/// that is not async. Async code uses `openStore(config:logger:)`.
 ///
 /// - Throws: `DepotError.Code.invalidConfiguration` when the key is missing or malformed,
 ///   and the backend's errors when opening fails.
-public func openStore(config: ConfigReader, logger: Logger? = nil) throws(DepotError) -> any Store {
+public func openStoreBlocking(config: ConfigReader, logger: Logger? = nil) throws(DepotError) -> any Store {
     guard let url = try StoreURL(config: config) else {
         throw DepotError(.invalidConfiguration, "No store is configured: set \(StoreURL.configurationKey) (environment variable \(StoreURL.environmentVariable)) to a store URL such as sqlite:///var/lib/app/app.sqlite.")
     }
-    return try url.open(logger: logger)
+    return try url.openBlocking(logger: logger)
 }

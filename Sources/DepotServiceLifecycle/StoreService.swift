@@ -5,7 +5,7 @@ public import ServiceLifecycle
 /// application shuts it down with everything else.
 ///
 /// ```swift
-/// let store = try openStore(url: "sqlite:///var/lib/app/app.sqlite")
+/// let store = try await openStore(url: "sqlite:///var/lib/app/app.sqlite")
 /// let group = ServiceGroup(services: [StoreService(store), httpServer], logger: logger)
 /// try await group.run()
 /// ```

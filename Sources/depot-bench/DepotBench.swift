@@ -157,8 +157,8 @@ struct DepotBench: AsyncParsableCommand {
             return SubjectKind(name: name, rawCounterpart: raw) {
                 DepotSubject(name: name, rawCounterpart: raw) { [telemetry] directory in
                     let location = url(directory)
-                    guard telemetry else { return try openStore(url: location) }
-                    return try openStore(url: location + (location.contains("?") ? "&" : "?") + "metrics=true&tracing=true")
+                    guard telemetry else { return try openStoreBlocking(url: location) }
+                    return try openStoreBlocking(url: location + (location.contains("?") ? "&" : "?") + "metrics=true&tracing=true")
                 }
             }
         }

@@ -128,7 +128,7 @@ case "migrate" where arguments.count == 2, "import" where arguments.count == 3:
     do {
         // The blocking overload (the one the compiler picks here): this helper has nothing
         // else to run while the store opens.
-        let store = try openStore(url: arguments[1])
+        let store = try openStoreBlocking(url: arguments[1])
         if arguments[0] == "migrate" {
             try await CrashMigration.migrate(store)
         } else {
@@ -144,7 +144,7 @@ case "retype" where arguments.count == 2, "rename" where arguments.count == 2:
     do {
         // The blocking overload (the one the compiler picks here): this helper has nothing
         // else to run while the store opens.
-        let store = try openStore(url: arguments[1])
+        let store = try openStoreBlocking(url: arguments[1])
         if arguments[0] == "retype" {
             try await CrossProcessSchema.retype(store)
             print("done")

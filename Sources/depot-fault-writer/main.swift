@@ -33,7 +33,7 @@ guard arguments.count == 3, let count = Int(arguments[2]), count > 0 else {
 
 let store: any Store
 do {
-    store = try openStore(url: arguments[1])
+    store = try openStoreBlocking(url: arguments[1])
 } catch {
     say("error open \(describe(error))")
     exit(0)

@@ -22,8 +22,8 @@ struct ConcurrencyTests {
     static func stores(_ backend: Backend, in directory: TemporaryDirectory) throws -> [(String, any Store)] {
         switch backend {
         case .memory: return [("memory", MemoryStore())]
-        case .sqlite: return [("sqlite", try openStore(url: backend.url(in: directory))), ("sqlite::memory:", try openStore(url: "sqlite::memory:"))]
-        case .lmdb: return [("lmdb", try openStore(url: backend.url(in: directory)))]
+        case .sqlite: return [("sqlite", try openStoreBlocking(url: backend.url(in: directory))), ("sqlite::memory:", try openStoreBlocking(url: "sqlite::memory:"))]
+        case .lmdb: return [("lmdb", try openStoreBlocking(url: backend.url(in: directory)))]
         }
     }
 

@@ -50,7 +50,7 @@ struct ConfigurationAndLoggingTests {
         let none = ConfigReader(provider: InMemoryProvider(values: [:]))
         #expect(try StoreURL(config: none) == nil)
         do {
-            _ = try openStore(config: none)
+            _ = try openStoreBlocking(config: none)
             Issue.record("opening without a URL should fail")
         } catch {
             #expect(error.code == .invalidConfiguration)
@@ -91,8 +91,10 @@ struct ConfigurationAndLoggingTests {
         #expect(has(.info, "entity created"))
         #expect(has(.info, "closed"))
         #expect(has(.warning, "slow"), "a zero threshold makes every transaction slow")
-        let failure = entries.first { $0.level == .error }
+        let failure = entries.first { "\($0.message)".contains("failed") }
+        #expect(failure?.level == .debug, "a duplicate key is the caller's failure: debug, not error")
         #expect(failure?.metadata["depot.code"] == .string("duplicateKey"))
+        #expect(!entries.contains { $0.level >= .error })
         if template.hasPrefix("sqlite") { #expect(has(.trace, "SQL")) }
         if template.hasPrefix("lmdb") { #expect(has(.trace, "LMDB write transaction committed")) }
     }

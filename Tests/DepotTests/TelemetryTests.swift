@@ -57,7 +57,7 @@ struct TelemetryTests {
         let spans = tracer.finishedSpans
         let request = try #require(spans.first { $0.operationName == "request" })
         let children = spans.filter { $0.parentSpanID == request.spanID }
-        #expect(children.map(\.operationName).sorted() == ["depot.read", "depot.readRow", "depot.write", "depot.write"], "\(children.map(\.operationName))")
+        #expect(children.map(\.operationName).sorted() == ["fetch Cat", "fetch Cat", "insert Cat", "save Cat"], "\(children.map(\.operationName))")
         #expect(children.allSatisfy { $0.kind == .client })
         #expect(children.filter { !$0.errors.isEmpty }.count == 1, "the refused insert's span records its error")
         await store.close()
@@ -88,11 +88,11 @@ struct TelemetryTests {
         let scoped = InMemoryTracer()
         let count = try await withTracer(scoped) { () async throws -> Int in try await cats.fetchAll().count }
         #expect(count == 4)
-        #expect(scoped.finishedSpans.map(\.operationName) == ["depot.read"])
+        #expect(scoped.finishedSpans.map(\.operationName) == ["fetch Cat"])
         #expect(scoped.finishedSpans.first?.attributes["db.system.name"]?.toSpanAttribute() == .string("other_sql"))
         #expect(global.finishedSpans.isEmpty)
         _ = try await cats.count()
-        #expect(global.finishedSpans.map(\.operationName) == ["depot.read"], "outside the scope, the bootstrapped tracer again")
+        #expect(global.finishedSpans.map(\.operationName) == ["count Cat"], "outside the scope, the bootstrapped tracer again")
         await store.close()
     }
 

@@ -20,7 +20,7 @@ actor Fixtures {
 
     func populated(_ backend: String) async throws -> Controller<Cat, CatRecord> {
         if let existing = controllers[backend] { return existing }
-        let controller = Controller<Cat, CatRecord>(store: try openStore(url: url(backend, "populated")))
+        let controller = Controller<Cat, CatRecord>(store: try openStoreBlocking(url: url(backend, "populated")))
         try await controller.save(cats)
         controllers[backend] = controller
         return controller
@@ -56,7 +56,7 @@ let benchmarks: @Sendable () -> Void = {
     for backend in ["memory", "sqlite", "lmdb"] {
         Benchmark("W1 save \(records) in one call, \(backend)") { benchmark async throws in
             for iteration in benchmark.scaledIterations {
-                let store = try openStore(url: await fixtures.url(backend, "fresh-\(iteration)-\(UUID().uuidString)"))
+                let store = try openStoreBlocking(url: await fixtures.url(backend, "fresh-\(iteration)-\(UUID().uuidString)"))
                 let controller = Controller<Cat, CatRecord>(store: store)
                 try await store.register(CatRecord.self)
                 benchmark.startMeasurement()

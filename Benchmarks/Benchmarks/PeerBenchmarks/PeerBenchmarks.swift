@@ -82,7 +82,7 @@ actor Peers {
 
     func populatedDepot() async throws -> Controller<Cat, CatRecord> {
         if let depot { return depot }
-        let made = Controller<Cat, CatRecord>(store: try openStore(url: "sqlite://\(directory.appendingPathComponent("depot.sqlite").path)"))
+        let made = Controller<Cat, CatRecord>(store: try openStoreBlocking(url: "sqlite://\(directory.appendingPathComponent("depot.sqlite").path)"))
         try await made.save(cats)
         depot = made
         return made
@@ -119,7 +119,7 @@ let benchmarks: @Sendable () -> Void = {
     }
     Benchmark("W1 Depot sqlite") { benchmark async throws in
         for _ in benchmark.scaledIterations {
-            let store = try openStore(url: "sqlite://\(directory.appendingPathComponent("w1-\(UUID().uuidString).sqlite").path)")
+            let store = try openStoreBlocking(url: "sqlite://\(directory.appendingPathComponent("w1-\(UUID().uuidString).sqlite").path)")
             try await store.register(CatRecord.self)
             let controller = Controller<Cat, CatRecord>(store: store)
             benchmark.startMeasurement()

@@ -53,7 +53,7 @@ enum URLTarget {
         logger.logLevel = .trace
         let store: any Store
         do {
-            store = try located.open(logger: logger)
+            store = try located.openBlocking(logger: logger)
         } catch {
             return
         }

@@ -28,10 +28,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         _ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T, completion: @escaping Completion<T>
     ) {
         let store = controller.store
+        let logger = controller.callLogger
         controller.ensureRegistered { registered in
             switch registered {
             case .failure(let error): deliver(.failure(error), to: completion)
-            case .success(let entity): store.submitRead({ try body(ReadContext($0, entity: entity)) }) { deliver($0, to: completion) }
+            case .success(let entity):
+                store.submitRead({
+                    CallLogger.adopt(logger)
+                    return try body(ReadContext($0, entity: entity))
+                }) { deliver($0, to: completion) }
             }
         }
     }
@@ -40,10 +45,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         _ body: @escaping @Sendable (Context<Object, Managed>) throws -> T, completion: @escaping Completion<T>
     ) {
         let store = controller.store
+        let logger = controller.callLogger
         controller.ensureRegistered { registered in
             switch registered {
             case .failure(let error): deliver(.failure(error), to: completion)
-            case .success(let entity): store.submitWrite({ try body(Context($0, entity: entity)) }) { deliver($0, to: completion) }
+            case .success(let entity):
+                store.submitWrite({
+                    CallLogger.adopt(logger)
+                    return try body(Context($0, entity: entity))
+                }) { deliver($0, to: completion) }
             }
         }
     }
@@ -87,10 +97,15 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         _ id: Managed.ID, _ decode: @escaping @Sendable (any ColumnReader) throws -> T, completion: @escaping Completion<T?>
     ) {
         let store = controller.store
+        let logger = controller.callLogger
         controller.ensureRegistered { registered in
             switch registered {
             case .failure(let error): deliver(.failure(error), to: completion)
-            case .success(let entity): store.readRow(entity, key: id.value, decode: decode) { deliver($0, to: completion) }
+            case .success(let entity):
+                store.readRow(entity, key: id.value, decode: { columns in
+                    CallLogger.adopt(logger)
+                    return try decode(columns)
+                }) { deliver($0, to: completion) }
             }
         }
     }

@@ -1,3 +1,4 @@
+public import Logging
 import NIOConcurrencyHelpers
 import Synchronization
 
@@ -17,6 +18,13 @@ import Synchronization
 ///
 /// The entity is registered with the store on first use; an invalid declaration fails that
 /// first call with ``DepotError/Code/invalidSchema``.
+///
+/// Each call logs its transaction's lines (its duration at `debug`, slowness, its failure)
+/// to the caller's logger when it has one: the logger the controller is bound to with
+/// ``logging(to:)``, else the logger the calling task bound with swift-log's `withLogger`
+/// (`Logger.current`; Hummingbird binds each request's logger so), else the store's own.
+/// The caller's logger is taken when the call is made, on the calling task, and carried to
+/// the store's thread with the work.
 public struct Controller<Object, Managed>: Sendable
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
     /// The store this controller works in.
@@ -26,6 +34,8 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @usableFromInline let registration: Registration
     /// ``store`` with its capabilities looked up once.
     @usableFromInline let access: StoreAccess
+    /// The logger ``logging(to:)`` bound this controller to.
+    @usableFromInline let boundLogger: Logger?
 
     /// Creates a controller.
     ///
@@ -37,7 +47,38 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         self.operatingQueue = operatingQueue
         self.registration = Registration()
         self.access = StoreAccess(store)
+        self.boundLogger = nil
     }
+
+    private init(_ controller: Controller, logger: Logger?) {
+        self.store = controller.store
+        self.operatingQueue = controller.operatingQueue
+        self.registration = controller.registration
+        self.access = controller.access
+        self.boundLogger = logger
+    }
+
+    /// This controller, logging its calls' lines to `logger`: a request handler's logger,
+    /// so that what Depot logs for the request's calls carries its metadata (a request id)
+    /// and obeys its level.
+    ///
+    /// ```swift
+    /// router.get("pets/:id") { request, context in
+    ///     try await pets.logging(to: context.logger).fetchOne(id: context.parameters.require("id", as: Int64.self))
+    /// }
+    /// ```
+    ///
+    /// A small copy that shares the store and the registration: make one per request. The
+    /// store's own events (opening, closing, schema changes, checkpoints) still go to the
+    /// store's logger.
+    public func logging(to logger: Logger) -> Controller {
+        Controller(self, logger: logger)
+    }
+
+    /// The logger a call made now logs to, when not the store's: the bound one, or the
+    /// calling task's (see ``logging(to:)``).
+    @inlinable
+    var callLogger: Logger? { boundLogger ?? CallLogger.ofCallingTask }
 
     static var entity: EntityDescription { Managed.entity.description }
 
@@ -87,15 +128,30 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     @inlinable
     public func read<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
         let entity = try await registeredEntity()
-        return try await store.read { transaction in try body(ReadContext(transaction, entity: entity)) }
+        let logger = callLogger
+        return try await store.read(DatabaseCall("transaction", entity.name)) { transaction in
+            CallLogger.adopt(logger)
+            return try body(ReadContext(transaction, entity: entity))
+        }
     }
 
     /// Runs `body` in one write transaction: its reads see its writes; it commits when
     /// `body` returns and rolls back when it throws (the error is rethrown unchanged).
     @inlinable
     public func operation<T: Sendable>(_ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
+        try await write("transaction", body)
+    }
+
+    /// A write described to tracing as `operation` on this entity, logging to the caller's
+    /// logger.
+    @inlinable
+    func write<T: Sendable>(_ operation: String, _ body: @escaping @Sendable (Context<Object, Managed>) throws -> T) async throws -> T {
         let entity = try await registeredEntity()
-        return try await access.write { transaction in try body(Context(transaction, entity: entity)) }
+        let logger = callLogger
+        return try await access.write(DatabaseCall(operation, entity.name)) { transaction in
+            CallLogger.adopt(logger)
+            return try body(Context(transaction, entity: entity))
+        }
     }
 
     // MARK: Reads
@@ -105,7 +161,11 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func fetchAll(_ request: Request<Managed> = .all) async throws -> [Object] {
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
-        return try await store.read { try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query) }
+        let logger = callLogger
+        return try await store.read(DatabaseCall("fetch", entity.name), rows: { $0.count }) {
+            CallLogger.adopt(logger)
+            return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query)
+        }
     }
 
     /// The first object matching `request`, or `nil`.
@@ -113,15 +173,21 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func fetchFirst(_ request: Request<Managed> = .all) async throws -> Object? {
         let entity = try await registeredEntity()
         let query = try request.atMostOne.resolved(for: entity)
-        return try await store.read { try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query).first }
+        let logger = callLogger
+        return try await store.read(DatabaseCall("fetch", entity.name), rows: { $0 == nil ? 0 : 1 }) {
+            CallLogger.adopt(logger)
+            return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query).first
+        }
     }
 
     /// The object with primary key `id`, or `nil`.
     @inlinable
     public func fetchOne(id: Managed.ID) async throws -> Object? {
         let entity = try await registeredEntity()
-        return try await access.readRow(entity, key: id.value) { columns in
-            try Conversion<Object, Managed>.object(from: columns)
+        let logger = callLogger
+        return try await access.readRow(entity, key: id.value, call: DatabaseCall("fetch", entity.name)) { columns in
+            CallLogger.adopt(logger)
+            return try Conversion<Object, Managed>.object(from: columns)
         }
     }
 
@@ -129,14 +195,22 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func count(_ request: Request<Managed> = .all) async throws -> Int {
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
-        return try await store.read { try $0.count(query) }
+        let logger = callLogger
+        return try await store.read(DatabaseCall("count", entity.name), rows: { _ in 1 }) {
+            CallLogger.adopt(logger)
+            return try $0.count(query)
+        }
     }
 
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {
         let entity = try await registeredEntity()
-        return try await access.readRow(entity, key: id.value) { _ in true } != nil
+        let logger = callLogger
+        return try await access.readRow(entity, key: id.value, call: DatabaseCall("exists", entity.name)) { _ in
+            CallLogger.adopt(logger)
+            return true
+        } != nil
     }
 
     // MARK: Writes
@@ -144,13 +218,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// Inserts or replaces `object` by primary key.
     @inlinable
     public func save(_ object: Object) async throws {
-        try await operation { try $0.save(object) }
+        try await write("save") { try $0.save(object) }
     }
 
     /// Inserts or replaces every object, in one transaction.
     @inlinable
     public func save(_ objects: some Collection<Object> & Sendable) async throws {
-        try await operation { try $0.save(objects) }
+        try await write("save") { try $0.save(objects) }
     }
 
     /// Inserts `object`.
@@ -158,13 +232,13 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// - Throws: ``DepotError/Code/duplicateKey`` when its key or a unique value exists.
     @inlinable
     public func insert(_ object: Object) async throws {
-        try await operation { try $0.insert(object) }
+        try await write("insert") { try $0.insert(object) }
     }
 
     /// Inserts every object in one transaction; if one fails, none is inserted.
     @inlinable
     public func insert(_ objects: some Collection<Object> & Sendable) async throws {
-        try await operation { try $0.insert(objects) }
+        try await write("insert") { try $0.insert(objects) }
     }
 
     /// Replaces the stored record for `object`, keeping its identity.
@@ -172,25 +246,25 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     /// - Throws: ``DepotError/Code/notFound`` when there is none.
     @inlinable
     public func update(_ object: Object) async throws {
-        try await operation { try $0.update(object) }
+        try await write("update") { try $0.update(object) }
     }
 
     /// Replaces every stored record in one transaction; if one is missing, none changes.
     @inlinable
     public func update(_ objects: some Collection<Object> & Sendable) async throws {
-        try await operation { try $0.update(objects) }
+        try await write("update") { try $0.update(objects) }
     }
 
     /// Deletes the record stored for `object`; returns whether there was one.
     @discardableResult
     public func delete(_ object: Object) async throws -> Bool {
-        try await operation { try $0.delete(object) }
+        try await write("delete") { try $0.delete(object) }
     }
 
     /// Deletes the record with primary key `id`; returns whether there was one.
     @discardableResult
     public func delete(id: Managed.ID) async throws -> Bool {
-        try await operation { try $0.delete(id: id) }
+        try await write("delete") { try $0.delete(id: id) }
     }
 
     /// Deletes every record matching `predicate`; returns how many.
@@ -204,7 +278,11 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func deleteAll(where request: Request<Managed>) async throws -> Int {
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
-        return try await access.write { try $0.delete(query) }
+        let logger = callLogger
+        return try await access.write(DatabaseCall("delete", entity.name)) {
+            CallLogger.adopt(logger)
+            return try $0.delete(query)
+        }
     }
 }
 

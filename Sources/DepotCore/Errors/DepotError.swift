@@ -74,11 +74,20 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
     public let message: String
     /// The backend's own result code, when the error came from a backend.
     public let nativeCode: Int32?
+    /// Whether this is the refusal of a write by a store opened read-only
+    /// (``readOnly(_:)``): a ``Code/permissionDenied`` the caller caused, which
+    /// ``StoreLog/level(for:)`` tells from the operating system's or server's refusals.
+    let isReadOnlyRefusal: Bool
 
     public init(_ code: Code, _ message: String, nativeCode: Int32? = nil) {
+        self.init(code, message, nativeCode: nativeCode, isReadOnlyRefusal: false)
+    }
+
+    init(_ code: Code, _ message: String, nativeCode: Int32?, isReadOnlyRefusal: Bool) {
         self.code = code
         self.message = message
         self.nativeCode = nativeCode
+        self.isReadOnlyRefusal = isReadOnlyRefusal
     }
 
     public var description: String {

@@ -302,7 +302,7 @@ extension Store {
     /// on the calling task when the store is an ``InlineReadingStore``.
     @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
-        try await StoreAccess(self).readRow(entity, key: key, decode: decode)
+        try await StoreAccess(self).readRow(entity, key: key, call: DatabaseCall("fetch", entity.name), decode: decode)
     }
 
     /// Reads the row with primary key `key` as a read of its own, in backend-neutral form.
@@ -313,8 +313,18 @@ extension Store {
     /// Runs `body` in a read transaction and returns its result: on the calling task when
     /// the store is an ``InlineReadingStore``, on the store's threads otherwise.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        try await read(.transaction, body)
+    }
+
+    /// ``read(_:)`` for a call that `call` describes to tracing; `rows` says how many rows
+    /// it returned.
+    @usableFromInline
+    func read<T: Sendable>(
+        _ call: @autoclosure () -> DatabaseCall, rows: (T) -> Int? = { _ in nil },
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T
+    ) async throws -> T {
         if let telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span("depot.read", on: tracer) { try await readUntraced(body) }
+            return try await telemetry.span(call(), on: tracer, rows: rows) { try await readUntraced(body) }
         }
         return try await readUntraced(body)
     }
@@ -337,7 +347,7 @@ extension Store {
     /// rolls back when it throws.
     public func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
         if let telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span("depot.write", on: tracer) {
+            return try await telemetry.span(.transaction, on: tracer) {
                 try await withCheckedThrowingContinuation { continuation in
                     submitWrite(body) { continuation.resume(with: $0) }
                 }
@@ -432,10 +442,13 @@ struct StoreAccess: Sendable {
 
     @inlinable @inline(__always)
     func readRow<T: Sendable>(
-        _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
+        _ entity: EntityHandle, key: Value, call: @autoclosure () -> DatabaseCall,
+        decode: @escaping @Sendable (any ColumnReader) throws -> T
     ) async throws -> T? {
         if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span("depot.readRow", on: tracer) { try await readRowUntraced(entity, key: key, decode: decode) }
+            return try await telemetry.span(call(), on: tracer, rows: { $0 == nil ? 0 : 1 }) {
+                try await readRowUntraced(entity, key: key, decode: decode)
+            }
         }
         return try await readRowUntraced(entity, key: key, decode: decode)
     }
@@ -479,9 +492,11 @@ struct StoreAccess: Sendable {
     /// ``Store/submitUntypedWrite(_:completion:)``: no generic type is instantiated at run
     /// time per call, by the caller or by the backend.
     @inlinable
-    func write<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+    func write<T: Sendable>(
+        _ call: @autoclosure () -> DatabaseCall, _ body: @escaping @Sendable (any WriteTransaction) throws -> T
+    ) async throws -> T {
         if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span("depot.write", on: tracer) { try await writeUntraced(body) }
+            return try await telemetry.span(call(), on: tracer) { try await writeUntraced(body) }
         }
         return try await writeUntraced(body)
     }

@@ -8,8 +8,19 @@ public import Logging
 ///
 /// Levels: opening, closing and schema changes at `info`; each transaction at `debug`
 /// (with its duration); SQL statements and LMDB operations at `trace`; an operation slower
-/// than ``slowThreshold`` at `warning`; every failure at `error` with the ``DepotError``
-/// code. The default logger discards everything and costs a level check per event.
+/// than ``slowThreshold`` at `warning`. A failure is logged with its ``DepotError`` code at
+/// the level ``level(for:)`` gives it, following swift-log's guidance for libraries: a
+/// failure the caller caused and is told about (a duplicate key, a missing reference, a
+/// record not found, a refused value or predicate, a write to a read-only store) at
+/// `debug`, for the application to log as it sees fit; a failure of the store itself (I/O,
+/// corruption, a full disk or map, a lost connection) at `error`. The default logger
+/// discards everything and costs a level check per event.
+///
+/// A transaction run for a call that carries the caller's logger (a controller bound with
+/// `Controller.logging(to:)`, or a task that bound swift-log's `Logger.current` with
+/// `withLogger`, as a Hummingbird request handler does) logs its transaction, slowness and
+/// failure lines to that logger instead, so they carry the caller's metadata (a request
+/// id) and obey its level.
 ///
 /// ```swift
 /// let store = try SQLiteStore(path: path, log: StoreLog(logger: Logger(label: "app.depot"), slowThreshold: .milliseconds(100)))
@@ -81,19 +92,56 @@ public struct StoreLog: Sendable {
         logger.trace(message(), metadata: metadata())
     }
 
-    /// Logs a failure at `error` with its code.
-    public func failed(_ what: String, _ error: any Error) {
-        if let depot = error as? DepotError {
-            var metadata: Logger.Metadata = ["depot.code": .string(depot.code.name), "depot.message": .string(depot.message)]
-            if let native = depot.nativeCode { metadata["depot.nativeCode"] = .stringConvertible(native) }
-            logger.error("Depot \(what) failed", metadata: metadata)
-        } else {
-            // Caller errors thrown from an operation are the caller's own: a rollback, not a failure of the store.
-            logger.debug("Depot \(what) rolled back by the caller's error", metadata: ["depot.error": .string("\(error)")])
+    /// The level a failure is logged at: the one place that decides it, by the
+    /// ``DepotError/Code``.
+    ///
+    /// `debug` for what the caller caused and is told about by the error it gets (which it
+    /// may log at a level of its own choosing): ``DepotError/Code/notFound``,
+    /// ``DepotError/Code/duplicateKey``, ``DepotError/Code/missingReference``,
+    /// ``DepotError/Code/deleteDenied``, ``DepotError/Code/invalidPredicate``,
+    /// ``DepotError/Code/invalidValue``, ``DepotError/Code/conversionFailed``,
+    /// ``DepotError/Code/invalidSchema``, ``DepotError/Code/schemaMismatch``,
+    /// ``DepotError/Code/invalidConfiguration``, ``DepotError/Code/closed``, a write refused
+    /// by a store opened read-only (``DepotError/readOnly(_:)``), and an error the caller's
+    /// own closure threw. `error` for failures of the store itself, which the caller cannot
+    /// fix by changing its call: ``DepotError/Code/io``, ``DepotError/Code/storeCorrupted``,
+    /// ``DepotError/Code/storeFull``, ``DepotError/Code/busy``,
+    /// ``DepotError/Code/permissionDenied`` from the operating system or the server, and
+    /// ``DepotError/Code/backend`` (a failure that fits no other code); a code this version
+    /// does not know is logged at `error` too.
+    public static func level(for error: any Error) -> Logger.Level {
+        guard let depot = error as? DepotError else { return .debug }
+        switch depot.code {
+        case .notFound, .duplicateKey, .missingReference, .deleteDenied, .invalidPredicate, .invalidValue, .conversionFailed,
+            .invalidSchema, .schemaMismatch, .invalidConfiguration, .closed:
+            return .debug
+        case .permissionDenied:
+            return depot.isReadOnlyRefusal ? .debug : .error
+        default:
+            return .error
         }
     }
 
-    /// Runs `body`, logging its failure at `error` (and rethrowing it).
+    /// Logs a failure with its code, at the level ``level(for:)`` gives it.
+    public func failed(_ what: String, _ error: any Error) {
+        failed(what, error, to: logger)
+    }
+
+    @usableFromInline
+    func failed(_ what: String, _ error: any Error, to logger: Logger) {
+        let level = Self.level(for: error)
+        guard logger.logLevel <= level else { return }
+        if let depot = error as? DepotError {
+            var metadata: Logger.Metadata = ["depot.code": .string(depot.code.name), "depot.message": .string(depot.message)]
+            if let native = depot.nativeCode { metadata["depot.nativeCode"] = .stringConvertible(native) }
+            logger.log(level: level, "Depot \(what) failed", metadata: metadata)
+        } else {
+            // Caller errors thrown from an operation are the caller's own: a rollback, not a failure of the store.
+            logger.log(level: level, "Depot \(what) rolled back by the caller's error", metadata: ["depot.error": .string("\(error)")])
+        }
+    }
+
+    /// Runs `body`, logging its failure (and rethrowing it).
     @inlinable
     public func loggingFailure<T>(_ what: String, _ body: () throws -> T) throws -> T {
         do {
@@ -105,7 +153,8 @@ public struct StoreLog: Sendable {
     }
 
     /// Runs one transaction, logging it at `debug`, at `warning` when slow, and its failure
-    /// at `error`.
+    /// at the level ``level(for:)`` gives it: to the logger of the call it runs for when
+    /// `body` adopted one, else to ``logger``.
     @inlinable
     public func transaction<T>(_ kind: StaticString, _ body: () throws -> T) throws -> T {
         // The level is read once per transaction: `Logger.logLevel` copies the handler out
@@ -114,16 +163,22 @@ public struct StoreLog: Sendable {
         // transaction in a profile of W4'.
         let debugging = logger.logLevel <= .debug
         let coarse = coarseClockSuffices(debugging: debugging)
+        let scope = CallLogger.Scope.begin()
+        defer { scope.end() }
         let start = Self.now(coarse: coarse)
         do {
             let result = try body()
             // One clock read serves the log and the metrics.
             let elapsed = Self.now(coarse: coarse) &- start
-            finished(kind, elapsed: elapsed, debugging: debugging)
+            if let caller = scope.adopted {
+                finished(kind, elapsed: elapsed, debugging: caller.logLevel <= .debug, to: caller)
+            } else {
+                finished(kind, elapsed: elapsed, debugging: debugging, to: logger)
+            }
             if let telemetry { telemetry.transaction(kind, nanoseconds: elapsed, error: nil) }
             return result
         } catch {
-            failed("\(kind) transaction", error)
+            failed("\(kind) transaction", error, to: scope.adopted ?? logger)
             if let telemetry { telemetry.transaction(kind, nanoseconds: Self.now(coarse: coarse) &- start, error: error) }
             throw error
         }
@@ -165,7 +220,7 @@ public struct StoreLog: Sendable {
     }
 
     @usableFromInline
-    func finished(_ kind: StaticString, elapsed: UInt64, debugging: Bool) {
+    func finished(_ kind: StaticString, elapsed: UInt64, debugging: Bool, to logger: Logger) {
         if elapsed > slowNanoseconds {
             logger.warning("Depot \(kind) transaction was slow", metadata: ["depot.milliseconds": .stringConvertible(Double(elapsed) / 1_000_000)])
         } else if debugging {

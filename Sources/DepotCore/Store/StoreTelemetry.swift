@@ -23,15 +23,37 @@ public import Tracing
 /// aborts for a conflict and runs again counts once per attempt (the failed ones with code
 /// `busy`), and a write of a group commit counts when its own part succeeds.
 ///
-/// Tracing (through `InstrumentationSystem`'s tracer): a client span per read, write and
-/// single-record read of a controller's async API or of ``Store/read(_:)``, ``Store/write(_:)`` and
-/// ``Store/readRow(_:key:decode:)``, named `depot.read`, `depot.write` and `depot.readRow`,
-/// a child of the calling task's span, with the attributes `db.system.name` and, on
-/// failure, the error.
+/// Tracing (through `InstrumentationSystem`'s tracer): a client span per call of a
+/// controller's async API and per ``Store/read(_:)``, ``Store/write(_:)`` and
+/// ``Store/readRow(_:key:decode:)``, following OpenTelemetry's database semantic
+/// conventions:
+/// - its parent is the calling task's span (`ServiceContext.current` when the call is made,
+///   before the work moves to the store's thread), so a web framework's request span holds
+///   the spans of the calls its handler made;
+/// - its name is its `db.query.summary`: the operation and the entity, `fetch Pet`;
+/// - `db.system.name`: `sqlite`, `lmdb`, `postgresql`, or `other_sql` for the memory store;
+/// - `db.operation.name`: the controller's operation: `fetch` (``Controller/fetchAll(_:)``,
+///   ``Controller/fetchFirst(_:)``, ``Controller/fetchOne(id:)``), `exists`, `count`,
+///   `insert`, `save`, `update`, `delete` (``Controller/delete(_:)``,
+///   ``Controller/delete(id:)``, ``Controller/deleteAll(where:)-(Request<Managed>)``),
+///   `transaction` (``Controller/read(_:)``, ``Controller/operation(_:)``, and a store's
+///   own ``Store/read(_:)`` and ``Store/write(_:)``, which name no entity);
+/// - `db.collection.name`: the entity, when the call names one;
+/// - `db.namespace`: the store's ``namespace`` (the file or directory, or
+///   `database|schema` on PostgreSQL), when it has one; never a password;
+/// - `db.query.summary`: `fetch Pet`, or the operation alone;
+/// - `db.response.returned_rows` on a read that returns records: the number it returned
+///   (0 or 1 for a lookup by key, 1 for a count);
+/// - on failure, `error.type` (the ``DepotError/Code`` name, or the Swift type of an error
+///   the caller's closure threw), the error recorded, and the status `error`.
 public final class StoreTelemetry: Sendable {
     public let backend: String
     public let metrics: Bool
     public let tracing: Bool
+    /// The spans' `db.namespace`: the store's file (SQLite) or directory (LMDB), or
+    /// `database|schema` (PostgreSQL); `nil` for a store that has none (memory stores).
+    /// `openStore(url:)` sets it from the URL, never with a password.
+    public let namespace: String?
 
     let reads: Counter
     let writes: Counter
@@ -49,10 +71,12 @@ public final class StoreTelemetry: Sendable {
     ///   - backend: The `backend` dimension ("sqlite", "lmdb", "memory", "postgres").
     ///   - metrics: Whether to report metrics.
     ///   - tracing: Whether to start spans.
-    public init(backend: String, metrics: Bool = true, tracing: Bool = true) {
+    ///   - namespace: The spans' `db.namespace` (see ``namespace``).
+    public init(backend: String, metrics: Bool = true, tracing: Bool = true, namespace: String? = nil) {
         self.backend = backend
         self.metrics = metrics
         self.tracing = tracing
+        self.namespace = namespace
         reads = Counter(label: "depot_transactions_total", dimensions: [("backend", backend), ("kind", "read")])
         writes = Counter(label: "depot_transactions_total", dimensions: [("backend", backend), ("kind", "write")])
         readDuration = Timer(label: "depot_transaction_duration", dimensions: [("backend", backend), ("kind", "read")])
@@ -131,15 +155,71 @@ public final class StoreTelemetry: Sendable {
         return tracer is NoOpTracer ? nil : tracer
     }
 
-    /// Runs `operation` in a client span named `name` on `tracer`, a child of the task's
-    /// current span.
+    /// Runs `operation` in a client span for `call` on `tracer`, a child of the calling
+    /// task's span (this runs on the calling task, before the work is handed to the store's
+    /// thread), with the attributes of OpenTelemetry's database conventions; `rows` says
+    /// how many rows a read returned.
     @usableFromInline
-    func span<T>(_ name: String, on tracer: any Tracer, _ operation: () async throws -> T) async throws -> T {
-        try await tracer.withSpan(name, ofKind: .client) { span in
-            span.attributes["db.system.name"] = systemName
-            return try await operation()
+    func span<T>(
+        _ call: DatabaseCall, on tracer: any Tracer, rows: (T) -> Int? = { _ in nil }, _ operation: () async throws -> T
+    ) async throws -> T {
+        let summary = call.summary
+        let span = tracer.startSpan(summary, context: ServiceContext.current ?? .topLevel, ofKind: .client)
+        defer { span.end() }
+        span.updateAttributes { attributes in
+            attributes[SpanKey.systemName] = systemName
+            attributes[SpanKey.operationName] = call.operation
+            if let collection = call.collection { attributes[SpanKey.collectionName] = collection }
+            if let namespace { attributes[SpanKey.namespace] = namespace }
+            attributes[SpanKey.querySummary] = summary
+        }
+        do {
+            let result = try await ServiceContext.withValue(span.context) { try await operation() }
+            if let count = rows(result) { span.attributes[SpanKey.returnedRows] = count }
+            return result
+        } catch {
+            span.attributes[SpanKey.errorType] = (error as? DepotError)?.code.name ?? String(describing: type(of: error))
+            span.recordError(error)
+            span.setStatus(SpanStatus(code: .error))
+            throw error
         }
     }
+}
+
+/// OpenTelemetry's attribute keys for database client spans, spelled here once.
+///
+/// Not taken from swift-otel-semantic-conventions: `db.response.returned_rows` is still a
+/// development attribute there, behind its `Experimental` trait, which requires an exact
+/// minor version, too tight a pin for a library; and the package is two megabytes of
+/// generated constants that every application would compile for six strings.
+enum SpanKey {
+    static let systemName = "db.system.name"
+    static let operationName = "db.operation.name"
+    static let collectionName = "db.collection.name"
+    static let namespace = "db.namespace"
+    static let querySummary = "db.query.summary"
+    static let returnedRows = "db.response.returned_rows"
+    static let errorType = "error.type"
+}
+
+/// What a span describes: the operation (`db.operation.name`) and the entity it works on
+/// (`db.collection.name`), when it names one.
+@usableFromInline
+struct DatabaseCall: Sendable {
+    @usableFromInline let operation: String
+    @usableFromInline let collection: String?
+
+    @inlinable
+    init(_ operation: String, _ collection: String? = nil) {
+        self.operation = operation
+        self.collection = collection
+    }
+
+    /// A store's own read or write, which names no entity.
+    @usableFromInline static let transaction = DatabaseCall("transaction")
+
+    /// `db.query.summary`, which is also the span's name: `fetch Pet`, or `transaction`.
+    var summary: String { collection.map { "\(operation) \($0)" } ?? operation }
 }
 
 extension Store {
