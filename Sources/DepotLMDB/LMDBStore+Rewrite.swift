@@ -10,22 +10,27 @@ extension LMDBStore: SchemaRewritingStore {
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
         if options.readOnly { throw DepotError.readOnly("LMDB store at \(directory)") }
+        try begin()
         return try await withCheckedThrowingContinuation { continuation in
             let accepted = writerLane.submit {
+                defer { self.end() }
                 continuation.resume(with: Result {
                     try self.log.loggingFailure("rewriting \(name)") {
                         try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
                     }
                 })
             }
-            if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
+            if !accepted {
+                end()
+                continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)"))
+            }
         }
     }
 
     private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
     ) throws -> EntityHandle? {
-        try begin()
+        try beginWithin()
         defer { end() }
         let snapshot = catalog.snapshot
         guard let oldHandle = snapshot.registry.handle(named: name) else { throw DepotError.notRegistered(name) }

@@ -225,6 +225,11 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     @inline(__always)
     func begin() throws(DepotError) { try gate.enter() }
 
+    /// Admission of a transaction run by work admitted when it was submitted (see
+    /// `StoreGate.enterWithin()`): not refused while a close waits for that work.
+    @inline(__always)
+    func beginWithin() throws(DepotError) { try gate.enterWithin() }
+
     @inline(__always)
     func end() { gate.leave() }
 
@@ -311,7 +316,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     }
 
     func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
-        try begin()
+        try beginWithin()
         defer { end() }
         var attempts = 0
         while true {
@@ -505,7 +510,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         var failures: [(any Error)?] = []
         var recorders: [ChangeRecorder?] = []
         do {
-            try begin()
+            try beginWithin()
             defer { end() }
             let snapshot = catalog.snapshot
             let recording = changes.makeRecorder().isDetailed
@@ -571,7 +576,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     }
 
     func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        try begin()
+        try beginWithin()
         defer { end() }
         let snapshot = catalog.snapshot
         let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { transaction in
@@ -582,7 +587,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     }
 
     func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
-        try begin()
+        try beginWithin()
         defer { end() }
         for entity in entities { try entity.validate() }
         let snapshot = catalog.snapshot
@@ -618,10 +623,16 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
+        do { try begin() } catch { return completion(.failure(error)) }
         let accepted = writerLane.submit {
-            completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })
+            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+            self.end()
+            completion(result)
         }
-        if !accepted { completion(.failure(DepotError.closed("LMDB store at \(directory)"))) }
+        if !accepted {
+            end()
+            completion(.failure(DepotError.closed("LMDB store at \(directory)")))
+        }
     }
 
     public func submitRead<T: Sendable>(
@@ -630,9 +641,16 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     ) {
         // On a thread of the store executor (a task preferring it) blocking is allowed:
         // read right here, and the awaiting task goes on without a hop.
-        if StoreExecutor.isCurrent { return completion(Result { try readNow(body) }) }
+        do { try begin() } catch { return completion(.failure(error)) }
+        if StoreExecutor.isCurrent {
+            let result = Result { try readNow(body) }
+            end()
+            return completion(result)
+        }
         readers.async {
-            completion(Result { try self.readNow(body) })
+            let result = Result { try self.readNow(body) }
+            self.end()
+            completion(result)
         }
     }
 
@@ -642,28 +660,39 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
+        do { try begin() } catch { return completion(.failure(error)) }
         if StoreExecutor.isCurrent {
-            return completion(Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } })
+            let result = Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } }
+            end()
+            return completion(result)
         }
         readers.async {
-            completion(Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } })
+            let result = Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } }
+            self.end()
+            completion(result)
         }
     }
 
     /// One row by key, as ``submitRowRead(_:key:visit:completion:)``, without retaining the
     /// store: its submitter keeps it alive until `read.finish` (see `RowReadingStore`).
     public func submitRowRead(_ read: any RowRead) {
+        do { try begin() } catch { return read.finish(.failure(error)) }
         if StoreExecutor.isCurrent { return readRowNow(read) }
         let store = Unmanaged.passUnretained(self)
         readers.async { store._withUnsafeGuaranteedRef { $0.readRowNow(read) } }
     }
 
+    /// The read of an admitted ``submitRowRead(_:)``, which it ends.
     private func readRowNow(_ read: any RowRead) {
-        read.finish(Result { try readNow { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } } })
+        let result = Result { try readNow { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } } }
+        end()
+        read.finish(result)
     }
 
     /// Runs a read right here: LMDB readers never wait for a connection.
     public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try begin()
+        defer { end() }
         try readNow(body)
         return true
     }
@@ -680,21 +709,26 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         if options.readOnly { return completion(.failure(DepotError.readOnly("LMDB store at \(directory)"))) }
-        let write = PendingWrite(body, completion: completion, runner: self)
+        do { try begin() } catch { return completion(.failure(error)) }
+        let write = PendingWrite(body, completion: completion, runner: self, admittedBy: gate)
         // On a thread that may block (a task preferring the store executor), an idle writer
         // runs the write right here: no hop to the lane's thread and back.
         if StoreExecutor.isCurrent, writerLane.runHereIfIdle(write: write) { return }
         guard writerLane.submit(write: write) else {
-            return completion(.failure(DepotError.closed("LMDB store at \(directory)")))
+            return write.complete(failure: DepotError.closed("LMDB store at \(directory)"))
         }
     }
 
-    /// Waits for running transactions, then closes the environment. Later calls fail with
+    /// Waits for the work submitted before it (queued work included), ends the change feed,
+    /// then closes the environment. Later calls fail with
     /// `DepotError.Code.closed`; closing twice is harmless. A store that is never closed
     /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
     /// when the store is released.
     public func close() async {
         let first = await gate.close()
+        // After the last commit and before the environment goes: observations end with
+        // `closed` instead of waiting forever, while the store's resources still exist.
+        changes.finish()
         let environment = self.environment
         // Closing the environment is blocking work: on the writer's queue, not the pool.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -704,8 +738,6 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             }
             if !accepted { continuation.resume() }
         }
-        // After the last commit: observations end with `closed` instead of waiting forever.
-        changes.finish()
         if first { log.closed("lmdb", at: directory) }
     }
 }
@@ -717,10 +749,12 @@ extension LMDBStore: CatalogStore {
         // Read and registered in one write transaction: registered in a second one, a
         // description another process changed in between would be registered as a change
         // back to the old layout, and refused.
+        try begin()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let accepted = writerLane.submit {
+                defer { self.end() }
                 continuation.resume(with: Result {
-                    try self.begin()
+                    try self.beginWithin()
                     defer { self.end() }
                     let snapshot = self.catalog.snapshot
                     _ = try self.runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
@@ -732,7 +766,10 @@ extension LMDBStore: CatalogStore {
                     }
                 })
             }
-            if !accepted { continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)")) }
+            if !accepted {
+                end()
+                continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)"))
+            }
         }
         return catalog.registry.all.map(\.handle)
     }

@@ -82,6 +82,13 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         return state.withLockedValue { $0.snapshot }
     }
 
+    /// Admission of a transaction run by work admitted when it was submitted (see
+    /// `StoreGate.enterWithin()`): not refused while a close waits for that work.
+    private func beginWithin() throws(DepotError) -> Snapshot {
+        try gate.enterWithin()
+        return state.withLockedValue { $0.snapshot }
+    }
+
     private func end() { gate.leave() }
 
     // MARK: Store
@@ -89,14 +96,20 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
+        do { _ = try begin() } catch { return completion(.failure(error)) }
         let accepted = writerLane.submit {
-            completion(Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } })
+            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+            self.end()
+            completion(result)
         }
-        if !accepted { completion(.failure(DepotError.closed("memory store"))) }
+        if !accepted {
+            end()
+            completion(.failure(DepotError.closed("memory store")))
+        }
     }
 
     private func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
-        _ = try begin()
+        _ = try beginWithin()
         defer { end() }
         for entity in entities { try entity.validate() }
         return try state.withLockedValue { s in
@@ -147,8 +160,11 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        do { _ = try begin() } catch { return completion(.failure(error)) }
         readers.async {
-            completion(Result { try self.readNow(body) })
+            let result = Result { try self.readNow(body) }
+            self.end()
+            completion(result)
         }
     }
 
@@ -156,7 +172,9 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     /// and never wait for a writer, so there is no blocking work to move off the
     /// cooperative pool.
     public func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
-        try readNow(body)
+        _ = try begin()
+        defer { end() }
+        return try readNow(body)
     }
 
     private func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
@@ -164,7 +182,7 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     }
 
     private func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
-        let snapshot = try begin()
+        let snapshot = try beginWithin()
         defer { end() }
         let transaction = MemoryTransaction(base: snapshot, writable: false)
         defer { transaction.isFinished = true }
@@ -182,7 +200,9 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
-        submit(PendingWrite(body, completion: completion, runner: self))
+        if isReadOnly { return completion(.failure(DepotError.readOnly("memory store"))) }
+        do { _ = try begin() } catch { return completion(.failure(error)) }
+        submit(PendingWrite(body, completion: completion, runner: self, admittedBy: gate))
     }
 
     /// An awaited write runs right on the calling thread when the writer is idle (nothing
@@ -193,14 +213,15 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
-        let write = PendingWrite(body, completion: completion, runner: self)
-        if isReadOnly { return write.complete(failure: DepotError.readOnly("memory store")) }
+        if isReadOnly { return completion(.failure(DepotError.readOnly("memory store"))) }
+        do { _ = try begin() } catch { return completion(.failure(error)) }
+        let write = PendingWrite(body, completion: completion, runner: self, admittedBy: gate)
         if writerLane.runHereIfIdle(write: write) { return }
         submit(write)
     }
 
+    /// Queues an admitted write on the writer's lane.
     private func submit(_ write: PendingWrite) {
-        if isReadOnly { return write.complete(failure: DepotError.readOnly("memory store")) }
         guard writerLane.submit(write: write) else {
             return write.complete(failure: DepotError.closed("memory store"))
         }
@@ -211,7 +232,7 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     }
 
     private func writeInWorkingCopies<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        let snapshot = try begin()
+        let snapshot = try beginWithin()
         defer { end() }
         // Made as the write begins, like every backend's: it decides whether each key is
         // recorded or only the entities touched.
@@ -249,9 +270,10 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
 
     public func close() async {
         let first = await gate.close()
-        state.withLockedValue { $0.snapshot = Snapshot() }
-        // After the last commit: observations end with `closed` instead of waiting forever.
+        // After the last commit and before the records go: observations end with `closed`
+        // instead of waiting forever.
         changes.finish()
+        state.withLockedValue { $0.snapshot = Snapshot() }
         if first { log.closed("memory", at: "memory:") }
     }
 }
@@ -267,11 +289,17 @@ extension MemoryStore: SchemaRewritingStore {
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
-        try await withCheckedThrowingContinuation { continuation in
+        _ = try begin()
+        return try await withCheckedThrowingContinuation { continuation in
             let accepted = writerLane.submit {
-                continuation.resume(with: Result { try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger) })
+                let result = Result { try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger) }
+                self.end()
+                continuation.resume(with: result)
             }
-            if !accepted { continuation.resume(throwing: DepotError.closed("memory store")) }
+            if !accepted {
+                end()
+                continuation.resume(throwing: DepotError.closed("memory store"))
+            }
         }
     }
 
@@ -279,7 +307,7 @@ extension MemoryStore: SchemaRewritingStore {
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
     ) throws -> EntityHandle? {
         if isReadOnly { throw DepotError.readOnly("memory store") }
-        _ = try begin()
+        _ = try beginWithin()
         defer { end() }
         let handle = try state.withLockedValue { s -> EntityHandle? in
             // A copy: the snapshot changes only once everything below has succeeded.

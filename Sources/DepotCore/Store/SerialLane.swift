@@ -30,15 +30,19 @@ package final class PendingWrite: GroupedWrite, @unchecked Sendable {
     private let completion: @Sendable (Result<Void, any Error>) -> Void
     private var outcome: Result<Void, any Error>?
     package let runner: any WriteGroupRunner
+    /// The gate that admitted this write when it was submitted, left when it completes.
+    private let gate: StoreGate?
 
     package init(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void,
-        runner: any WriteGroupRunner
+        runner: any WriteGroupRunner,
+        admittedBy gate: StoreGate? = nil
     ) {
         self.body = body
         self.completion = completion
         self.runner = runner
+        self.gate = gate
     }
 
     package func perform(_ transaction: any WriteTransaction) throws {
@@ -52,6 +56,7 @@ package final class PendingWrite: GroupedWrite, @unchecked Sendable {
     }
 
     package func complete(failure: (any Error)?) {
+        gate?.leave()
         if let failure {
             completion(.failure(failure))
         } else {

@@ -120,7 +120,8 @@ public protocol Store: AnyObject, Sendable {
     /// Where the store reports metrics and spans; nil (the default) for none.
     var telemetry: StoreTelemetry? { get }
 
-    /// Waits for running work, then releases files and threads. Later calls fail with
+    /// Waits for the work submitted before it (queued work included) to finish, ends the
+    /// change feed, then releases files and threads. Later calls fail with
     /// ``DepotError/Code/closed``. Closing twice is harmless.
     func close() async
 }

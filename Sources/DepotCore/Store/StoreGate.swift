@@ -4,10 +4,11 @@ import Synchronization
 /// Admits work to a store until the store closes, and lets closing wait for the work it
 /// admitted: the close-and-drain logic every backend needs, in one place.
 ///
-/// A backend calls ``enter()`` before it accepts a transaction (a closed store throws
-/// ``DepotError/Code/closed`` there, before anything is queued) and ``leave()`` when the
-/// transaction is done; ``close()`` refuses new work at once and returns when the last
-/// admitted transaction has left.
+/// A backend calls ``enter()`` when work is submitted, before anything is queued (a closed
+/// store throws ``DepotError/Code/closed`` there) and ``leave()`` when the work is done;
+/// ``close()`` refuses new work at once and returns when the last admitted work has left.
+/// Work submitted before ``close()`` is thus admitted and runs, on every backend (the
+/// conformance suite checks it).
 ///
 /// ```swift
 /// func submitRead<T>(...) {
@@ -44,6 +45,29 @@ public final class StoreGate: Sendable {
             // Closing began: not admitted after all.
             leave()
             throw closedError
+        }
+    }
+
+    /// Admits one more unit of work on behalf of work already admitted: a job that
+    /// ``enter()``ed when it was submitted and now runs its transaction.
+    ///
+    /// Unlike ``enter()`` it succeeds while the store is closing, as long as admitted work
+    /// remains: work submitted before ``close()`` runs to its end (as ``close()`` promises)
+    /// instead of being refused when it reaches the front of a queue. It throws only once
+    /// the gate is closed and drained, when the store may have released its resources, so
+    /// a path that reaches it without an admission can never use them after that.
+    ///
+    /// - Throws: ``DepotError/Code/closed`` once the store is closed and nothing admitted
+    ///   remains.
+    @inline(__always)
+    public func enterWithin() throws(DepotError) {
+        var current = admitted.load(ordering: .relaxed)
+        while true {
+            if current == Self.closedFlag { throw closedError }
+            let (exchanged, original) = admitted.compareExchange(
+                expected: current, desired: current &+ 1, ordering: .acquiring)
+            if exchanged { return }
+            current = original
         }
     }
 

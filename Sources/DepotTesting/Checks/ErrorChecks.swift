@@ -1,5 +1,6 @@
 import DepotCore
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Error codes reachable from the public API on every backend.
 enum ErrorChecks {
@@ -86,6 +87,45 @@ enum ErrorChecks {
             try await expectError(.closed, "lookup by key after close") { try await cats.fetchOne(id: 1) }
             try await expectError(.closed, "save after close") { try await cats.save(Cat(id: 1, name: "x", weight: 1, age: 1)) }
             await store.close()
+        },
+        ConformanceCheck("work submitted before close() runs to its end, and observers hear every commit before their feed ends") { store in
+            // Submitted back to back and then closed: most of this work is still queued when
+            // close() begins. A store admits work when it is submitted, so close() waits for
+            // all of it; none is refused for having been queued.
+            let cats = try await seededCats(store)
+            let handle = try await cats.registeredEntity()
+            let count = 40
+            let failures = NIOLockedValueBox<[String]>([])
+            let heard = NIOLockedValueBox<Set<Value>>([])
+            let feedEnded = NIOLockedValueBox(false)
+            let subscription = store.changes.observe(entities: ["Cat"], onFinish: { feedEnded.withLockedValue { $0 = true } }) { batch in
+                heard.withLockedValue { keys in for change in batch.changes { keys.insert(change.key) } }
+            }
+            let finished = DispatchGroup()
+            for n in 0..<count {
+                var row = Row()
+                try CatRecord(id: 1000 + Int64(n), name: "Queued \(n)", weight: 1, age: 1).encode(into: &row)
+                let frozen = row
+                finished.enter()
+                store.submitWrite({ try $0.insert(frozen, into: handle) }) { result in
+                    if case .failure(let error) = result { failures.withLockedValue { $0.append("write \(n): \(error)") } }
+                    finished.leave()
+                }
+                finished.enter()
+                store.submitRead({ try $0.count(Query(all: handle)) }) { result in
+                    if case .failure(let error) = result { failures.withLockedValue { $0.append("read \(n): \(error)") } }
+                    finished.leave()
+                }
+            }
+            await store.close()
+            try expect(feedEnded.withLockedValue { $0 }, "the change feed has ended when close() returns")
+            let all = DispatchSemaphore(value: 0)
+            finished.notify(queue: .global()) { all.signal() }
+            try expect(await signalled(all, within: 120), "every submitted read and write completes")
+            try expectEqual(failures.withLockedValue { $0 }, [], "work submitted before close()")
+            let written = Set((0..<count).map { Value.int(1000 + Int64($0)) })
+            try expect(written.isSubset(of: heard.withLockedValue { $0 }), "observers heard every write committed before close()")
+            subscription.cancel()
         },
     ]
 }
