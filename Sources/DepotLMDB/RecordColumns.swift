@@ -206,15 +206,6 @@ final class RecordColumns: ColumnReader {
 
     func value(_ index: Int) throws(DepotError) -> Value {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
-        if isNull(index) { return .null }
-        switch types[index] {
-        case .int64: return .int(try int64(index))
-        case .bool: return .bool(try bool(index))
-        case .double: return .double(try double(index))
-        case .date: return .date(try date(index))
-        case .string: return .string(try string(index))
-        case .data: return .data(try data(index))
-        case .uuid: return .uuid(try uuid(index))
-        }
+        return try value(index, as: types[index])
     }
 }

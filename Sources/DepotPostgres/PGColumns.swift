@@ -165,14 +165,6 @@ final class PGColumns: ColumnReader {
         // NULL first, as ``isNull(_:)`` answers whatever the column's type.
         if result.isNull(row, index) { return .null }
         if !typesMatch && (index >= result.columnCount || !typeMatches(index)) { throw wrongType(index) }
-        switch types[index] {
-        case .int64: return .int(try int64(index))
-        case .bool: return .bool(try bool(index))
-        case .double: return .double(try double(index))
-        case .date: return .date(try date(index))
-        case .string: return .string(try string(index))
-        case .data: return .data(try data(index))
-        case .uuid: return .uuid(try uuid(index))
-        }
+        return try value(index, as: types[index])
     }
 }

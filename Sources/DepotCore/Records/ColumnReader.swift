@@ -33,6 +33,23 @@ public protocol ColumnReader: AnyObject {
 }
 
 extension ColumnReader {
+    /// The value at `index` read through the typed accessor of `type` (`null` when nil is
+    /// stored): every backend's reader answers ``value(_:)`` with this once it knows the
+    /// attribute's type, so the type switch is written once.
+    @inlinable
+    public func value(_ index: Int, as type: AttributeType) throws(DepotError) -> Value {
+        if isNull(index) { return .null }
+        switch type {
+        case .int64: return .int(try int64(index))
+        case .bool: return .bool(try bool(index))
+        case .double: return .double(try double(index))
+        case .date: return .date(try date(index))
+        case .string: return .string(try string(index))
+        case .data: return .data(try data(index))
+        case .uuid: return .uuid(try uuid(index))
+        }
+    }
+
     /// The whole record in backend-neutral form, for the places that keep rows (change
     /// sets, observation diffs, the memory store).
     public func row() throws(DepotError) -> Row {
