@@ -10,19 +10,9 @@ extension LMDBStore: SchemaRewritingStore {
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
         if options.readOnly { throw DepotError.readOnly("LMDB store at \(directory)") }
-        try begin()
-        return try await withCheckedThrowingContinuation { continuation in
-            let accepted = writerLane.submit {
-                defer { self.end() }
-                continuation.resume(with: Result {
-                    try self.log.loggingFailure("rewriting \(name)") {
-                        try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
-                    }
-                })
-            }
-            if !accepted {
-                end()
-                continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)"))
+        return try await writerLane.run(admittedBy: gate, closed: DepotError.closed("LMDB store at \(directory)")) {
+            try self.log.loggingFailure("rewriting \(name)") {
+                try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
             }
         }
     }

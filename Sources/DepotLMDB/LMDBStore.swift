@@ -623,16 +623,9 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        let accepted = writerLane.submit {
-            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-            self.end()
-            completion(result)
-        }
-        if !accepted {
-            end()
-            completion(.failure(DepotError.closed("LMDB store at \(directory)")))
-        }
+        writerLane.submit(admittedBy: gate, closed: DepotError.closed("LMDB store at \(directory)"), {
+            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+        }, completion: completion)
     }
 
     public func submitRead<T: Sendable>(

@@ -10,17 +10,10 @@ extension PostgresStore {
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        let accepted = writerLane.submit {
+        writerLane.submit(admittedBy: gate, closed: DepotError.closed("PostgreSQL store (schema \(options.schema))"), {
             self.healthy(self.writer)
-            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-            self.end()
-            completion(result)
-        }
-        if !accepted {
-            end()
-            completion(.failure(DepotError.closed("PostgreSQL store (schema \(options.schema))")))
-        }
+            return Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+        }, completion: completion)
     }
 
     func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {

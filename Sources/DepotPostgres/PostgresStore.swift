@@ -405,16 +405,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         if options.readOnly { return completion(.failure(DepotError.readOnly("PostgreSQL store (schema \(options.schema))"))) }
-        do { try begin() } catch { return completion(.failure(error)) }
-        let accepted = writerLane.submit {
-            let result = Result { try self.writeNow(body) }
-            self.end()
-            completion(result)
-        }
-        if !accepted {
-            end()
-            completion(.failure(DepotError.closed("PostgreSQL store (schema \(options.schema))")))
-        }
+        writerLane.submit(
+            admittedBy: gate, closed: DepotError.closed("PostgreSQL store (schema \(options.schema))"),
+            { Result { try self.writeNow(body) } }, completion: completion)
     }
 
     /// Runs the write, again from the start when PostgreSQL aborts it for a serialization
@@ -502,18 +495,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// Runs `body` with the writer connection on the writer's lane (registration, schema
     /// rewrites, checks).
     func onWriter<T: Sendable>(_ what: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            do { try begin() } catch { return continuation.resume(throwing: error) }
-            let accepted = writerLane.submit {
-                self.healthy(self.writer)
-                let result = Result { try self.log.loggingFailure(what) { try body() } }
-                self.end()
-                continuation.resume(with: result)
-            }
-            if !accepted {
-                self.end()
-                continuation.resume(throwing: DepotError.closed("PostgreSQL store (schema \(options.schema))"))
-            }
+        try await writerLane.run(admittedBy: gate, closed: DepotError.closed("PostgreSQL store (schema \(options.schema))")) {
+            self.healthy(self.writer)
+            return try self.log.loggingFailure(what) { try body() }
         }
     }
 }

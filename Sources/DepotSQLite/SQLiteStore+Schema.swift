@@ -11,12 +11,9 @@ extension SQLiteStore {
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        writerLane.submit {
-            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-            self.end()
-            completion(result)
-        }
+        writerLane.submit(admittedBy: gate, closed: DepotError.closed("SQLite store at \(path)"), {
+            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+        }, completion: completion)
     }
 
     func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
@@ -215,21 +212,10 @@ extension SQLiteStore: SchemaRewritingStore {
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
-        try await withCheckedThrowingContinuation { continuation in
-            if options.readOnly { return continuation.resume(throwing: DepotError.readOnly("SQLite store at \(path)")) }
-            do { try begin() } catch { return continuation.resume(throwing: error) }
-            let accepted = writerLane.submit {
-                let result = Result {
-                    try self.log.loggingFailure("rewriting \(name)") {
-                        try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
-                    }
-                }
-                self.end()
-                continuation.resume(with: result)
-            }
-            if !accepted {
-                self.end()
-                continuation.resume(throwing: DepotError.closed("SQLite store at \(path)"))
+        if options.readOnly { throw DepotError.readOnly("SQLite store at \(path)") }
+        return try await writerLane.run(admittedBy: gate, closed: DepotError.closed("SQLite store at \(path)")) {
+            try self.log.loggingFailure("rewriting \(name)") {
+                try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
             }
         }
     }

@@ -96,16 +96,9 @@ public final class MemoryStore: InlineReadingStore, InlineWritingStore {
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
-        do { _ = try begin() } catch { return completion(.failure(error)) }
-        let accepted = writerLane.submit {
-            let result = Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-            self.end()
-            completion(result)
-        }
-        if !accepted {
-            end()
-            completion(.failure(DepotError.closed("memory store")))
-        }
+        writerLane.submit(admittedBy: gate, closed: DepotError.closed("memory store"), {
+            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+        }, completion: completion)
     }
 
     private func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
@@ -289,17 +282,8 @@ extension MemoryStore: SchemaRewritingStore {
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {
-        _ = try begin()
-        return try await withCheckedThrowingContinuation { continuation in
-            let accepted = writerLane.submit {
-                let result = Result { try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger) }
-                self.end()
-                continuation.resume(with: result)
-            }
-            if !accepted {
-                end()
-                continuation.resume(throwing: DepotError.closed("memory store"))
-            }
+        try await writerLane.run(admittedBy: gate, closed: DepotError.closed("memory store")) {
+            try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
         }
     }
 

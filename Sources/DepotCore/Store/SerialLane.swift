@@ -225,3 +225,40 @@ package final class SerialLane: Sendable {
         if let (next, group) = next { run(next, writes: group) }
     }
 }
+
+// Work a store hands to its writer's lane: admitted by the store's gate when submitted,
+// leaving it when done, refused as `closed` when the store or the lane has stopped. The one
+// form of what each backend wrote around every lane job (registration, schema rewrites,
+// checks, a backend's own writes).
+extension SerialLane {
+    /// Runs `job` on the lane as work `gate` admits now, then calls `completion` with its
+    /// result, after leaving the gate. Refused by the gate, `completion` gets the gate's
+    /// error; by a stopped lane, `closed`.
+    package func submit<T: Sendable>(
+        admittedBy gate: StoreGate, closed: @autoclosure () -> DepotError,
+        _ job: @escaping @Sendable () -> Result<T, any Error>,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try gate.enter() } catch { return completion(.failure(error)) }
+        let accepted = submit {
+            let result = job()
+            gate.leave()
+            completion(result)
+        }
+        if !accepted {
+            gate.leave()
+            completion(.failure(closed()))
+        }
+    }
+
+    /// Runs `job` on the lane as work `gate` admits now, and returns what it returned: the
+    /// awaited form of ``submit(admittedBy:closed:_:completion:)``.
+    package func run<T: Sendable>(
+        admittedBy gate: StoreGate, closed: @autoclosure () -> DepotError,
+        _ job: @escaping @Sendable () throws -> T
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            submit(admittedBy: gate, closed: closed(), { Result { try job() } }) { continuation.resume(with: $0) }
+        }
+    }
+}
