@@ -237,5 +237,4 @@ final class PGConnection: @unchecked Sendable {
     }
 
     var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
-    var backendPID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
 }
