@@ -1,21 +1,13 @@
 public import Synchronization
 
 /// One awaited call into a backend: the caller's closure, what it produced and the
-/// continuation to resume, in one object.
+/// continuation to resume, in one object, so each closure a backend is handed captures
+/// this one reference and allocates no context of its own. A second completion is ignored.
 ///
-/// The closures a backend is handed (`{ try call.run($0) }`, `{ call.resume(with: $0) }`)
-/// each capture this one reference, which Swift passes as the closure's context: no
-/// allocation per closure. The ``Store`` contract has a backend call each `completion`
-/// exactly once; a second call is ignored here.
-///
-/// The continuation is a checked one in debug builds and an unsafe one in release builds.
-/// A checked continuation costs a guard object and an atomic exchange per call: 0.3-0.4 µs
-/// of an awaited LMDB `fetchOne(id:)` of 1.9 µs (depot-bench W4', same hour), and LMDB's
-/// reads under a writer (W6) rose from 0.62M to 0.72M per second without it. Debug builds
-/// keep it: it reports a continuation a backend leaks, and an unsafe one's
-/// resume, inlined into Depot's instrumented code, shows Thread Sanitizer (which the test
-/// suite runs under, in a debug build) a read of the task's context that the runtime orders
-/// by atomics TSan cannot see.
+/// The continuation is unsafe in release builds (a checked one's guard object and atomic
+/// exchange show in every awaited lookup) and checked in debug builds, where it reports a
+/// continuation a backend leaks and keeps Thread Sanitizer, which the tests run under,
+/// from flagging an ordering it cannot see.
 ///
 /// `@unchecked Sendable`: `continuation` is set before the operation is submitted; the
 /// backend's thread writes `value` before it completes the operation, and the caller reads
@@ -97,8 +89,7 @@ final class AwaitedRowRead<T>: RowRead, AwaitedOperation, @unchecked Sendable {
     /// Resumes the suspended caller, once. Not through `AwaitedOperation.resume(with:)`:
     /// the backend calls this through `RowRead`, so it runs unspecialized, and there the
     /// generic `resume` switched over a `Result<S, any Error>` whose metadata it looked up
-    /// in the runtime's cache on every read (`swift_getGenericMetadata` under `finish` in
-    /// a profile of W4' LMDB).
+    /// in the runtime's cache on every read.
     @inlinable
     func finish(_ result: Result<Bool, any Error>) {
         guard let continuation else { return }
