@@ -43,8 +43,9 @@ let package = Package(
         // standard library's Mutex uses raw futexes on Linux, which TSan cannot see).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        // TreeDictionary: persistent hash tries, so MemoryStore commits copy O(log n) nodes
-        // instead of whole tables while readers hold snapshots.
+        // TreeDictionary (HashTreeCollections): MemoryStore's unique-value maps, persistent
+        // hash tries, so a commit copies only the changed paths while readers hold snapshots.
+        // Its rows are in a B+ tree of its own (RowTree.swift).
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         // 1.14: Logger.current and withLogger, the task-local logger Depot logs a call to.
         .package(url: "https://github.com/apple/swift-log", from: "1.14.0"),

@@ -20,8 +20,8 @@ import Synchronization
 ///
 /// Every read enters and leaves, and resizes are rare: while none runs, a transaction is
 /// counted with one atomic add in ``fast`` (its ticket is ``fastTicket``), not under the
-/// lock, which concurrent readers contended for (W6 profile: futex waits and wakes beside
-/// every read). A resize sets ``slowFlag`` first; from then on transactions enter under the
+/// lock, which concurrent readers contended for (futex waits and wakes beside every
+/// read). A resize sets ``slowFlag`` first; from then on transactions enter under the
 /// lock as before, and the resize also waits for the fast count to drain (it cannot grow
 /// while the flag is set). The flag is cleared when the resize is done.
 ///
@@ -182,9 +182,9 @@ final class ReaderHandle: @unchecked Sendable {
 ///
 /// A thread starts its search at a slot picked by its identity, so a thread that reads
 /// again mostly gets back the handle it put back: the handle, its transaction object and
-/// their buffers stay in that core's cache. A list under a lock (as before) handed the
-/// handles round-robin among the threads, and every read took the lock twice; with four
-/// readers on two cores both showed as contended atomics in W6's profile.
+/// their buffers stay in that core's cache. A list under a lock would hand the handles
+/// round-robin among the threads and take the lock twice per read; under concurrent
+/// readers both show as contended atomics.
 final class IdleReaders: @unchecked Sendable {
     static let capacity = 16
     /// Words between slots: 128 bytes, so that no two slots share a cache line (or the

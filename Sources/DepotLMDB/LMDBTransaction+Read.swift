@@ -94,7 +94,7 @@ extension LMDBTransaction {
     }
 
     /// How many records in main-database order cost as much as one lookup through an index
-    /// entry (measured on W5: a random B-tree descent against a sequential step).
+    /// entry (a random B-tree descent against a sequential step).
     static let indexLookupCost = 4
 
     /// The entries of `ranges` in a DUPSORT index, counted up to `cap`: one step per

@@ -7,10 +7,8 @@ import NIOConcurrencyHelpers
 ///
 /// SQLite's default (`wal_autocheckpoint`, 1,000 pages) checkpoints inside the commit that
 /// takes the WAL past the threshold: that caller waits while the pages are copied into the
-/// database file and both files are synced. For 1,000 single-row saves on the target
-/// machine that was about 2.7 µs of each save's 16 µs (raw SQLite's W3 with SQLite's
-/// checkpoints and with none: 15.7-16.1 against 12.9-13.5 ms), paid as a few hundred
-/// microseconds by one unlucky commit in three hundred.
+/// database file and both files are synced: a sizeable share of the cost of single-row
+/// saves, paid in full by one unlucky commit in hundreds.
 ///
 /// Here the writer connection's WAL hook notes, after each commit, how many frames the WAL
 /// holds. Once ``threshold`` of them are not yet copied, it wakes this object's thread,
@@ -20,9 +18,8 @@ import NIOConcurrencyHelpers
 /// progress (the writer keeps adding frames meanwhile). A thread of its own, not a
 /// dispatch queue: a checkpoint blocks for its syncs, for milliseconds, and would hold one
 /// of the workers Swift's tasks and the store's reads share. It runs at the default
-/// priority: at nice 10 awaited saves (W3, W3e) were no faster, reads under a writer (W6) no
-/// faster beyond the noise, and a starved thread holds the checkpoint lock for longer (see
-/// ``behindFrames``).
+/// priority: at a lower one neither awaited saves nor reads under a writer got faster, and
+/// a starved thread holds the checkpoint lock for longer (see ``behindFrames``).
 ///
 /// The WAL restarts from its beginning only at a write that finds every frame copied, which
 /// a checkpoint running beside a busy writer rarely leaves: each round's syncs outlast

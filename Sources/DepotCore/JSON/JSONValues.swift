@@ -438,8 +438,6 @@ struct ExactDecimal: Sendable {
         return ExactDecimal(negative: negative, digits: result, scale: scale)
     }
 
-    var isZero: Bool { digits.allSatisfy { $0 == 0 } }
-
     /// The integer part (towards zero) and the fraction digits, without trailing zeros.
     private var parts: (integer: ArraySlice<UInt8>, fraction: ArraySlice<UInt8>) {
         let all = aligned(to: max(scale, 0))

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The backend-neutral description of one attribute: what a store needs to create a column,
 /// a field or an index. ``Attribute`` declares it for a typed record.
 public struct AttributeDescription: Sendable, Hashable, Codable {
@@ -207,17 +209,5 @@ extension Value: Codable {
         case let other:
             throw DecodingError.dataCorruptedError(forKey: .type, in: c, debugDescription: "unknown value type \(other)")
         }
-    }
-}
-
-import Foundation
-
-extension Array where Element == AttributeDescription {
-    /// Whether two arrays share one buffer, so hold the same elements: the descriptions a
-    /// record type passes in are copies of one static array, which lets a backend skip
-    /// re-checking a description it has checked (a shared buffer is never mutated in place).
-    @inlinable
-    public func sharesStorage(with other: [AttributeDescription]) -> Bool {
-        count == other.count && withUnsafeBufferPointer { a in other.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
     }
 }

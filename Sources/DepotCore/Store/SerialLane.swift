@@ -69,11 +69,9 @@ package final class PendingWrite: GroupedWrite, @unchecked Sendable {
 /// writer's lane in the SQLite, LMDB and memory stores (registration, writes, closing).
 ///
 /// Each job is its own dispatch block, queued when the one before it has finished, so the
-/// task a job resumes usually runs on the thread that just finished it. For SQLite two
-/// designs were measured against this one on the target machine (W3, 1,000 single saves,
-/// each awaited):
-/// a dedicated thread that spins before parking, 56-65 ms; a serial dispatch queue,
-/// 81-83 ms; this lane, 40-47 ms.
+/// task a job resumes usually runs on the thread that just finished it. For awaited
+/// single saves on SQLite this was faster than a dedicated thread that spins before
+/// parking, and than a serial dispatch queue.
 ///
 /// Writes queued one behind the other are handed to their store together (up to
 /// ``maximumGroup``), which runs them in one transaction: concurrent single-row writes then
@@ -103,7 +101,7 @@ package final class SerialLane: Sendable {
     /// - Parameter concurrent: Whether the lane's blocks may run on any of a concurrent
     ///   queue's threads (SQLite: the task a write resumes continues on the thread that
     ///   finished it) or on a serial queue's thread (LMDB, whose readers' tail latency
-    ///   suffered under the concurrent form: W6 read p99 94-136 µs against 29-45 µs).
+    ///   suffered under the concurrent form).
     package init(label: String, concurrent: Bool = true) {
         queue = concurrent ? DispatchQueue(label: label, attributes: .concurrent) : DispatchQueue(label: label)
     }

@@ -14,13 +14,11 @@ import Darwin
 /// another thread and back.
 ///
 /// Without a preference, a read awaited from a task hands its work to one of the store's
-/// threads and resumes the task when that thread is done: on the target machine that hand
-/// off and what it allocates are 1.5-4.5 µs of an awaited `fetchOne(id:)` (W4'), more than
-/// the read itself. A task that prefers this executor already runs on a thread where the
+/// threads and resumes the task when that thread is done: that hand-off and what it
+/// allocates cost more than a lookup by key itself. A task that prefers this executor already runs on a thread where the
 /// store's short blocking work is allowed (a dispatch worker, as the store's own reads use;
 /// on Linux these are the workers Swift's tasks run on too), so the store runs the read
-/// there (``ExecutorReadingStore``) and the task goes on at once:
-/// 0.3-1.8 µs above the raw engine's own lookup (W4pe).
+/// there (``ExecutorReadingStore``) and the task goes on at once.
 ///
 /// ```swift
 /// try await withTaskExecutorPreference(store.executor) {

@@ -159,8 +159,7 @@ public struct StoreLog: Sendable {
     public func transaction<T>(_ kind: StaticString, _ body: () throws -> T) throws -> T {
         // The level is read once per transaction: `Logger.logLevel` copies the handler out
         // of the logger's storage under an exclusivity check and asks it through its
-        // protocol. Read twice, that was 6 % of the samples of an LMDB lookup's read
-        // transaction in a profile of W4'.
+        // protocol, which shows in a lookup's profile when done twice.
         let debugging = logger.logLevel <= .debug
         let coarse = coarseClockSuffices(debugging: debugging)
         let scope = CallLogger.Scope.begin()
@@ -186,8 +185,8 @@ public struct StoreLog: Sendable {
 
     /// Whether the coarse clock is precise enough for this transaction: nothing records its
     /// duration (no telemetry, no `debug` log) and the slow threshold is many ticks of it.
-    /// A precise clock read costs 40-50 ns on a virtual machine, about 10 % of a lookup by
-    /// key in LMDB; the coarse one reads a value the kernel keeps.
+    /// A precise clock read is a noticeable share of a lookup by key (on a virtual machine
+    /// especially); the coarse one reads a value the kernel keeps.
     @usableFromInline func coarseClockSuffices(debugging: Bool) -> Bool {
         telemetry == nil && slowNanoseconds >= Self.coarseEnough && !debugging
     }

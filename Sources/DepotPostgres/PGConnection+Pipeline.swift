@@ -1,0 +1,222 @@
+import CLibPQ
+import DepotCore
+import Foundation
+
+/// Running statements: one at a time, or several in one round trip (libpq's pipeline mode).
+extension PGConnection {
+    /// The most parameters one statement takes (the protocol counts them in 16 bits).
+    static let parameterLimit = 65_535
+
+    /// PostgreSQL's largest field, 1 GiB - 1 bytes.
+    static let fieldLimit = (1 << 30) - 1
+
+    /// One statement of a pipeline.
+    struct Step {
+        var sql: String
+        var params: [PGParam] = []
+        /// The prepared statement's name, for a statement prepared once per connection.
+        var name: String?
+        var context: String
+    }
+
+    /// Runs SQL without parameters (transaction control, DDL).
+    func execute(_ sql: String, _ context: @autoclosure () -> String = "Running a statement") throws(DepotError) {
+        if pendingBegin != nil, sql == "COMMIT" || sql == "ROLLBACK" {
+            // Nothing was sent: there is nothing to end.
+            pendingBegin = nil
+            return
+        }
+        _ = try run([Step(sql: sql, context: context())])
+    }
+
+    /// Runs a statement with binary parameters and binary results. With `name`, the
+    /// statement is prepared once per connection under that name and reused.
+    @discardableResult
+    func query(_ sql: String, _ params: [PGParam], name: String? = nil, _ context: @autoclosure () -> String) throws(DepotError) -> PGResult {
+        try run([Step(sql: sql, params: params, name: name, context: context())])[0]
+    }
+
+    /// Runs `steps` in order in one round trip (after a pending BEGIN); returns their
+    /// results. A failing step throws, and the steps after it did not run.
+    func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
+        let handle = try liveHandle()
+        if needsReset {
+            // Not set up for the store (its schema, its timeout): nothing runs on it.
+            lost = true
+            throw DepotError(.io, "\(steps.first?.context ?? "Running a statement"): the PostgreSQL connection was lost and could not be set up again yet.")
+        }
+        try settle()
+        for step in steps {
+            for param in step.params where (param.bytes?.count ?? 0) > Self.fieldLimit {
+                throw DepotError(.invalidValue, "\(step.context): a value of \(param.bytes?.count ?? 0) bytes is over PostgreSQL's limit of 1 GiB per field.")
+            }
+        }
+        for step in steps where step.params.count > Self.parameterLimit {
+            throw DepotError(.invalidPredicate, "\(step.context): \(step.params.count) values in one statement are more than PostgreSQL takes (\(Self.parameterLimit)); split the list.")
+        }
+        // Prepared before the BEGIN is taken: a failure here leaves the transaction still
+        // to begin, not silently gone.
+        for step in steps {
+            if let name = step.name, !prepared.contains(name) {
+                var types = step.params.map(\.oid)
+                guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
+                    throw connectionLost(step.context)
+                }
+                try check(PGResult(result), step.context)
+                prepared.insert(name)
+            }
+        }
+        var all = steps
+        if steps.contains(where: { $0.sql == "COMMIT" }) { commitSent = true }
+        var probeAt: Int?
+        if probePending {
+            probePending = false
+            if !prepared.contains(Self.schemaProbeName) {
+                guard let result = PQprepare(handle, Self.schemaProbeName, Self.schemaProbe, 0, nil) else {
+                    throw connectionLost("Preparing the schema probe")
+                }
+                try check(PGResult(result), "Preparing the schema probe")
+                prepared.insert(Self.schemaProbeName)
+            }
+            all.insert(Step(sql: Self.schemaProbe, name: Self.schemaProbeName, context: "Reading the schema version"), at: 0)
+            probeAt = 0
+        }
+        if let begin = pendingBegin {
+            pendingBegin = nil
+            all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
+            probeAt = probeAt.map { $0 + 1 }
+        }
+        if all.count == 1 {
+            guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
+            let result = PGResult(raw)
+            try check(result, all[0].context)
+            return [result]
+        }
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionLost(all[0].context) }
+        var results: [PGResult] = []
+        var failure: DepotError?
+        var sent = 0
+        for step in all {
+            guard send(step, on: handle, wait: false) != nil else { break }
+            sent += 1
+        }
+        if PQpipelineSync(handle) != 1 { failure = connectionLost(all[0].context) }
+        for step in all.prefix(sent) {
+            guard let raw = PQgetResult(handle) else {
+                failure = failure ?? connectionLost(step.context)
+                break
+            }
+            let result = PGResult(raw)
+            // Each statement's results end with a NULL.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+            let status = PQresultStatus(raw)
+            if status == PGRES_PIPELINE_ABORTED { continue }
+            do throws(DepotError) {
+                try check(result, step.context)
+            } catch {
+                failure = failure ?? error
+            }
+            results.append(result)
+        }
+        // Up to the sync point, then out of pipeline mode.
+        while let raw = PQgetResult(handle) {
+            let status = PQresultStatus(raw)
+            PQclear(raw)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        if PQexitPipelineMode(handle) != 1 {
+            // Left in pipeline mode, the connection would refuse every later call: it is
+            // made afresh before its next use (the server ends the transaction with the old
+            // session), where the store also sets the session up again.
+            markForReset()
+            failure = failure ?? connectionLost(all[0].context)
+        }
+        // The schema check before any failure of the statements after it: a statement in
+        // the old layout fails (a column of another type) because the schema moved.
+        if let probeAt, let schemaCheck, results.count > probeAt, PQresultStatus(results[probeAt].handle) == PGRES_TUPLES_OK {
+            let probed = results[probeAt]
+            do throws(DepotError) {
+                try schemaCheck(self, probed.rowCount > 0 ? String(decoding: probed.bytes(0, 0), as: UTF8.self) : nil)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+        if sent < all.count || results.count < all.count { throw connectionLost(all[0].context) }
+        // The caller's steps' results, without the BEGIN's.
+        return Array(results.suffix(steps.count))
+    }
+
+    /// Sends one statement in binary form; with `wait`, returns its result (else a marker
+    /// that the send succeeded).
+    private func send(_ step: Step, on handle: OpaquePointer, wait: Bool) -> OpaquePointer? {
+        let params = step.params
+        // All parameters' bytes in one buffer; pointers into it for libpq.
+        var buffer: [UInt8] = []
+        var offsets: [Int] = []
+        var lengths: [Int32] = []
+        for param in params {
+            offsets.append(buffer.count)
+            if let bytes = param.bytes {
+                buffer.append(contentsOf: bytes)
+                lengths.append(Int32(truncatingIfNeeded: bytes.count))
+            } else {
+                lengths.append(-1)
+            }
+        }
+        if buffer.isEmpty { buffer.append(0) }
+        let formats = [Int32](repeating: 1, count: params.count)
+        let count = Int32(truncatingIfNeeded: params.count)
+        return buffer.withUnsafeBufferPointer { storage -> OpaquePointer? in
+            guard let start = storage.baseAddress else { return nil }
+            let base = UnsafeRawPointer(start).assumingMemoryBound(to: CChar.self)
+            var values: [UnsafePointer<CChar>?] = []
+            values.reserveCapacity(params.count)
+            for (i, param) in params.enumerated() {
+                values.append(param.bytes == nil ? nil : base + offsets[i])
+            }
+            let types = params.map(\.oid)
+            if wait {
+                if let name = step.name {
+                    return PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+                }
+                return PQexecParams(handle, step.sql, count, types, values, lengths, formats, 1)
+            }
+            let queued: Int32
+            if let name = step.name {
+                queued = PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
+            } else {
+                queued = PQsendQueryParams(handle, step.sql, count, types, values, lengths, formats, 1)
+            }
+            return queued == 1 ? OpaquePointer(bitPattern: 1) : nil
+        }
+    }
+
+    private func check(_ result: PGResult, _ context: String) throws(DepotError) {
+        let status = PQresultStatus(result.handle)
+        if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY { return }
+        let failure = Self.failure(of: result.handle, connection: handle, redaction: redaction)
+        lastFailure = failure
+        if failure.isSessionLost || isBroken { lost = true }
+        throw failure.depotError(context)
+    }
+
+    func connectionLost(_ context: String) -> DepotError {
+        let message = redaction.redact(handle.map { String(cString: PQerrorMessage($0)) } ?? "closed")
+        lastFailure = PGFailure(sqlState: "08006", message: message, detail: nil, constraint: nil)
+        lost = true
+        return DepotError(.io, "\(context): the PostgreSQL connection failed: \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
+
+    static func failure(of result: OpaquePointer, connection: OpaquePointer?, redaction: PGRedaction) -> PGFailure {
+        func field(_ code: Character) -> String? { errorField(code, of: result) }
+        // The texts, not the SQLSTATE or the constraint's name, which are matched against
+        // Depot's own names (a password that happens to be part of one must not break that).
+        let message = (field("M") ?? connection.map { String(cString: PQerrorMessage($0)) }).map(redaction.redact) ?? "unknown error"
+        // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
+        // lost connection (08006, so `io`), not an error of the server's.
+        let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
+        return PGFailure(
+            sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D").map(redaction.redact), constraint: field("n"))
+    }
+}
