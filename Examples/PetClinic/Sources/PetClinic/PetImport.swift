@@ -91,9 +91,9 @@ struct PetImport {
             // Text that is not JSON at all cannot be skipped: what follows it is not
             // reliably an element boundary either.
             if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
-                throw APIError.badRequest("Element \(element.index) is not JSON (\(context.debugDescription)).")
+                throw APIError.invalidJSON("Element \(element.index) is not JSON.")
             }
-            try refuse(element.index, key: nil, DepotErrorMiddleware<BasicRequestContext>.describe(error))
+            try refuse(element.index, key: nil, APIError.decoding(error))
             return
         }
         try validate(element.index, decoded)
@@ -104,16 +104,18 @@ struct PetImport {
     private mutating func validate(_ index: Int, _ element: Element) throws {
         do {
             let input = try element.input.validated(now: now)
-            guard let ownerID = input.ownerID else { throw APIError.badRequest("ownerID is missing.") }
+            guard let ownerID = input.ownerID else { throw APIError.validation("ownerID is missing.") }
             pets.append(Pet(id: element.id ?? UUID(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear))
         } catch let error as APIError {
-            try refuse(index, key: element.id, error.message)
+            try refuse(index, key: element.id, error)
         }
     }
 
-    private mutating func refuse(_ index: Int, key: UUID?, _ message: String) throws {
-        guard skipInvalid else { throw APIError.badRequest("Element \(index): \(message)") }
-        skipped.append(.init(index: index, key: key?.uuidString, message: message))
+    /// Refuses the import with the element's error, its message prefixed by the index (the
+    /// code unchanged), or skips the element and reports it.
+    private mutating func refuse(_ index: Int, key: UUID?, _ error: APIError) throws {
+        guard skipInvalid else { throw APIError(error.status, error.code, "Element \(index): \(error.message)") }
+        skipped.append(.init(index: index, key: key?.uuidString, message: error.message))
     }
 
     /// Upserts the checked pets in one transaction. An owner that does not exist refuses the
@@ -216,6 +218,6 @@ struct JSONArraySplitter {
     }
 
     private func malformed(_ what: String, at position: Int) -> APIError {
-        APIError.badRequest("The body must be a JSON array of pets; at byte \(consumed + position), near element \(index): \(what).")
+        APIError.invalidJSON("The body must be a JSON array of pets; at byte \(consumed + position), near element \(index): \(what).")
     }
 }

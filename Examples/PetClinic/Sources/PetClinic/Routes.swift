@@ -1,6 +1,7 @@
 import Depot
 import Foundation
 import Hummingbird
+import NIOCore
 import Prometheus
 import ServiceLifecycle
 
@@ -22,11 +23,18 @@ extension Visit: ResponseEncodable {}
 /// | `POST /pets/import?skipInvalid=` | a JSON array of pets, each checked as `POST /pets` checks one, upserted in one transaction |
 /// | `GET /pets/live?species=&limit=&events=` | server-sent events: the first `limit` pets, then each change set |
 /// | `GET /metrics` | Prometheus text, when a registry is given |
-public func buildRouter(clinic: Clinic, metrics: PrometheusCollectorRegistry? = nil) -> Router<BasicRequestContext> {
+///
+/// With `tracing`, each request runs in a server span (Hummingbird's `TracingMiddleware`,
+/// on the bootstrapped tracer), and the store's spans, when its URL asks for them
+/// (`tracing=true`), are its children: the span is the task's `ServiceContext` while the
+/// handler runs.
+public func buildRouter(clinic: Clinic, metrics: PrometheusCollectorRegistry? = nil, tracing: Bool = false) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self)
     router.middlewares.add(MetricsMiddleware())
+    if tracing { router.middlewares.add(TracingMiddleware()) }
     router.middlewares.add(StoreExecutorMiddleware(executor: clinic.store.executor))
-    router.middlewares.add(DepotErrorMiddleware())
+    // Innermost, so the tracing and metrics middlewares see the answer's status.
+    router.middlewares.add(APIErrorMiddleware())
 
     router.get("health") { _, _ in "ok" }
     if let metrics {
@@ -65,7 +73,11 @@ private func addOwnerRoutes(_ owners: RouterGroup<BasicRequestContext>, _ clinic
         let id = try Check.id(context)
         let input = try await decodeBody(OwnerInput.self, request).validated()
         let owner = Owner(id: id, name: input.name, city: input.city, email: input.email)
-        try await clinic.owners.update(owner)   // notFound (404) when there is no such owner
+        do {
+            try await clinic.owners.update(owner)
+        } catch let error as DepotError where error.code == .notFound {
+            throw APIError.notFound("owner", id)
+        }
         return owner
     }
     owners.delete(":id") { _, context in
@@ -97,9 +109,9 @@ private func addOwnerRoutes(_ owners: RouterGroup<BasicRequestContext>, _ clinic
 private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Clinic) {
     pets.post { request, context in
         let input = try await decodeBody(PetInput.self, request).validated()
-        guard let ownerID = input.ownerID else { throw APIError.badRequest("ownerID is missing.") }
+        guard let ownerID = input.ownerID else { throw APIError.validation("ownerID is missing.") }
         let pet = Pet(id: UUID(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear)
-        try await clinic.pets.insert(pet)   // missingReference (422) when the owner does not exist
+        try await clinic.pets.insert(pet)   // missingReference (422 referenceNotFound) when the owner does not exist
         return EditedResponse(status: .created, headers: [.location: "/pets/\(pet.id)"], response: pet)
     }
     pets.get { request, _ in
@@ -112,13 +124,14 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
         // Each element is checked as it arrives, by the rules of `POST /pets` (PetImport).
         // One transaction (all or nothing) holds every checked pet until it commits, hence
         // the cap on the body.
+        try Check.jsonContentType(request)
         var importer = PetImport(skipInvalid: request.uri.queryParameters.get("skipInvalid") == "true")
         let limit = importLimit
         var received = 0
         for try await buffer in request.body {
             received += buffer.readableBytes
             guard received <= limit else {
-                throw APIError(.contentTooLarge, code: "tooLarge", "An import takes at most \(limit >> 20) MiB of JSON; send the array in parts.")
+                throw APIError.payloadTooLarge(limit: limit, "; send the array in parts")
             }
             try importer.feed(buffer)
         }
@@ -190,11 +203,21 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
 /// The most JSON one `POST /pets/import` takes.
 let importLimit = 32 << 20
 
-/// The request's JSON body as `T`, at most 1 MiB; dates in ISO 8601. Decoding errors are
-/// answered 400 with the field's path (the error middleware words them).
+/// The most JSON a route other than the import takes.
+let bodyLimit = 1 << 20
+
+/// The request's JSON body as `T`, at most ``bodyLimit`` (413 past it); dates in ISO 8601.
+/// A body declared as another media type is 415; decoding errors are answered 400 with the
+/// field's path (the error middleware words them).
 private func decodeBody<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
+    try Check.jsonContentType(request)
     var request = request
-    let body = try await request.collectBody(upTo: 1 << 20)
+    let body: ByteBuffer
+    do {
+        body = try await request.collectBody(upTo: bodyLimit)
+    } catch is NIOTooManyBytesError {
+        throw APIError.payloadTooLarge(limit: bodyLimit)
+    }
     let decoder = JSONDecoder()
     decoder.dateDecodingStrategy = .iso8601
     return try decoder.decode(T.self, from: Data(buffer: body))
@@ -205,7 +228,7 @@ private func petFilter(_ clinic: Clinic, _ query: Parameters) throws -> ResultSe
     var set = clinic.pets.results
     if let species = query.get("species") { set = set.filter(\.species == species) }
     if let text = query.get("ownerID") {
-        guard let owner = UUID(uuidString: text) else { throw APIError.badRequest("ownerID must be a UUID, not \(Check.quote(text)).") }
+        guard let owner = UUID(uuidString: text) else { throw APIError.validation("ownerID must be a UUID, not \(Check.quote(text)).") }
         set = set.filter(\.ownerID == owner)
     }
     if let prefix = query.get("namePrefix") { set = set.filter(.hasPrefix(\.name, prefix)) }
@@ -215,7 +238,7 @@ private func petFilter(_ clinic: Clinic, _ query: Parameters) throws -> ResultSe
 private func boundedInteger(_ query: Parameters, _ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
     guard let text = query.get(name) else { return value }
     guard let number = Int(text), range.contains(number) else {
-        throw APIError.badRequest("\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \(Check.quote(text)).")
+        throw APIError.validation("\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \(Check.quote(text)).")
     }
     return number
 }

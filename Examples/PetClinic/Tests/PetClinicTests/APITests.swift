@@ -38,10 +38,10 @@ struct APITests {
             // Deleting the owner deletes the pets and their visits (the references' cascade).
             response = try await client.delete("/owners/\(owner.id)")
             #expect(response.status == .noContent)
-            try expectError(try await client.get("/owners/\(owner.id)"), .notFound, mentioning: owner.id.uuidString)
-            try expectError(try await client.get("/pets/\(rex.id)"), .notFound, mentioning: "No pet")
-            try expectError(try await client.get("/pets/\(rex.id)/visits"), .notFound, mentioning: "No pet")
-            try expectError(try await client.delete("/pets/\(rex.id)"), .notFound, mentioning: "No pet")
+            try expectError(try await client.get("/owners/\(owner.id)"), .notFound, code: "notFound", mentioning: owner.id.uuidString)
+            try expectError(try await client.get("/pets/\(rex.id)"), .notFound, code: "notFound", mentioning: "No pet")
+            try expectError(try await client.get("/pets/\(rex.id)/visits"), .notFound, code: "notFound", mentioning: "No pet")
+            try expectError(try await client.delete("/pets/\(rex.id)"), .notFound, code: "notFound", mentioning: "No pet")
         }
     }
 
@@ -89,7 +89,7 @@ struct APITests {
             // A cursor belongs to its order.
             let first = try decode(List<Pet>.self, try await client.get("/pets?sort=name&limit=2"))
             let cursor = try #require(first.next)
-            try expectError(try await client.get("/pets?sort=species&cursor=\(cursor)"), .badRequest, mentioning: "sort order")
+            try expectError(try await client.get("/pets?sort=species&cursor=\(cursor)"), .badRequest, code: "validation", mentioning: "sort order")
         }
     }
 
@@ -97,31 +97,31 @@ struct APITests {
     func validation(_ backend: TestBackend) async throws {
         try await withClinic(backend) { client, _ in
             let owner = try await client.createOwner("Di", city: "Kyiv", email: "di@example.com")
-            try expectError(try await client.get("/pets?limit=9223372036854775807"), .badRequest, mentioning: "limit must be a whole number from 1 to 100")
-            try expectError(try await client.get("/pets?limit=0"), .badRequest, mentioning: "'0'")
-            try expectError(try await client.get("/pets?limit=ten"), .badRequest, mentioning: "'ten'")
-            try expectError(try await client.get("/pets?sort=weight"), .badRequest, mentioning: "Unknown sort key 'weight'")
-            try expectError(try await client.get("/pets?sort=name,name"), .badRequest, mentioning: "twice")
-            try expectError(try await client.get("/pets?cursor=%21%21"), .badRequest, mentioning: "cursor is not valid")
-            try expectError(try await client.get("/pets/12345"), .badRequest, mentioning: "id must be a UUID")
-            try expectError(try await client.get("/owners/not-a-uuid/pets"), .badRequest, mentioning: "'not-a-uuid'")
-            try expectError(try await client.get("/pets?ownerID=7"), .badRequest, mentioning: "ownerID must be a UUID")
-            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"")), .badRequest, mentioning: "not JSON")
-            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"}")), .badRequest, mentioning: "city is missing")
-            try expectError(try await client.post("/owners", json("{\"name\": 5, \"city\": \"x\"}")), .badRequest, mentioning: "name must be a String")
-            try expectError(try await client.post("/owners", json("{\"name\": \" \", \"city\": \"x\"}")), .badRequest, mentioning: "name must not be empty")
+            try expectError(try await client.get("/pets?limit=9223372036854775807"), .badRequest, code: "validation", mentioning: "limit must be a whole number from 1 to 100")
+            try expectError(try await client.get("/pets?limit=0"), .badRequest, code: "validation", mentioning: "'0'")
+            try expectError(try await client.get("/pets?limit=ten"), .badRequest, code: "validation", mentioning: "'ten'")
+            try expectError(try await client.get("/pets?sort=weight"), .badRequest, code: "validation", mentioning: "Unknown sort key 'weight'")
+            try expectError(try await client.get("/pets?sort=name,name"), .badRequest, code: "validation", mentioning: "twice")
+            try expectError(try await client.get("/pets?cursor=%21%21"), .badRequest, code: "validation", mentioning: "cursor is not valid")
+            try expectError(try await client.get("/pets/12345"), .badRequest, code: "validation", mentioning: "id must be a UUID")
+            try expectError(try await client.get("/owners/not-a-uuid/pets"), .badRequest, code: "validation", mentioning: "'not-a-uuid'")
+            try expectError(try await client.get("/pets?ownerID=7"), .badRequest, code: "validation", mentioning: "ownerID must be a UUID")
+            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"")), .badRequest, code: "invalidJSON", mentioning: "not JSON")
+            try expectError(try await client.post("/owners", json("{\"name\": \"Ed\"}")), .badRequest, code: "validation", mentioning: "city is missing")
+            try expectError(try await client.post("/owners", json("{\"name\": 5, \"city\": \"x\"}")), .badRequest, code: "validation", mentioning: "name must be a string.")
+            try expectError(try await client.post("/owners", json("{\"name\": \" \", \"city\": \"x\"}")), .badRequest, code: "validation", mentioning: "name must not be empty")
             try expectError(
                 try await client.post("/owners/\(owner.id)/pets", json("{\"name\": \"Fi\", \"species\": \"cat\", \"birthYear\": 1800}")),
-                .badRequest, mentioning: "birthYear must be from 1900")
+                .badRequest, code: "validation", mentioning: "birthYear must be from 1900")
             // Store rules, through the error middleware.
-            try expectError(try await client.post("/owners", try json(["name": "Di 2", "city": "Kyiv", "email": "di@example.com"])), .conflict, mentioning: "email")
+            try expectError(try await client.post("/owners", try json(["name": "Di 2", "city": "Kyiv", "email": "di@example.com"])), .conflict, code: "conflict", mentioning: "email is already used by another owner.")
             try expectError(
                 try await client.post("/pets", try json(PetCreate(ownerID: UUID(), name: "Gus", species: "dog", birthYear: 2020))),
-                .unprocessableContent, mentioning: "Owner")
+                .unprocessableContent, code: "referenceNotFound", mentioning: "ownerID names no owner")
             try expectError(
                 try await client.post("/owners/\(UUID())/pets", json("{\"name\": \"Fi\", \"species\": \"cat\", \"birthYear\": 2020}")),
-                .notFound, mentioning: "No owner")
-            try expectError(try await client.put("/owners/\(UUID())", try json(["name": "X", "city": "Y"])), .notFound, mentioning: "Owner")
+                .notFound, code: "notFound", mentioning: "No owner")
+            try expectError(try await client.put("/owners/\(UUID())", try json(["name": "X", "city": "Y"])), .notFound, code: "notFound", mentioning: "No owner")
         }
     }
 
@@ -140,7 +140,7 @@ struct APITests {
             // One bad element (a birth year that is not a number) refuses the whole import...
             body = json("[{\"id\": \"\(UUID())\", \"ownerID\": \"\(owner.id)\", \"name\": \"ok\", \"species\": \"cat\", \"birthYear\": 2020}, {\"id\": \"\(UUID())\", \"ownerID\": \"\(owner.id)\", \"name\": \"bad\", \"species\": \"cat\", \"birthYear\": \"soon\"}]")
             response = try await client.post("/pets/import", body)
-            try expectError(response, .badRequest, mentioning: "birthYear")
+            try expectError(response, .badRequest, code: "validation", mentioning: "birthYear")
             #expect(try await clinic.pets.count() == 250, "nothing imported")
             // ...unless the client asks to skip it.
             response = try await client.post("/pets/import?skipInvalid=true", body)
@@ -148,7 +148,7 @@ struct APITests {
             let skipped = try decode(ImportCounts.self, response)
             #expect(skipped.inserted == 1)
             #expect(skipped.skipped.map(\.index) == [1])
-            try expectError(try await client.post("/pets/import", json("{\"not\": \"an array\"}")), .badRequest, mentioning: "expected an array")
+            try expectError(try await client.post("/pets/import", json("{\"not\": \"an array\"}")), .badRequest, code: "invalidJSON", mentioning: "expected an array")
 
             // A body past the cap is refused as it streams in, with nothing of it imported,
             // though its first elements are valid.
@@ -160,7 +160,7 @@ struct APITests {
             }
             large.removeLast()
             large += "]"
-            try expectError(try await client.post("/pets/import", json(large)), .contentTooLarge, mentioning: "at most 32 MiB")
+            try expectError(try await client.post("/pets/import", json(large)), .contentTooLarge, code: "payloadTooLarge", mentioning: "at most 32 MiB; send the array in parts")
             #expect(try await clinic.pets.count() == 251, "nothing of the refused import")
         }
     }
@@ -186,6 +186,7 @@ struct APITests {
                 #expect(response.status == .badRequest, "\(String(buffer: response.body))")
                 let body = try decode(ErrorBody.self, response)
                 #expect(body.error.code == expected.error.code)
+                #expect(body.error.code == "validation")
                 #expect(body.error.message == "Element 1: " + expected.error.message)
             }
             #expect(try await clinic.pets.count() == 0, "nothing imported")
@@ -201,8 +202,18 @@ struct APITests {
             #expect(report.skipped.map(\.index) == [2, 3, 4, 5])
             let pets = try await clinic.pets.fetchAll()
             #expect(Set(pets.map(\.name)) == ["Rex", "Rex, \"the\" [king]}"])
-            try expectError(try await client.post("/pets/import", json("[\(valid),]")), .badRequest, mentioning: "expected an element")
-            try expectError(try await client.post("/pets/import", json("[\(valid)")), .badRequest, mentioning: "not closed")
+            // An owner that does not exist refuses the whole array, as the create route refuses the pet.
+            let orphan = "{\"ownerID\": \"\(UUID())\", \"name\": \"Orphan\", \"species\": \"cat\", \"birthYear\": 2020}"
+            try expectError(
+                try await client.post("/pets/import", json("[\(valid), \(orphan)]")), .unprocessableContent, code: "referenceNotFound",
+                mentioning: "ownerID names no owner")
+            #expect(try await clinic.pets.count() == 2, "nothing of the refused import")
+            // A field of the wrong kind: the create route's words, with the index.
+            try expectError(
+                try await client.post("/pets/import", json("[\(valid), {\"ownerID\": \"\(owner.id)\", \"name\": [], \"species\": \"cat\", \"birthYear\": 2020}]")),
+                .badRequest, code: "validation", mentioning: "Element 1: name must be a string.")
+            try expectError(try await client.post("/pets/import", json("[\(valid),]")), .badRequest, code: "invalidJSON", mentioning: "expected an element")
+            try expectError(try await client.post("/pets/import", json("[\(valid)")), .badRequest, code: "invalidJSON", mentioning: "not closed")
         }
     }
 
@@ -235,7 +246,7 @@ struct APITests {
             let changes = try JSONDecoder().decode(LiveChanges.self, from: Data(lastData.utf8))
             #expect(changes.inserted?.allSatisfy { $0.pet.species == "cat" } == true, "only cats")
             #expect(changes.inserted?.isEmpty == false)
-            try expectError(try await client.get("/pets/live?limit=5000"), .badRequest, mentioning: "limit must be a whole number from 1 to 1000")
+            try expectError(try await client.get("/pets/live?limit=5000"), .badRequest, code: "validation", mentioning: "limit must be a whole number from 1 to 1000")
         }
     }
 }

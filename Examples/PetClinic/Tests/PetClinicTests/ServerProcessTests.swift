@@ -77,13 +77,19 @@ struct ServerProcessTests {
         #expect(missing.isEmpty, "\(missing.count) of \(ids.count) acknowledged writes are missing")
     }
 
-    @Test("a bad DEPOT_STORE_URL or PORT stops the start with a message and status 2")
+    @Test("a bad store URL or port, in the environment or on the command line, stops the start with a message and status 2")
     func badSettings() throws {
         let binary = try #require(Self.binary)
         var result = try ProcessLaunch.run(binary, [], environment: ["DEPOT_STORE_URL": "sqlite:x.sqlite?durability=sometimes"])
         #expect(result.exit.code == 2)
         #expect(result.stderr.contains("durability"), "\(result.stderr)")
         result = try ProcessLaunch.run(binary, [], environment: ["PORT": "99999"])
+        #expect(result.exit.code == 2)
+        #expect(result.stderr.contains("PORT must be a port number"), "\(result.stderr)")
+        result = try ProcessLaunch.run(binary, ["--store-url", "sqlite:x.sqlite?durability=sometimes"], environment: [:])
+        #expect(result.exit.code == 2)
+        #expect(result.stderr.contains("durability"), "\(result.stderr)")
+        result = try ProcessLaunch.run(binary, ["--port", "http"], environment: [:])
         #expect(result.exit.code == 2)
         #expect(result.stderr.contains("PORT must be a port number"), "\(result.stderr)")
     }
@@ -96,11 +102,11 @@ final class RunningServer: Sendable {
     private let outputPath: String
     private let errorPath: String
 
-    init(binary: String, storeURL: String, directory: URL) throws {
+    init(binary: String, storeURL: String, directory: URL, arguments: [String] = []) throws {
         outputPath = directory.appendingPathComponent("stdout.txt").path
         errorPath = directory.appendingPathComponent("stderr.txt").path
         let child = try ProcessLaunch.spawn(
-            binary, [], environment: ["DEPOT_STORE_URL": storeURL, "PORT": "0", "LOG_LEVEL": "warning"],
+            binary, arguments, environment: ["DEPOT_STORE_URL": storeURL, "PORT": "0", "LOG_LEVEL": "warning"],
             stdout: .file(outputPath), stderr: .file(errorPath))
         pid = child.pid
         // The server prints "pet-clinic listening on 127.0.0.1:PORT" once it accepts connections.

@@ -45,17 +45,27 @@ func temporaryDirectory() throws -> URL {
 }
 
 /// Runs `body` against the application on a fresh store of `backend`, through Hummingbird's
-/// router test framework (no socket), then removes the store's files.
+/// router test framework (no socket), then removes the store's files. With `tracing`, the
+/// router has its tracing middleware and the store is opened with `tracing=true`; spans go
+/// to the bootstrapped tracer (``TestTracer``).
 func withClinic(
-    _ backend: TestBackend, _ body: @escaping @Sendable (any TestClientProtocol, Clinic) async throws -> Void
+    _ backend: TestBackend, tracing: Bool = false, _ body: @escaping @Sendable (any TestClientProtocol, Clinic) async throws -> Void
 ) async throws {
     let directory = try temporaryDirectory()
     defer { try? FileManager.default.removeItem(at: directory) }
-    let store = try await openStore(url: try backend.url(in: directory))
+    var url = try StoreURL(try backend.url(in: directory))
+    if tracing {
+        _ = TestTracer.shared
+        url = try url.setting("tracing", to: "true")
+    }
+    let store = try await url.open()
     let clinic = Clinic(store: store)
     try await clinic.prepare()
+    // The exporter setting only turns the router's tracing middleware on here: the tests
+    // bootstrap their in-memory tracer instead of swift-otel's.
     let app = buildApplication(
-        clinic: clinic, settings: ClinicSettings(storeURL: try StoreURL("memory:"), port: 0),
+        clinic: clinic,
+        settings: ClinicSettings(storeURL: try StoreURL("memory:"), port: 0, telemetry: TelemetrySettings(traces: tracing ? .otlp : .none)),
         logger: Logger(label: "pet-clinic-tests"))
     // The application's StoreService closes the store when the test framework shuts it down.
     try await app.test(.router) { client in try await body(client, clinic) }
@@ -126,12 +136,15 @@ extension TestClientProtocol {
     }
 }
 
-/// Expects an error answer with `status` whose message contains `phrase`.
+/// Expects an error answer with `status`, the JSON error body with `code`, and a message
+/// that contains `phrase`.
 func expectError(
-    _ response: TestResponse, _ status: HTTPResponse.Status, mentioning phrase: String,
+    _ response: TestResponse, _ status: HTTPResponse.Status, code: String, mentioning phrase: String,
     sourceLocation: SourceLocation = #_sourceLocation
 ) throws {
     #expect(response.status == status, "\(String(buffer: response.body))", sourceLocation: sourceLocation)
+    #expect(response.headers[.contentType] == "application/json; charset=utf-8", sourceLocation: sourceLocation)
     let body = try decode(ErrorBody.self, response, sourceLocation: sourceLocation)
+    #expect(body.error.code == code, "message: \(body.error.message)", sourceLocation: sourceLocation)
     #expect(body.error.message.contains(phrase), "message: \(body.error.message)", sourceLocation: sourceLocation)
 }
