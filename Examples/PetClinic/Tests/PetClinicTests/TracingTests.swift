@@ -41,7 +41,8 @@ struct TracingTests {
             let request = requests[0]
             #expect(request.kind == .server)
             #expect(request.operationName == "/owners/{id}")
-            let inTrace = spans.filter { $0.traceID == request.traceID && $0.operationName.hasPrefix("depot.") }
+            // Depot's spans: those with OpenTelemetry's database system attribute.
+            let inTrace = spans.filter { $0.traceID == request.traceID && $0.attributes.get("db.system.name") != nil }
             #expect(!inTrace.isEmpty, "the store traced \(method) \(path)")
             for span in inTrace {
                 #expect(span.parentSpanID == request.spanID, "\(span.operationName) is a child of \(method) \(path)'s span")
