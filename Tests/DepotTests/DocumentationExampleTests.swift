@@ -17,7 +17,7 @@ struct DocumentationExampleTests {
         ("README.md", "let old = cats.results.filter(", "streams to the application's socket and cursor"),
         ("README.md", "import ArgumentParser", "the application's own migrator and records"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "@Record", "the example server's model (Examples/PetClinic compiles it)"),
-        ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "let url = try StoreURL(", "the example server's start-up (Examples/PetClinic)"),
+        ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "let url = try (StoreURL(config:", "the example server's start-up (Examples/PetClinic)"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "struct StoreExecutorMiddleware", "Hummingbird middleware (Examples/PetClinic)"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "var set = clinic.pets.results", "an example server's handler (Examples/PetClinic)"),
         ("Sources/DepotCore/Documentation.docc/Aggregates.md", "let total = try await cats.sum(", "fragment over an application's controller"),
