@@ -167,7 +167,9 @@ bench-postgres: deps
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
 
-# The example service (Examples/PetClinic, a package of its own that depends on Depot by
+# The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
+# package of its own so that it reaches Depot's public API only), through the conformance
+# suite; and the example service (Examples/PetClinic, a package of its own that depends on Depot by
 # path): its API tests on memory, SQLite, LMDB and PostgreSQL (a throwaway server), and the
 # built server process stopped with SIGTERM under load. It builds in this package's .build,
 # where the modules it shares with `make test` (Depot, swift-syntax, the rest of Depot's
@@ -178,6 +180,7 @@ example-test: WITH_POSTGRES_DIR = .build/postgres-example
 example-test: WITH_POSTGRES_RUN = $(SWIFT) test --package-path Examples/PetClinic --scratch-path .build
 example-test: deps
 	$(WITH_POSTGRES)
+	$(SWIFT) test --package-path Examples/SortedArrayEngine --scratch-path .build
 
 load-deps:
 	@missing=""; \

@@ -649,7 +649,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
 
     /// One row by key in a read transaction of its own. Not generic (see
     /// `RowReadingStore`): the awaited lookup instantiates no type at run time.
-    public func submitRowRead(
+    @usableFromInline
+    package func submitRowRead(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
@@ -668,7 +669,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
 
     /// One row by key, as ``submitRowRead(_:key:visit:completion:)``, without retaining the
     /// store: its submitter keeps it alive until `read.finish` (see `RowReadingStore`).
-    public func submitRowRead(_ read: any RowRead) {
+    @usableFromInline
+    package func submitRowRead(_ read: any RowRead) {
         do { try begin() } catch { return read.finish(.failure(error)) }
         if StoreExecutor.isCurrent { return readRowNow(read) }
         let store = Unmanaged.passUnretained(self)
@@ -683,7 +685,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     }
 
     /// Runs a read right here: LMDB readers never wait for a connection.
-    public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+    @usableFromInline
+    package func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
         try begin()
         defer { end() }
         try readNow(body)

@@ -378,7 +378,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// One row by key, without a transaction around it: in autocommit mode a single
     /// SELECT is its own consistent snapshot, so BEGIN, the snapshot pin and ROLLBACK
     /// would only add three statements to the one that matters.
-    public func submitRowRead(
+    @usableFromInline
+    package func submitRowRead(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
@@ -414,7 +415,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     /// Runs a read right here with an idle reader connection; returns `false` when every
     /// reader is busy (the read then queues for one as usual, without holding the thread).
-    public func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+    @usableFromInline
+    package func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
         try begin()
         defer { end() }
         guard let reader = pool.takeIdle() else { return false }

@@ -33,7 +33,7 @@ struct MemoryInvariantTests {
                 }
             default: _ = try await accounts.fetchAll(Request().sorted(by: \.owner))
             }
-            try store._checkInvariants()
+            try store.checkInvariants()
         }
         #expect(try await accounts.count() > 0)
     }
@@ -63,7 +63,7 @@ struct MemoryInvariantTests {
             return [count, found, duplicate, Int(sorted ?? -1)]
         }
         #expect(seen == [2_010, 1, 1, 3_000])
-        try store._checkInvariants()
+        try store.checkInvariants()
         #expect(try await cats.count() == 2_012)
         #expect(try await cats.fetchOne(id: 3_000)?.name == "again")
 
@@ -77,7 +77,7 @@ struct MemoryInvariantTests {
         }
         #expect(try await accounts.count() == 0)
         try await accounts.save([Account(id: "b1", owner: "x"), Account(id: "b2", owner: "y")])
-        try store._checkInvariants()
+        try store.checkInvariants()
         #expect(try await accounts.fetchAll().map(\.owner) == ["x", "y"])
     }
 }

@@ -32,7 +32,6 @@ struct DocumentationExampleTests {
         ("Sources/DepotCore/Documentation.docc/LiveQueries.md", "let token = cats.observe(", "`render` is the application's"),
         ("Sources/DepotCore/Documentation.docc/Migrations.md", "var migrator = Migrator()", "the application's `Person` records"),
         ("Sources/DepotCore/Documentation.docc/RelationshipsBetweenRecords.md", "static let entity = Entity<WalkRecord>(", "fragment of a hand-written record"),
-        ("Sources/DepotCore/Documentation.docc/WritingABackend.md", "import DepotTesting", "the backend's own `MyStore`"),
         ("Sources/DepotPostgres/Documentation.docc/DepotPostgres.md", "import Depot", "needs DEPOT_STORE_URL to name a server (the calls are those of DepotSQLite's example)"),
     ]
 
@@ -80,13 +79,17 @@ struct DocumentationExampleTests {
         return blocks
     }
 
+    /// The tests, and the outside engine of "Writing a backend" (a package of its own,
+    /// compiled and tested by `make example-test`), which that article quotes.
     static func testFiles() throws -> [(String, [String])] {
-        let tests = root.appendingPathComponent("Tests")
-        guard let walker = FileManager.default.enumerator(atPath: tests.path) else { return [] }
         var files: [(String, [String])] = []
-        for case let path as String in walker where path.hasSuffix(".swift") {
-            let text = try String(contentsOf: tests.appendingPathComponent(path), encoding: .utf8)
-            files.append((path, text.components(separatedBy: "\n").map(normalized).filter { !$0.isEmpty }))
+        for folder in ["Tests", "Examples/SortedArrayEngine"] {
+            let base = root.appendingPathComponent(folder)
+            guard let walker = FileManager.default.enumerator(atPath: base.path) else { continue }
+            for case let path as String in walker where path.hasSuffix(".swift") && !path.hasPrefix(".build") {
+                let text = try String(contentsOf: base.appendingPathComponent(path), encoding: .utf8)
+                files.append(("\(folder)/\(path)", text.components(separatedBy: "\n").map(normalized).filter { !$0.isEmpty }))
+            }
         }
         return files
     }

@@ -1,9 +1,9 @@
 import HashTreeCollections
 
-/// A transaction over a ``MemoryStore`` snapshot. Writes change working copies of the
-/// tables that the store swaps in on commit; reads see the working copy of a table once it
+/// A transaction over a ``MemoryEngine`` snapshot. Writes change working copies of the
+/// tables that the engine swaps in on commit; reads see the working copy of a table once it
 /// has been written, so a transaction sees its own writes and nobody else's.
-final class MemoryTransaction: WriteTransaction {
+public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransaction {
     /// A table this transaction has written: a copy of the committed table (persistent
     /// B+ trees, so the copy is O(1) and a write copies only the nodes on its path) changed in
     /// place. Writers are serialized, so the committed table is still `base`'s at commit,
@@ -17,7 +17,7 @@ final class MemoryTransaction: WriteTransaction {
     /// records, identifiers handed out in order) are put in new leaves as they come and hung
     /// on the tree together (``RowTree/appendLeaves(_:)``), without a descent per row. Anything that looks at the table's rows (``table``) appends them first.
     final class Working {
-        @exclusivity(unchecked) private var stored: MemoryStore.RegisteredEntity
+        @exclusivity(unchecked) private var stored: MemoryEngine.RegisteredEntity
         /// Leaves of rows above every key, built as they come, not yet in the tree.
         @exclusivity(unchecked) private var pendingLeaves: [RowTree.Node] = []
         /// The largest key of the table and the pending rows, when `largestKnown`.
@@ -25,7 +25,7 @@ final class MemoryTransaction: WriteTransaction {
         @exclusivity(unchecked) private var largestKnown = false
 
         /// The table, pending rows included.
-        var table: MemoryStore.RegisteredEntity {
+        var table: MemoryEngine.RegisteredEntity {
             get {
                 flush()
                 return stored
@@ -86,7 +86,7 @@ final class MemoryTransaction: WriteTransaction {
         /// Whether anything was written to the table.
         @exclusivity(unchecked) var wasWritten = false
 
-        init(_ table: MemoryStore.RegisteredEntity, handle: EntityHandle) {
+        init(_ table: MemoryEngine.RegisteredEntity, handle: EntityHandle) {
             self.stored = table
             self.slot = handle.slot
             self.handle = handle
@@ -94,7 +94,8 @@ final class MemoryTransaction: WriteTransaction {
         }
     }
 
-    let base: MemoryStore.Snapshot
+    let engine: MemoryEngine
+    let base: MemoryEngine.Snapshot
     let writable: Bool
     /// Whether written keys are kept for the change feed: only when someone observed it as
     /// the transaction began (otherwise the feed is told only which entities changed, and a
@@ -105,7 +106,8 @@ final class MemoryTransaction: WriteTransaction {
     private var lastWorking: Working?
     var isFinished = false
 
-    init(base: MemoryStore.Snapshot, writable: Bool, recordsKeys: Bool = false) {
+    init(engine: MemoryEngine, base: MemoryEngine.Snapshot, writable: Bool, recordsKeys: Bool = false) {
+        self.engine = engine
         self.base = base
         self.writable = writable
         self.recordsKeys = recordsKeys
@@ -118,7 +120,7 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     /// The table as this transaction sees it (its own writes included).
-    private func table(_ entity: EntityHandle) throws(DepotError) -> MemoryStore.RegisteredEntity {
+    private func table(_ entity: EntityHandle) throws(DepotError) -> MemoryEngine.RegisteredEntity {
         try check()
         if let last = lastWorking, last.handle == entity { return last.table }
         let committed = try base.tables.resolve(entity)
@@ -145,13 +147,27 @@ final class MemoryTransaction: WriteTransaction {
     }
 
     /// The rows of a table, in key order.
-    private func rows(of table: MemoryStore.RegisteredEntity) -> [Row] {
+    private func rows(of table: MemoryEngine.RegisteredEntity) -> [Row] {
         table.rows.rows
     }
 
+    // MARK: Ending
+
+    public func end() { isFinished = true }
+
+    public var relationships: Relationships { base.tables.relationships }
+
+    public func commit() throws -> ChangeRecorder {
+        try check()
+        isFinished = true
+        return engine.commit(self)
+    }
+
+    public func rollback() { isFinished = true }
+
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         // The stored rows are the native form here: one reader walks them.
         let reader = RowColumns()
         try fetchStored(query, reserve: reserve) { row in
@@ -198,14 +214,14 @@ final class MemoryTransaction: WriteTransaction {
         for row in result { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         guard let found = table.rows[key] else { return false }
         try body(RowColumns(found))
         return true
     }
 
-    func count(_ query: Query) throws -> Int {
+    public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         var matched = 0
         if query.filter == .constant(true) {
@@ -270,7 +286,7 @@ final class MemoryTransaction: WriteTransaction {
         return old
     }
 
-    func insert(_ row: Row, into entity: EntityHandle) throws {
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
@@ -279,7 +295,7 @@ final class MemoryTransaction: WriteTransaction {
         put(row, key: key, in: w)
     }
 
-    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
@@ -287,7 +303,7 @@ final class MemoryTransaction: WriteTransaction {
         return put(row, key: key, in: w) == nil
     }
 
-    func update(_ row: Row, in entity: EntityHandle) throws {
+    public func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
@@ -296,7 +312,7 @@ final class MemoryTransaction: WriteTransaction {
         put(row, key: key, in: w)
     }
 
-    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
         guard w.table.rows[key] != nil else { return false }
@@ -304,7 +320,7 @@ final class MemoryTransaction: WriteTransaction {
         return true
     }
 
-    func delete(_ query: Query) throws -> Int {
+    public func delete(_ query: Query) throws -> Int {
         try checkWritable()
         let w = try workingTable(query.handle)
         let doomed = query.apply(to: rows(of: w.table))

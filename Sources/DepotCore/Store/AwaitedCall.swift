@@ -38,7 +38,7 @@ final class AwaitedCall<Input, T>: AwaitedOperation, @unchecked Sendable {
     }
 }
 
-/// An awaited lookup by key: the ``RowRead`` ``StoreAccess`` hands a backend, resumed by
+/// An awaited lookup by key: the `RowRead` that `StoreAccess` hands a backend, resumed by
 /// ``finish(_:)``.
 @usableFromInline
 final class AwaitedRowRead<T>: RowRead, AwaitedOperation, @unchecked Sendable {

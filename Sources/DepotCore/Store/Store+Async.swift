@@ -1,6 +1,6 @@
 extension Store {
     /// Reads the record with primary key `key` as a read of its own, decoded by `decode`:
-    /// on the calling task when the store is an ``InlineReadingStore``.
+    /// on the calling task when the store's reads never block.
     @inlinable
     public func readRow<T: Sendable>(_ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T) async throws -> T? {
         try await StoreAccess(self).readRow(entity, key: key, call: DatabaseCall("fetch", entity.name), decode: decode)
@@ -12,7 +12,7 @@ extension Store {
     }
 
     /// Runs `body` in a read transaction and returns its result: on the calling task when
-    /// the store is an ``InlineReadingStore``, on the store's threads otherwise.
+    /// the store's reads never block, on the store's threads otherwise.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         try await read(.transaction, body)
     }
@@ -31,7 +31,7 @@ extension Store {
     }
 
     func readUntraced<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
-        if let inline = self as? any InlineReadingStore {
+        if let inline = self as? any InlineReadingStore, inline.readsInline {
             return try inline.readInline(body)
         }
         if StoreExecutor.isCurrent, let here = self as? any ExecutorReadingStore {

@@ -67,12 +67,10 @@ public protocol WriteTransaction: ReadTransaction {
 /// serializes write transactions: one writer at a time, in submission order. Readers see
 /// a consistent snapshot and never see an open writer's changes.
 ///
-/// Backends implement registration, the two `submit…` primitives, ``changes`` and
-/// ``close()``, and call each `completion` they are handed exactly once, on success and on
-/// failure alike; everything else (the async forms, single-row reads) comes from extensions.
-/// A backend with a faster way to do one of those adopts a capability protocol:
-/// ``RowReadingStore`` for reads of one row by key, ``InlineReadingStore`` for reads that
-/// never block.
+/// Applications use a store through this protocol. A new backend does not implement it: it
+/// writes a ``StorageEngine``, and ``EngineStore`` implements `Store` over it (see
+/// <doc:WritingABackend>). Each `completion` is called exactly once, on success and on
+/// failure alike; the async forms and single-row reads come from extensions.
 public protocol Store: AnyObject, Sendable {
     /// A short name of the backend ("memory", "sqlite", "lmdb"), for logs and reports.
     var backendName: String { get }
@@ -129,7 +127,8 @@ public protocol Store: AnyObject, Sendable {
 /// autocommit mode, which is already a consistent snapshot).
 ///
 /// ``Store/readRow(_:key:decode:completion:)`` uses it when the store has it.
-public protocol RowReadingStore: Store {
+@usableFromInline
+package protocol RowReadingStore: Store {
     /// Reads the record with primary key `key` as a read of its own, calls `visit` with it
     /// when there is one, then calls `completion` with whether there was.
     ///
@@ -152,13 +151,15 @@ public protocol RowReadingStore: Store {
 }
 
 extension RowReadingStore {
-    public func submitRowRead(_ read: any RowRead) {
+    @usableFromInline
+    package func submitRowRead(_ read: any RowRead) {
         submitRowRead(read.entity, key: read.key, visit: { try read.visit($0) }, completion: { read.finish($0) })
     }
 }
 
-/// One lookup by key, handed to ``RowReadingStore/submitRowRead(_:)`` as one object.
-public protocol RowRead: AnyObject, Sendable {
+/// One lookup by key, handed to `RowReadingStore.submitRowRead(_:)` as one object.
+@usableFromInline
+package protocol RowRead: AnyObject, Sendable {
     /// The entity to read.
     var entity: EntityHandle { get }
     /// The primary key of the record.
@@ -183,9 +184,19 @@ public protocol CatalogStore: Store {
 /// to the store's threads. The memory store is one.
 ///
 /// ``Store/read(_:)`` uses it when the store has it.
-public protocol InlineReadingStore: Store {
+@usableFromInline
+package protocol InlineReadingStore: Store {
+    /// Whether this store's reads never block (a store may have the capability only for
+    /// some engines).
+    var readsInline: Bool { get }
+
     /// Runs `body` in a read transaction on the calling thread.
     func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T
+}
+
+extension InlineReadingStore {
+    @usableFromInline
+    package var readsInline: Bool { true }
 }
 
 /// A capability: a store whose writes never block (no I/O), so an awaited write may run
@@ -197,7 +208,12 @@ public protocol InlineReadingStore: Store {
 /// write: they run it there only on a thread where blocking is allowed (a task preferring
 /// ``StoreExecutor``, with SQLite and LMDB), so a caller may submit a write and then do
 /// what the write waits for.
-public protocol InlineWritingStore: Store {
+@usableFromInline
+package protocol InlineWritingStore: Store {
+    /// Whether this store's writes never block (a store may have the capability only for
+    /// some engines).
+    var writesInline: Bool { get }
+
     /// ``Store/submitUntypedWrite(_:completion:)``, except that when the store's writer is
     /// idle the write runs (and `completion` is called) on the calling thread before this
     /// returns. For a caller that only waits for `completion` (an awaited call); writes
@@ -215,7 +231,8 @@ public protocol InlineWritingStore: Store {
 ///
 /// ``Store/read(_:)`` and ``Store/readRow(_:key:decode:)`` use it when the store has it and
 /// the caller is on such a thread.
-public protocol ExecutorReadingStore: Store {
+@usableFromInline
+package protocol ExecutorReadingStore: Store {
     /// Runs `body` in a read transaction on the calling thread, which the caller has
     /// checked is a ``StoreExecutor`` thread. Returns `false`, without running `body`, when
     /// the read would have to wait (every connection busy); the caller then submits it as
@@ -251,6 +268,11 @@ extension Store {
     }
 }
 
+extension InlineWritingStore {
+    @usableFromInline
+    package var writesInline: Bool { true }
+}
+
 extension ReadTransaction {
     /// Visits the rows matching `query` in backend-neutral form: for the places that keep
     /// rows (observation diffs, tests). Decoding records goes through ``fetch(_:reserve:_:)``.
@@ -272,8 +294,8 @@ extension Store {
     /// Reads the record with primary key `key` as a read of its own, calls `visit` with it
     /// when there is one, then calls `completion` with whether there was.
     ///
-    /// Through ``RowReadingStore/submitRowRead(_:key:visit:completion:)`` when the store
-    /// has it; otherwise one ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
+    /// Through the store's own lookup by key when it has one; otherwise one
+    /// ``ReadTransaction/fetchRow(_:key:_:)`` in a read transaction.
     public func readRow(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void

@@ -17,10 +17,10 @@ struct StoreAccess: Sendable {
     @usableFromInline
     init(_ store: any Store) {
         self.store = store
-        inline = store as? any InlineReadingStore
+        inline = (store as? any InlineReadingStore).flatMap { $0.readsInline ? $0 : nil }
         onCallingThread = store as? any ExecutorReadingStore
         rows = store as? any RowReadingStore
-        inlineWrites = store as? any InlineWritingStore
+        inlineWrites = (store as? any InlineWritingStore).flatMap { $0.writesInline ? $0 : nil }
     }
 
     @inlinable @inline(__always)

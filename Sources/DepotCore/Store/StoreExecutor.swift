@@ -18,7 +18,7 @@ import Darwin
 /// allocates cost more than a lookup by key itself. A task that prefers this executor already runs on a thread where the
 /// store's short blocking work is allowed (a dispatch worker, as the store's own reads use;
 /// on Linux these are the workers Swift's tasks run on too), so the store runs the read
-/// there (``ExecutorReadingStore``) and the task goes on at once.
+/// there and the task goes on at once.
 ///
 /// ```swift
 /// try await withTaskExecutorPreference(store.executor) {

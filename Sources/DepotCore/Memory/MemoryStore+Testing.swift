@@ -1,11 +1,17 @@
 extension MemoryStore {
+    /// Checks the committed state's internal consistency, for tests (see
+    /// `MemoryEngine.checkInvariants()`).
+    package func checkInvariants() throws(DepotError) { try engine.checkInvariants() }
+}
+
+extension MemoryEngine {
     /// Checks the committed state's internal consistency, for tests: every row fits its
     /// entity and is stored under its own primary key, each unique map holds exactly the
     /// rows' non-nil unique values, and each table's B+ tree is well formed (keys ascending,
     /// balanced, counts adding up, no node over capacity).
     ///
     /// - Throws: ``DepotError/Code/storeCorrupted`` naming the first inconsistency.
-    public func _checkInvariants() throws(DepotError) {
+    func checkInvariants() throws(DepotError) {
         let snapshot = state.withLockedValue { $0.snapshot }
         for (handle, table) in snapshot.tables.all {
             let name = handle.name
@@ -30,18 +36,6 @@ extension MemoryStore {
                     map.allSatisfy({ expectedUnique[position]?[$0.key] == $0.value })
                 else { throw broken("the unique map of \(table.entity.attributes[position].name) does not match the rows") }
             }
-        }
-    }
-}
-
-extension MemoryStore: IntegrityCheckingStore {
-    /// The trees' shape and counts, and the unique indexes against the rows.
-    public func checkIntegrity() async throws -> [String] {
-        do {
-            try _checkInvariants()
-            return []
-        } catch {
-            return [error.message]
         }
     }
 }

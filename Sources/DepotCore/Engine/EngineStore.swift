@@ -1,0 +1,392 @@
+import Dispatch
+
+/// Depot's store runtime: one implementation of ``Store`` over any ``StorageEngine``.
+///
+/// Everything a store does that does not depend on how rows are kept lives here, once:
+/// admission and close (work submitted before ``close()`` runs to its end, later work is
+/// refused with ``DepotError/Code/closed``), the writer's lane (writes one at a time in
+/// submission order, queued writes sharing one commit when the engine groups them), the
+/// pool of read connections, reference enforcement around every write, publication of
+/// committed changes, logging and telemetry, and running a read or a write right on the
+/// calling thread when that costs no blocking of Swift's cooperative pool.
+///
+/// ```swift
+/// let store = EngineStore(engine: try SortedArrayEngine(), log: StoreLog(logger: logger))
+/// ```
+///
+/// Closing follows one order on every backend: refuse new work, wait for admitted work,
+/// end the change feed (observers' streams end), then ``StorageEngine/close()`` on the
+/// writer's lane.
+public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, SchemaRewritingStore, IntegrityCheckingStore {
+    /// The engine the store runs on.
+    public let engine: Engine
+    public let changes = ChangeFeed()
+    /// Where the store logs.
+    public let log: StoreLog
+    public var telemetry: StoreTelemetry? { log.telemetry }
+    public var backendName: String { engine.backendName }
+    /// Whether the store refuses writes, migrations and new registrations.
+    public var isReadOnly: Bool { engine.isReadOnly }
+
+    let traits: EngineTraits
+    let gate: StoreGate
+    /// Writes, registrations, rewrites, checks and closing, one at a time.
+    let writerLane: SerialLane
+    /// Where reads run when they do not run on the calling thread.
+    let readQueue: DispatchQueue
+    /// The engine's read connections; nil when its reads need none.
+    let pool: ReaderPool<Engine.ReadConnection>?
+    private let storeDescription: String
+
+    /// Runs a store on `engine`.
+    ///
+    /// - Parameters:
+    ///   - engine: The engine, opened.
+    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    public init(engine: Engine, log: StoreLog = .disabled) {
+        self.engine = engine
+        self.log = log
+        self.traits = engine.traits
+        self.storeDescription = engine.storeDescription
+        self.gate = StoreGate(store: engine.storeDescription)
+        self.writerLane = SerialLane(label: "depot.\(engine.backendName).writer", concurrent: engine.traits.writerOnConcurrentQueue)
+        let readQueue = DispatchQueue(label: "depot.\(engine.backendName).readers", attributes: .concurrent)
+        self.readQueue = readQueue
+        let connections = engine.readConnections
+        self.pool = connections.isEmpty ? nil : ReaderPool(connections, telemetry: log.telemetry, queue: { _ in readQueue })
+        log.opened(engine.backendName, at: engine.location)
+    }
+
+    /// A store released without ``close()`` still closes its engine, which may be blocking
+    /// work (a checkpoint, a file to remove) that must not run on whatever thread dropped
+    /// the last reference (often one of Swift's cooperative pool): the writer's lane does
+    /// it, and this returns at once.
+    deinit {
+        // Every job holds the store, so none runs or waits any more.
+        if !gate.isClosed {
+            changes.finish()
+            let engine = self.engine
+            let log = self.log
+            let close: @Sendable () -> Void = {
+                engine.close()
+                log.closed(engine.backendName, at: engine.location)
+            }
+            if !writerLane.submit(close) { close() }
+        }
+        writerLane.stop()
+    }
+
+    // MARK: Registration and schema
+
+    public func submitRegistration(
+        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
+    ) {
+        writerLane.submit(admittedBy: gate, closed: DepotError.closed(storeDescription), {
+            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
+        }, completion: completion)
+    }
+
+    private func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
+        try gate.enterWithin()
+        defer { gate.leave() }
+        for entity in entities { try entity.validate() }
+        var registered: [String: EntityDescription] = [:]
+        for handle in try engine.entities() { registered[handle.name] = handle.entity }
+        if engine.isReadOnly, !entities.allSatisfy({ registered[$0.name] == $0 }) {
+            throw DepotError.readOnly(storeDescription)
+        }
+        try Relationships.validate(entities, registered: { registered[$0] })
+        return try engine.register(entities)
+    }
+
+    public func storedEntities() async throws -> [EntityHandle] {
+        try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
+            try self.engine.entities()
+        }
+    }
+
+    public func rewrite(
+        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
+        ledgerRow: Row, ledger: EntityHandle
+    ) async throws -> EntityHandle? {
+        if engine.isReadOnly { throw DepotError.readOnly(storeDescription) }
+        let handle = try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
+            try self.log.loggingFailure("rewriting \(name)") {
+                try self.engine.rewrite(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
+            }
+        }
+        guard let handle else { return nil }
+        changes.publishTouched([name, entity.name, ledger.name])
+        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
+        return handle
+    }
+
+    public func checkIntegrity() async throws -> [String] {
+        try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
+            try self.engine.checkIntegrity()
+        }
+    }
+
+    // MARK: Reads
+
+    public func submitRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try gate.enter() } catch { return completion(.failure(error)) }
+        if let pool {
+            pool.checkOut { connection in
+                let result = Result { try self.readNow(on: connection, singleStatement: false, body) }
+                pool.checkIn(connection)
+                self.gate.leave()
+                completion(result)
+            }
+            return
+        }
+        readQueue.async {
+            let result = Result { try self.readNow(on: nil, singleStatement: false, body) }
+            self.gate.leave()
+            completion(result)
+        }
+    }
+
+    /// One read transaction, logged, on `connection`.
+    @inline(__always)
+    func readNow<T>(
+        on connection: Engine.ReadConnection?, singleStatement: Bool, _ body: (any ReadTransaction) throws -> T
+    ) throws -> T {
+        try log.transaction("read") {
+            let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement)
+            defer { transaction.end() }
+            return try body(transaction)
+        }
+    }
+
+    /// Runs `body` right here when that blocks nothing it should not: the engine's reads
+    /// never block, or this is a ``StoreExecutor`` thread and a read connection is idle.
+    /// Returns `false`, without running it, otherwise.
+    func readHere(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        if traits.readsBlock, !StoreExecutor.isCurrent { return false }
+        try gate.enter()
+        defer { gate.leave() }
+        guard let pool else {
+            try readNow(on: nil, singleStatement: singleStatement, body)
+            return true
+        }
+        guard let connection = pool.takeIdle() else { return false }
+        defer { pool.checkIn(connection) }
+        try readNow(on: connection, singleStatement: singleStatement, body)
+        return true
+    }
+
+    // MARK: Writes
+
+    public func submitWrite<T: Sendable>(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        submitWriteThroughUntyped(body, completion: completion)
+    }
+
+    public func submitUntypedWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        submitWrite(body, runHere: StoreExecutor.isCurrent, completion: completion)
+    }
+
+    /// Admits and queues a write; with `runHere`, runs it on the calling thread when the
+    /// writer is idle.
+    func submitWrite(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void, runHere: Bool,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        if engine.isReadOnly { return completion(.failure(DepotError.readOnly(storeDescription))) }
+        do { try gate.enter() } catch { return completion(.failure(error)) }
+        let write = PendingWrite(body, completion: completion, runner: self, admittedBy: gate)
+        if runHere, writerLane.runHereIfIdle(write: write) { return }
+        if !writerLane.submit(write: write) { write.complete(failure: DepotError.closed(storeDescription)) }
+    }
+
+    // MARK: Closing
+
+    public func close() async {
+        let first = await gate.close()
+        // After the last commit and before the engine's resources go: observers' streams
+        // end with every commit delivered, instead of waiting forever.
+        changes.finish()
+        guard first else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let accepted = writerLane.submit {
+                self.engine.close()
+                continuation.resume()
+            }
+            if !accepted { continuation.resume() }
+        }
+        writerLane.stop()
+        log.closed(engine.backendName, at: engine.location)
+    }
+}
+
+extension EngineStore: WriteGroupRunner {
+    /// Runs the writes the lane found queued one behind the other: in one transaction, each
+    /// in a save point, when the engine groups writes (one commit for all; a closure that
+    /// throws undoes only its own changes); otherwise each in a transaction of its own.
+    /// Each caller gets its own result, observers one change set per write, in order.
+    package func runWrites(_ group: [any GroupedWrite]) {
+        if group.count == 1 || !traits.groupsWrites {
+            for write in group {
+                var failure: (any Error)?
+                do { try writeAlone(write) } catch { failure = error }
+                write.complete(failure: failure)
+            }
+            return
+        }
+        var pending = group[...]
+        while !pending.isEmpty { pending = runGroup(pending) }
+    }
+
+    private func writeAlone(_ write: any GroupedWrite) throws {
+        try gate.enterWithin()
+        defer { gate.leave() }
+        try log.transaction("write") {
+            let transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+            let recorder: ChangeRecorder
+            do {
+                try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
+                recorder = try transaction.commit()
+            } catch {
+                transaction.rollback()
+                throw error
+            }
+            changes.publish(recorder)
+        }
+    }
+
+    /// Runs `group` in one transaction; returns the writes it did not get to (after an
+    /// error that ended the transaction early), to run in another.
+    private func runGroup(_ group: ArraySlice<any GroupedWrite>) -> ArraySlice<any GroupedWrite> {
+        do { try gate.enterWithin() } catch {
+            for write in group { write.complete(failure: error) }
+            return []
+        }
+        defer { gate.leave() }
+        let transaction: Engine.Writing
+        do {
+            transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+        } catch {
+            for write in group { write.complete(failure: error) }
+            return []
+        }
+        var done: [(write: any GroupedWrite, recorder: ChangeRecorder)] = []
+        var index = group.startIndex
+        while index < group.endIndex {
+            let write = group[index]
+            index += 1
+            do {
+                try transaction.savepoint()
+                try log.transaction("write") {
+                    try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
+                }
+                done.append((write, try transaction.releaseSavepoint()))
+            } catch {
+                if (try? transaction.rollbackToSavepoint()) != nil {
+                    // Only this write's changes are undone; the group goes on.
+                    write.complete(failure: error)
+                    continue
+                }
+                // The engine abandoned the whole transaction: the writes before this one
+                // are lost with it; the ones after it run in a transaction of their own.
+                transaction.rollback()
+                write.complete(failure: error)
+                let lost = Self.lostWithGroup(error)
+                for (earlier, _) in done { earlier.complete(failure: lost) }
+                return group[index...]
+            }
+        }
+        do {
+            _ = try transaction.commit()
+        } catch {
+            transaction.rollback()
+            for (write, _) in done { write.complete(failure: error) }
+            return []
+        }
+        for (write, recorder) in done {
+            changes.publish(recorder)
+            write.complete(failure: nil)
+        }
+        return []
+    }
+
+    /// What a write of a group gets when a later write's failure made the engine abandon
+    /// the transaction they shared.
+    static func lostWithGroup(_ cause: any Error) -> DepotError {
+        let cause = cause as? DepotError
+        return DepotError(
+            cause?.code ?? .backend,
+            "The transaction this write shared with others was rolled back after an error in another write (\(cause?.message ?? "see that error")); nothing of it was kept. Retry the operation.",
+            nativeCode: cause?.nativeCode)
+    }
+}
+
+// MARK: Reads and writes that skip a hop
+
+extension EngineStore: InlineReadingStore {
+    @usableFromInline
+    package var readsInline: Bool { !traits.readsBlock }
+
+    @usableFromInline
+
+    package func readInline<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
+        try gate.enter()
+        defer { gate.leave() }
+        return try readNow(on: nil, singleStatement: false, body)
+    }
+}
+
+extension EngineStore: InlineWritingStore {
+    @usableFromInline
+    package var writesInline: Bool { !traits.writesBlock }
+
+    @usableFromInline
+
+    package func submitUntypedWriteRunningHereIfIdle(
+        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        submitWrite(body, runHere: !traits.writesBlock || StoreExecutor.isCurrent, completion: completion)
+    }
+}
+
+extension EngineStore: ExecutorReadingStore {
+    @usableFromInline
+    package func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try readHere(singleStatement: singleStatement, body)
+    }
+}
+
+extension EngineStore: RowReadingStore {
+    @usableFromInline
+    package func submitRowRead(
+        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) {
+        do { try gate.enter() } catch { return completion(.failure(error)) }
+        if let pool {
+            pool.checkOut { connection in
+                let result = Result {
+                    try self.readNow(on: connection, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) }
+                }
+                pool.checkIn(connection)
+                self.gate.leave()
+                completion(result)
+            }
+            return
+        }
+        readQueue.async {
+            let result = Result { try self.readNow(on: nil, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) } }
+            self.gate.leave()
+            completion(result)
+        }
+    }
+}

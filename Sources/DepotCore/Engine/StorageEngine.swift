@@ -1,0 +1,182 @@
+/// What only a storage engine can do: keep rows, in transactions.
+///
+/// A backend is an engine under ``EngineStore``, Depot's one implementation of ``Store``.
+/// The store runtime does everything that is the same on every backend — admitting work
+/// and draining it on close, the writer's lane with group commit, the pool of read
+/// connections, reference enforcement, publishing committed changes, logging, metrics and
+/// spans, running reads on the calling task when that is allowed — and calls the engine
+/// for what only it can do: begin a read or a write transaction and read and write rows in
+/// it, commit and roll back, the save points of a group commit, register and rewrite an
+/// entity's schema, and close.
+///
+/// ```swift
+/// let store = EngineStore(engine: try SortedArrayEngine(), log: StoreLog(logger: logger))
+/// let cats = Controller<Cat, CatRecord>(store: store)
+/// ```
+///
+/// The runtime calls an engine from its own threads, never from Swift's cooperative pool
+/// unless ``EngineTraits/readsBlock`` or ``EngineTraits/writesBlock`` says the call cannot
+/// block. It calls the schema members, ``beginWrite(recordingKeys:)`` and ``close()`` on
+/// its writer's lane, one at a time; ``beginRead(on:singleStatement:)`` on any number of
+/// threads at once, at most one read per read connection. See <doc:WritingABackend>.
+public protocol StorageEngine: AnyObject, Sendable {
+    /// The engine's read transaction.
+    associatedtype Reading: EngineReadTransaction
+    /// The engine's write transaction.
+    associatedtype Writing: EngineWriteTransaction
+    /// What a read holds for its duration when reads need a resource of their own (a
+    /// database connection); `Never` (the default) when they need none.
+    associatedtype ReadConnection: Sendable = Never
+
+    /// A short name of the backend ("memory", "sqlite"), for logs, spans and reports.
+    var backendName: String { get }
+
+    /// Where the store is, for logs: a path, a URL without its password, `memory:`.
+    var location: String { get }
+
+    /// How errors name the store: "SQLite store at /var/lib/app/app.sqlite".
+    var storeDescription: String { get }
+
+    /// Whether the store refuses every write, migration and new registration; the runtime
+    /// refuses them with ``DepotError/readOnly(_:)`` before they reach the engine.
+    var isReadOnly: Bool { get }
+
+    /// How the runtime may call the engine.
+    var traits: EngineTraits { get }
+
+    /// The read connections the runtime hands out to reads, one read at a time each; empty
+    /// (the default when ``ReadConnection`` is `Never`) when reads need none, so any number
+    /// run at once.
+    var readConnections: [ReadConnection] { get }
+
+    /// The entities the engine holds: those registered in this process and, for a store on
+    /// files, those its files hold (registered with their stored descriptions).
+    ///
+    /// Called on the writer's lane, and before registration to check references and
+    /// read-only stores.
+    func entities() throws -> [EntityHandle]
+
+    /// Creates, or migrates additively, the storage of `entities`, and returns their handles
+    /// in the same order.
+    ///
+    /// The runtime has validated each description and their references against the
+    /// entities already held, and refused a read-only store's change. An entity registered
+    /// with the same description returns the same handle. A changed one is migrated when
+    /// ``SchemaMigration/plan(from:to:)`` allows it, else refused with what it throws.
+    /// Called on the writer's lane; nothing else runs on the engine's writer meanwhile.
+    func register(_ entities: [EntityDescription]) throws -> [EntityHandle]
+
+    /// A migration step, in one write transaction: see
+    /// ``SchemaRewritingStore/rewrite(_:as:transform:ledgerRow:ledger:)``, whose contract
+    /// this is. Called on the writer's lane.
+    func rewrite(
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row,
+        ledger: EntityHandle
+    ) throws -> EntityHandle?
+
+    /// Begins a read transaction: one consistent snapshot, that never sees an open write's
+    /// changes. The runtime calls ``EngineReadTransaction/end()`` when the read is done.
+    ///
+    /// - Parameters:
+    ///   - connection: The connection the read holds, or nil when the engine has none.
+    ///   - singleStatement: The read runs exactly one statement (a lookup by key): an
+    ///     engine whose single statement is its own snapshot may skip beginning a
+    ///     transaction.
+    func beginRead(on connection: ReadConnection?, singleStatement: Bool) throws -> Reading
+
+    /// Begins a write transaction. The runtime runs one at a time, and ends each with
+    /// ``EngineWriteTransaction/commit()`` or ``EngineWriteTransaction/rollback()``.
+    ///
+    /// - Parameter recordingKeys: Record each written key for the change feed (someone
+    ///   observes it); otherwise record only which entities were touched.
+    func beginWrite(recordingKeys: Bool) throws -> Writing
+
+    /// Problems found in the stored data, in words; empty when there are none. The default
+    /// finds none: the runtime's own checks (references, unique values) run on every store.
+    func checkIntegrity() throws -> [String]
+
+    /// Releases files, connections and threads. The runtime calls it once, on the writer's
+    /// lane, after every admitted read and write has ended and the change feed has finished.
+    func close()
+}
+
+extension StorageEngine {
+    public func checkIntegrity() throws -> [String] { [] }
+}
+
+extension StorageEngine where ReadConnection == Never {
+    public var readConnections: [Never] { [] }
+}
+
+/// How the runtime may call an engine.
+public struct EngineTraits: Sendable, Hashable {
+    /// Whether a read may block: do I/O, or wait for a lock a writer holds. When it never
+    /// does (the memory engine), awaited reads run on the calling task, even one of Swift's
+    /// cooperative pool, without a hop to the store's threads.
+    public var readsBlock: Bool
+
+    /// Whether a write may block. When it never does, an awaited write runs on the calling
+    /// task when no other write is running or queued.
+    public var writesBlock: Bool
+
+    /// Whether writes queued one behind the other may share one transaction, each caller's
+    /// write in a save point (``EngineWriteTransaction/savepoint()``): one commit, and one
+    /// sync, for all of them. Otherwise each runs in a transaction of its own.
+    public var groupsWrites: Bool
+
+    /// Whether the writer's lane may run its jobs on any thread of a concurrent queue (a
+    /// task a write resumes then usually goes on on the thread that ran it) rather than on
+    /// one serial queue's thread.
+    public var writerOnConcurrentQueue: Bool
+
+    public init(readsBlock: Bool = true, writesBlock: Bool = true, groupsWrites: Bool = false, writerOnConcurrentQueue: Bool = false) {
+        self.readsBlock = readsBlock
+        self.writesBlock = writesBlock
+        self.groupsWrites = groupsWrites
+        self.writerOnConcurrentQueue = writerOnConcurrentQueue
+    }
+}
+
+/// An engine's read transaction.
+public protocol EngineReadTransaction: ReadTransaction {
+    /// Ends the read and releases its snapshot. Calls made through the transaction after it
+    /// throw ``DepotError/transactionEnded``.
+    func end()
+}
+
+/// An engine's write transaction. Reads in it see its own writes.
+///
+/// The runtime wraps it for reference enforcement, so the engine keeps primary keys,
+/// unique values and the rows' shape (``EntityDescription/check(_:)``), and records what
+/// it wrote in a ``ChangeRecorder``.
+public protocol EngineWriteTransaction: WriteTransaction {
+    /// The references between the entities the transaction writes, enforced around each
+    /// caller's write (``ReferenceEnforcement``).
+    var relationships: Relationships { get }
+
+    /// Commits, and returns what was written since the transaction began or since the last
+    /// ``releaseSavepoint()``. On failure nothing is kept, and the runtime calls
+    /// ``rollback()``.
+    func commit() throws -> ChangeRecorder
+
+    /// Undoes everything and ends the transaction.
+    func rollback()
+
+    /// Marks where one caller's write begins within a grouped transaction. Only called when
+    /// ``EngineTraits/groupsWrites`` is set; the default throws.
+    func savepoint() throws
+
+    /// Keeps the write since the save point, and returns what it wrote.
+    func releaseSavepoint() throws -> ChangeRecorder
+
+    /// Undoes the write since the save point and forgets what it recorded. Throws when the
+    /// engine lost the whole transaction instead (an I/O error, a full disk); the runtime
+    /// then rolls back and fails the writes before it too.
+    func rollbackToSavepoint() throws
+}
+
+extension EngineWriteTransaction {
+    public func savepoint() throws { throw DepotError(.backend, "This engine does not group writes; clear EngineTraits.groupsWrites.") }
+    public func releaseSavepoint() throws -> ChangeRecorder { try savepoint(); return ChangeRecorder() }
+    public func rollbackToSavepoint() throws { try savepoint() }
+}
