@@ -132,10 +132,18 @@ define FRESH_RELEASE_BUILD
 	fi
 endef
 
-# The main job: every backend beside the raw engines, release build, about a minute.
+# Where a run's record goes: docs/benchmarks/<UTC date and time>-<commit>/ (results.json,
+# report.md, chart.svg), "-dirty" after the commit when tracked files have uncommitted
+# changes. BENCH_RECORD=folder names another.
+BENCH_COMMIT = $(shell git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BENCH_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)
+BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)-postgres
+
+# The main job: every backend beside the raw engines, release build, about a minute. Its
+# record goes to BENCH_RECORD.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TRAITS) -c release depot-bench --output depot-bench-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
 # build, as `make bench` (6 minutes from clean here; nothing is timed): it is CI's only run
@@ -159,13 +167,13 @@ conformance: deps
 # on a throwaway server on this machine (its fsync is off: commits cost what the server's
 # work costs, not the disk's). Release build. 20,000 cats and 3 repetitions: every statement
 # is a round trip to a server process that shares the machine's cores, so 100,000 cats
-# took over ten minutes a run.
+# took over ten minutes a run. Its record goes to BENCH_POSTGRES_RECORD.
 POSTGRES_BENCH_RECORDS ?= 20000
 bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The example service (Examples/PetClinic, a package of its own that depends on Depot by
 # path): its API tests on memory, SQLite, LMDB and PostgreSQL (a throwaway server), and the
