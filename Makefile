@@ -9,7 +9,7 @@ SWIFT ?= swift
 TRAITS := --traits PostgreSQL
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -134,7 +134,8 @@ endef
 
 # Where a run's record goes: docs/benchmarks/<UTC date and time>-<commit>/ (results.json,
 # report.md, chart.svg), "-dirty" after the commit when tracked files have uncommitted
-# changes. BENCH_RECORD=folder names another.
+# changes. BENCH_RECORD=folder names another. The README's table of verdicts is made from
+# the latest records by `make bench-table`.
 BENCH_COMMIT = $(shell git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 BENCH_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)
 BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)-postgres
@@ -219,6 +220,17 @@ postgres-server:
 
 postgres-stop:
 	@$(POSTGRES_SERVER) stop .build/postgres
+
+# The README's table of performance verdicts, made from the latest three records under
+# docs/benchmarks/ by scripts/bench-table.py and written between its marker comments.
+bench-table:
+	scripts/bench-table.py --write
+
+# What CI checks before it builds anything: the README's table is the one the records make,
+# and every relative link of the README and of docs/benchmarks/README.md names a file.
+readme-check:
+	scripts/bench-table.py --check
+	scripts/check-links.py README.md docs/benchmarks/README.md
 
 # The package-benchmark suites (regression tracking, GRDB comparison), from Benchmarks/.
 benchmarks: deps

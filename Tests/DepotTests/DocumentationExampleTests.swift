@@ -13,11 +13,8 @@ struct DocumentationExampleTests {
     /// compiled must leave it (the test checks both ways).
     static let notCompiled: [(file: String, firstLine: String, why: String)] = [
         ("README.md", ".package(url:", "lines of an application's Package.swift, not code of a target"),
-        ("README.md", "let config = ConfigReader(", "a service group with the application's server"),
         ("Sources/Depot/Documentation.docc/ChoosingABackend.md", "let config = ConfigReader(", "a service group with the application's server"),
-        ("README.md", "let old = cats.results.filter(", "streams to the application's socket and cursor"),
         ("Sources/DepotCore/Documentation.docc/WhatAControllerDoes.md", "let old = cats.results.filter(", "streams to the application's socket and cursor"),
-        ("README.md", "import ArgumentParser", "the application's own migrator and records"),
         ("Sources/Depot/Documentation.docc/TheDepotCommand.md", "import ArgumentParser", "the application's own migrator and records"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "@Record", "the example server's model (Examples/PetClinic compiles it)"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "let url = try (StoreURL(config:", "the example server's start-up (Examples/PetClinic)"),
