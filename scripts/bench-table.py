@@ -2,7 +2,7 @@
 """The README's table of performance verdicts, made from the benchmark records.
 
 Every folder under docs/benchmarks/ that holds a results.json is one run of depot-bench
-(`make bench`, `make bench-postgres`). For each target those runs checked, the table
+(`make bench`, `make bench-postgres`; a debug build's folder is skipped). For each target those runs checked, the table
 takes the latest three runs that checked it (by the date in results.json) and says in how
 many the target was met. The table lives in README.md between the two marker comments.
 
@@ -35,6 +35,10 @@ def load_records():
             sys.exit(f"bench-table: {path.relative_to(ROOT)} is not readable JSON: {error}")
         if not isinstance(data.get("date"), str) or not isinstance(data.get("targets"), list):
             sys.exit(f"bench-table: {path.relative_to(ROOT)} has no date or targets: not a depot-bench record")
+        # A debug build's figures say nothing about speed: such a folder is never a record.
+        if data.get("build") != "release":
+            print(f"bench-table: skipping {path.parent.relative_to(ROOT)}, a {data.get('build')} build", file=sys.stderr)
+            continue
         records.append((data["date"], path.parent, data))
     # Newest first; the folder name breaks ties, so the order never depends on the file system.
     records.sort(key=lambda record: (record[0], record[1].name), reverse=True)
