@@ -125,7 +125,7 @@ def main():
     if current != made:
         sys.stdout.writelines(difflib.unified_diff(
             current.splitlines(keepends=True), made.splitlines(keepends=True),
-            "README.md (as committed)", "README.md (from docs/benchmarks)"))
+            "README.md", "README.md (made from docs/benchmarks)"))
         sys.exit("bench-table: README.md's performance table is not the one the records make: run `make bench-table`")
     print(f"bench-table: README.md's table matches the latest records ({len(records)} under docs/benchmarks)")
 
