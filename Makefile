@@ -9,7 +9,7 @@ SWIFT ?= swift
 TRAITS := --traits PostgreSQL
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -132,10 +132,19 @@ define FRESH_RELEASE_BUILD
 	fi
 endef
 
-# The main job: every backend beside the raw engines, release build, about a minute.
+# Where a run's record goes: docs/benchmarks/<UTC date and time>-<commit>/ (results.json,
+# report.md, chart.svg), "-dirty" after the commit when tracked files have uncommitted
+# changes. BENCH_RECORD=folder names another. The README's table of verdicts is made from
+# the latest records by `make bench-table`.
+BENCH_COMMIT = $(shell git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BENCH_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)
+BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)-postgres
+
+# The main job: every backend beside the raw engines, release build, about a minute. Its
+# record goes to BENCH_RECORD.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TRAITS) -c release depot-bench --output depot-bench-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
 # build, as `make bench` (6 minutes from clean here; nothing is timed): it is CI's only run
@@ -159,13 +168,13 @@ conformance: deps
 # on a throwaway server on this machine (its fsync is off: commits cost what the server's
 # work costs, not the disk's). Release build. 20,000 cats and 3 repetitions: every statement
 # is a round trip to a server process that shares the machine's cores, so 100,000 cats
-# took over ten minutes a run.
+# took over ten minutes a run. Its record goes to BENCH_POSTGRES_RECORD.
 POSTGRES_BENCH_RECORDS ?= 20000
 bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output depot-bench-postgres-report
+	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
 # package of its own so that it reaches Depot's public API only), through the conformance
@@ -214,6 +223,17 @@ postgres-server:
 
 postgres-stop:
 	@$(POSTGRES_SERVER) stop .build/postgres
+
+# The README's table of performance verdicts, made from the latest three records under
+# docs/benchmarks/ by scripts/bench-table.py and written between its marker comments.
+bench-table:
+	scripts/bench-table.py --write
+
+# What CI checks before it builds anything: the README's table is the one the records make,
+# and every relative link of the README and of docs/benchmarks/README.md names a file.
+readme-check:
+	scripts/bench-table.py --check
+	scripts/check-links.py README.md docs/benchmarks/README.md
 
 # The package-benchmark suites (regression tracking, GRDB comparison), from Benchmarks/.
 benchmarks: deps

@@ -31,12 +31,18 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
 
     /// One option a backend accepts.
     public struct OptionSpec: Sendable {
+        /// The query item's name, as written in the URL (`durability`).
         public let name: String
+        /// The values it accepts.
         public let kind: Kind
+        /// What it does and its default, for messages and `--help` texts.
         public let help: String
 
+        /// The values an option accepts.
         public enum Kind: Sendable {
+            /// One of these words.
             case choice([String])
+            /// A whole number in this range.
             case integer(ClosedRange<Int>)
             /// Bytes, with an optional unit: B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB in powers
             /// of 1000).

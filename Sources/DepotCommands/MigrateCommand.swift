@@ -4,12 +4,15 @@ import Foundation
 
 /// The arguments of a `migrate` command: the store's URL and `--dry-run`.
 public struct MigrateOptions: ParsableArguments {
+    /// The store's URL, as `openStore(url:)` reads it.
     @Argument(help: "The store's URL (sqlite:///path, lmdb:///path, or the DEPOT_STORE_URL the app uses).")
     public var url: String
 
+    /// Whether to print the plan and write nothing.
     @Flag(help: "Print what would run (the pending steps and the automatic changes) and write nothing.")
     public var dryRun = false
 
+    /// Options as the argument parser fills them in.
     public init() {}
 }
 
@@ -37,12 +40,14 @@ public protocol MigrateCommand: AsyncParsableCommand {
 }
 
 extension MigrateCommand {
+    /// The subcommand's name, `migrate`, and its abstract.
     public static var configuration: CommandConfiguration {
         CommandConfiguration(
             commandName: "migrate",
             abstract: "Run the pending migration steps of a store, or print them with --dry-run.")
     }
 
+    /// Migrates (or plans) and prints the result; a `DepotError` exits with status 2.
     public func run() async throws {
         do {
             print(try await Self.perform(options))

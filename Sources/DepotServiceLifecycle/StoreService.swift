@@ -17,10 +17,13 @@ public import ServiceLifecycle
 /// flight, writes included), then the store closes. Hummingbird's `Application` runs its
 /// server after the `services:` it is given, so passing `StoreService` there orders it right.
 public struct StoreService: Service {
+    /// The store the service closes.
     public let store: any Store
 
+    /// A service that closes `store` when the group shuts down.
     public init(_ store: any Store) { self.store = store }
 
+    /// Waits for the group's graceful shutdown or for cancellation, then closes the store.
     public func run() async throws {
         // Waits for the group's graceful shutdown; throws CancellationError when the task is
         // cancelled instead. Either way the store is closed before returning.

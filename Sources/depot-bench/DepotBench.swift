@@ -38,8 +38,14 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Where stores are created (a temporary directory, removed afterwards, by default).")
     var directory: String?
 
-    @Option(help: "Where to write results.json, report.md and chart.svg.")
+    @Option(help: "Where to write results.json, report.md and chart.svg (make bench: a new folder under docs/benchmarks).")
     var output: String?
+
+    @Option(help: "The commit measured, recorded in results.json and report.md (make bench passes git's short hash).")
+    var commit: String?
+
+    @Option(help: "Write report.md and chart.svg of an earlier run again from the results.json in this folder, and measure nothing.")
+    var render: String?
 
     /// Internal: measure one subject's peak resident memory during W2 in this process (the
     /// parent starts one such process per subject; see MemoryProbe).
@@ -53,6 +59,10 @@ struct DepotBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let render {
+            try Self.render(folder: URL(fileURLWithPath: render, isDirectory: true))
+            return
+        }
         if let rssProbe {
             guard let directory else { throw ValidationError("--rss-probe needs --directory") }
             let kind = try subjectKind(rssProbe)
@@ -111,7 +121,7 @@ struct DepotBench: AsyncParsableCommand {
             "SQLite WAL + synchronous=\(durability == "full" ? "FULL" : "NORMAL") (Depot and raw); LMDB durable commits (Depot and raw)"
             + (telemetry ? "; Depot's stores with metrics and tracing on (no-op backends)" : "")
         let report = Report(
-            records: records, repetitions: repetitions, build: build, durability: durabilityText,
+            records: records, repetitions: repetitions, build: build, commit: commit, durability: durabilityText,
             date: ISO8601DateFormatter().string(from: Date()), machine: machineDescription(),
             results: results, targets: Targets.check(results), breakdown: Breakdown.lines(results))
         print(report.table)
@@ -123,13 +133,33 @@ struct DepotBench: AsyncParsableCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
             try encoder.encode(report).write(to: folder.appendingPathComponent("results.json"))
-            try Data(report.markdown.utf8).write(to: folder.appendingPathComponent("report.md"))
-            try Data(report.chart.utf8).write(to: folder.appendingPathComponent("chart.svg"))
+            try report.writePages(to: folder)
             print("\nReport written to \(folder.path)/{results.json,report.md,chart.svg}")
         }
         if results.contains(where: { !$0.checksumOK }) {
             throw BenchError("a checksum did not match: a subject read something other than what was written")
         }
+    }
+
+    /// Writes the pages of the run recorded in `folder` from its results.json, so that a
+    /// change to the report's layout can be carried to the records already kept.
+    private static func render(folder: URL) throws {
+        let data: Data
+        do {
+            data = try Data(contentsOf: folder.appendingPathComponent("results.json"))
+        } catch {
+            throw ValidationError("--render: cannot read \(folder.path)/results.json (\(error.localizedDescription))")
+        }
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+        let report: Report
+        do {
+            report = try decoder.decode(Report.self, from: data)
+        } catch {
+            throw ValidationError("--render: \(folder.path)/results.json is not a depot-bench record (\(error))")
+        }
+        try report.writePages(to: folder)
+        print("Wrote \(folder.path)/{report.md,chart.svg}")
     }
 
     private func parseList(_ text: String, allowed: [String]) throws -> [String] {

@@ -53,9 +53,9 @@ final class WriterDone: Sendable {
 /// One W6 reader's lookups: its whole share once (their checksum is the run's), then its
 /// share again from the start, lookup by lookup, until the writer has finished, so that
 /// every read is made while the writer writes and the readers' figures cover the whole
-/// run. (Reading the share once took 10-20 ms of LMDB's 230 ms mix: the figure was the
-/// first milliseconds after the pool's threads woke up, and it moved by half between runs.)
-/// Each later lookup must return the cat it asked for.
+/// run. (A single pass ends long before the writer does, so it measured only the moments
+/// after the pool's threads woke up, which vary from run to run.) Each later lookup must
+/// return the cat it asked for.
 struct ReaderLoop {
     let mine: [Int64]
     var latencies: [UInt64] = []

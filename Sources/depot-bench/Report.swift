@@ -149,6 +149,8 @@ struct Report: Codable {
     let records: Int
     let repetitions: Int
     let build: String
+    /// The commit measured, when the caller said (`--commit`).
+    let commit: String?
     let durability: String
     let date: String
     let machine: String
@@ -234,7 +236,9 @@ struct Report: Codable {
 
     var markdown: String {
         var md = "# Depot backend comparison\n\n"
-        md += "\(records) records, \(repetitions) repetitions, \(build) build, \(date), \(machine).\n"
+        md += "\(records) records, \(repetitions) repetitions, \(build) build, \(date), "
+        md += commit.map { "commit \($0), " } ?? ""
+        md += "\(machine).\n"
         md += "Durability: \(durability).\n\n"
         md += "| workload | " + backends.joined(separator: " | ") + " |\n"
         md += "|---|" + backends.map { _ in "---|" }.joined() + "\n"
@@ -253,6 +257,12 @@ struct Report: Codable {
         }
         md += "\n![chart](chart.svg)\n"
         return md
+    }
+
+    /// Writes report.md and chart.svg into `folder`, beside its results.json.
+    func writePages(to folder: URL) throws {
+        try Data(markdown.utf8).write(to: folder.appendingPathComponent("report.md"))
+        try Data(chart.utf8).write(to: folder.appendingPathComponent("chart.svg"))
     }
 
     /// A grouped bar chart: per workload, each subject's throughput relative to the fastest

@@ -13,9 +13,9 @@ struct DocumentationExampleTests {
     /// compiled must leave it (the test checks both ways).
     static let notCompiled: [(file: String, firstLine: String, why: String)] = [
         ("README.md", ".package(url:", "lines of an application's Package.swift, not code of a target"),
-        ("README.md", "let config = ConfigReader(", "a service group with the application's server"),
-        ("README.md", "let old = cats.results.filter(", "streams to the application's socket and cursor"),
-        ("README.md", "import ArgumentParser", "the application's own migrator and records"),
+        ("Sources/Depot/Documentation.docc/ChoosingABackend.md", "let config = ConfigReader(", "a service group with the application's server"),
+        ("Sources/DepotCore/Documentation.docc/WhatAControllerDoes.md", "let old = cats.results.filter(", "streams to the application's socket and cursor"),
+        ("Sources/Depot/Documentation.docc/TheDepotCommand.md", "import ArgumentParser", "the application's own migrator and records"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "@Record", "the example server's model (Examples/PetClinic compiles it)"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "let url = try (StoreURL(config:", "the example server's start-up (Examples/PetClinic)"),
         ("Sources/Depot/Documentation.docc/UsingDepotInAServer.md", "struct StoreExecutorMiddleware", "Hummingbird middleware (Examples/PetClinic)"),
@@ -134,7 +134,7 @@ struct DocumentationExampleTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         do {
-            // README, "Choosing a backend".
+            // ChoosingABackend.md.
             let store = try await openStore(url: ProcessInfo.processInfo.environment["DEPOT_DOCS_UNSET"] ?? "sqlite://\(directory.path)/app.sqlite")
             #expect(store is SQLiteStore)
             await store.close()

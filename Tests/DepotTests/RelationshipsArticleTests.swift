@@ -43,7 +43,7 @@ struct RelationshipsArticleTests {
         ])
 
         let rex = try await dogs.fetchAll(Request(\.name == "Rex"), including: Dog.walks)
-        // The README's relationships example, and the ToMany documentation's.
+        // The relationships example of ToMany's documentation.
         let withWalks = try await dogs.fetchAll(Request(.hasPrefix(\.name, "R")), including: Dog.walks)
         #expect(withWalks.map(\.object.name) == ["Rex"] && withWalks.first?.related.count == 2)
         #expect(rex.map(\.object.name) == ["Rex"])

@@ -101,7 +101,9 @@ extension RecordContext {
 /// snapshot.
 public struct ReadContext<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    /// The store's read transaction the reads run in.
     public let readTransaction: any ReadTransaction
+    /// The record type's entity, as registered with the store.
     public let entity: EntityHandle
 
     /// A context over `transaction` for the record type registered as `entity`.
@@ -126,7 +128,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 /// ```
 public struct Context<Object, Managed>: RecordContext
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    /// The store's write transaction the work runs in.
     public let transaction: any WriteTransaction
+    /// The record type's entity, as registered with the store.
     public let entity: EntityHandle
     @inlinable public var readTransaction: any ReadTransaction { transaction }
 

@@ -79,6 +79,8 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
     /// ``StoreLog/level(for:)`` tells from the operating system's or server's refusals.
     let isReadOnlyRefusal: Bool
 
+    /// An error with `code` and a message that says what to do; `nativeCode` is the
+    /// engine's own code, when there is one.
     public init(_ code: Code, _ message: String, nativeCode: Int32? = nil) {
         self.init(code, message, nativeCode: nativeCode, isReadOnlyRefusal: false)
     }
@@ -100,18 +102,22 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
 
 // The messages every backend gives for the same failures, so they read alike.
 extension DepotError {
+    /// `notFound`: no record of `entity` has primary key `key`.
     public static func notFound(entity: String, key: Value) -> DepotError {
         DepotError(.notFound, "No \(entity) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
     }
 
+    /// `duplicateKey`: a record of `entity` with primary key `key` exists already.
     public static func duplicateKey(entity: String, key: Value) -> DepotError {
         DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
     }
 
+    /// `duplicateKey`: another record of `entity` has `value` in the unique `attribute`.
     public static func duplicateUnique(entity: String, attribute: String, value: Value) -> DepotError {
         DepotError(.duplicateKey, "Another \(entity) already has \(attribute) = \(value.debugLiteral), and \(attribute) is declared unique.")
     }
 
+    /// `closed`: the store, described by `store`, has been closed.
     public static func closed(_ store: String) -> DepotError {
         DepotError(.closed, "The \(store) has been closed; open a new store to continue.")
     }

@@ -34,8 +34,11 @@ public struct JSONImportOptions: Sendable {
 
     /// The JSON key of each attribute whose key differs from its name (attribute → key).
     public var keys: [String: String]
+    /// What a key that names no attribute does.
     public var unknownKeys: UnknownKeys
+    /// What an element that cannot be converted does.
     public var invalidElements: InvalidElements
+    /// When the import commits.
     public var commit: Commit
     /// How dates are read, tried in order.
     public var dateFormats: [JSONDateFormat]
@@ -53,6 +56,8 @@ public struct JSONImportOptions: Sendable {
     /// (a progress bar for a long import: the bytes read against the input's size).
     public var progress: (@Sendable (JSONImportProgress) -> Void)?
 
+    /// Options for an import; the defaults ignore unknown keys, fail on an invalid element
+    /// and commit once at the end.
     public init(
         keys: [String: String] = [:], unknownKeys: UnknownKeys = .ignore, invalidElements: InvalidElements = .failImport,
         commit: Commit = .atEnd, dateFormats: [JSONDateFormat] = [.iso8601, .secondsSince1970]

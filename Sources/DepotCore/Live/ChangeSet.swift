@@ -6,21 +6,30 @@
 /// an index in the new one. Records are matched by primary key. A record that moved and
 /// changed appears in both ``moved`` and ``updated``.
 public struct ChangeSet: Sendable, Hashable {
+    /// A record that moved: from its index in the previous result to its index in the new one.
     public struct Move: Sendable, Hashable {
+        /// Its index in the previous result.
         public let from: Int
+        /// Its index in the new result.
         public let to: Int
 
+        /// A move from `from` to `to`.
         public init(from: Int, to: Int) {
             self.from = from
             self.to = to
         }
     }
 
+    /// Indices in the new result of records that were not in the previous one.
     public var inserted: [Int]
+    /// Indices in the previous result of records that are not in the new one.
     public var deleted: [Int]
+    /// Indices in the new result of records whose values changed.
     public var updated: [Int]
+    /// Records whose position changed.
     public var moved: [Move]
 
+    /// A change set; empty by default.
     public init(inserted: [Int] = [], deleted: [Int] = [], updated: [Int] = [], moved: [Move] = []) {
         self.inserted = inserted
         self.deleted = deleted

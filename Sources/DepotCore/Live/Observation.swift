@@ -39,12 +39,17 @@ public struct ObservedResult<Object: Sendable>: Sendable {
 /// changed meanwhile. Any other error ends it.
 public struct Observation<Object, Managed>: AsyncSequence, Sendable
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    /// Each delivery: the whole result and how it changed.
     public typealias Element = ObservedResult<Object>
+    /// Observation throws a `DepotError` that ends it, or the task's cancellation.
     public typealias Failure = any Error
 
+    /// The controller whose records are observed.
     public let controller: Controller<Object, Managed>
+    /// Which records, in which order.
     public let request: Request<Managed>
 
+    /// Starts the observation: the first element is the current result.
     public func makeAsyncIterator() -> Iterator {
         let controller = self.controller
         let request = self.request
@@ -63,9 +68,11 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
             })
     }
 
+    /// Delivers the results one after another.
     public struct Iterator: AsyncIteratorProtocol {
         var core: LiveQuery<Object, Row>
 
+        /// The next result: the current one first, then one after each commit that changes it.
         public mutating func next() async throws -> ObservedResult<Object>? {
             try await core.next()
         }

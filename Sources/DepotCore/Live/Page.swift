@@ -14,6 +14,7 @@ public struct Page<Object: Sendable>: Sendable {
     /// Where the next page starts, or `nil` when this page is the last.
     public let next: PageCursor?
 
+    /// A page of `items`, followed by the page `next` starts.
     public init(items: [Object], next: PageCursor?) {
         self.items = items
         self.next = next

@@ -14,11 +14,14 @@
 /// `fetchAll()`, `delete()`, `update(_:)` or iteration.
 public struct ResultSet<Object, Managed>: Sendable
 where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object {
+    /// The controller that runs the set's reads and writes.
     public let controller: Controller<Object, Managed>
+    /// Which records, in which order.
     public let request: Request<Managed>
     /// How many records one batch of iteration reads (and holds) at a time.
     public let batchSize: Int
 
+    /// A set over `request`'s records, iterated `batchSize` records at a time (at least 1).
     public init(controller: Controller<Object, Managed>, request: Request<Managed> = .all, batchSize: Int = 500) {
         self.controller = controller
         self.request = request
@@ -52,8 +55,10 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         with(request.sorted(by: attribute, ascending: ascending))
     }
 
+    /// At most `count` records.
     public func limit(_ count: Int) -> ResultSet { with(request.limit(count)) }
 
+    /// Skips the first `count` records.
     public func offset(_ count: Int) -> ResultSet { with(request.offset(count)) }
 
     /// The same set, iterated `size` records at a time.
@@ -125,9 +130,12 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 }
 
 extension ResultSet: AsyncSequence {
+    /// Each element is one of the application's values.
     public typealias Element = Object
+    /// Iteration throws a `DepotError`, or the task's cancellation.
     public typealias Failure = any Error
 
+    /// Iterates the set's records in its order, one batch read at a time.
     public func makeAsyncIterator() -> Iterator { Iterator(set: self) }
 
     /// Reads the set in batches of ``ResultSet/batchSize``, each batch in its own read
@@ -143,6 +151,7 @@ extension ResultSet: AsyncSequence {
 
         init(set: ResultSet) { self.set = set }
 
+        /// The next record, read in batches.
         public mutating func next() async throws -> Object? {
             if position < buffer.count {
                 position += 1

@@ -52,9 +52,13 @@ public struct Aggregate<Record: ManagedRecord>: Sendable, Hashable {
     /// The same aggregates by attribute name, for dynamic use (an unknown name is
     /// ``DepotError/Code/invalidPredicate`` when the aggregate runs).
     public static func count(_ attribute: String) -> Aggregate { Aggregate(.countValues, attribute: attribute) }
+    /// The sum of the named attribute's non-nil values.
     public static func sum(_ attribute: String) -> Aggregate { Aggregate(.sum, attribute: attribute) }
+    /// The mean of the named attribute's non-nil values.
     public static func average(_ attribute: String) -> Aggregate { Aggregate(.average, attribute: attribute) }
+    /// The smallest non-nil value of the named attribute.
     public static func minimum(_ attribute: String) -> Aggregate { Aggregate(.minimum, attribute: attribute) }
+    /// The largest non-nil value of the named attribute.
     public static func maximum(_ attribute: String) -> Aggregate { Aggregate(.maximum, attribute: attribute) }
 
     func resolved(in entity: EntityDescription) throws(DepotError) -> AggregateFunction {
@@ -184,6 +188,7 @@ extension RecordContext {
         try single(.minimum(keyPath), request, as: V?.self)
     }
 
+    /// The smallest non-nil value of an optional attribute; nil when no record has one.
     public func minimum<V: AttributeValue>(_ keyPath: KeyPath<Managed, V?>, _ request: Request<Managed> = .all) throws -> V? {
         try single(.minimum(keyPath), request, as: V?.self)
     }
@@ -193,6 +198,7 @@ extension RecordContext {
         try single(.maximum(keyPath), request, as: V?.self)
     }
 
+    /// The largest non-nil value of an optional attribute; nil when no record has one.
     public func maximum<V: AttributeValue>(_ keyPath: KeyPath<Managed, V?>, _ request: Request<Managed> = .all) throws -> V? {
         try single(.maximum(keyPath), request, as: V?.self)
     }
@@ -227,6 +233,7 @@ extension Controller {
         return try await read { try $0.single(aggregate, request, as: V?.self) }
     }
 
+    /// The sum of an optional attribute's non-nil values; nil when there are none.
     public func sum<V: AttributeValue>(_ keyPath: KeyPath<Managed, V?>, _ request: Request<Managed> = .all) async throws -> V? {
         let aggregate = Aggregate<Managed>.sum(keyPath)
         return try await read { try $0.single(aggregate, request, as: V?.self) }
@@ -244,6 +251,7 @@ extension Controller {
         return try await read { try $0.single(aggregate, request, as: V?.self) }
     }
 
+    /// The smallest non-nil value of an optional attribute; nil when no record has one.
     public func minimum<V: AttributeValue>(_ keyPath: KeyPath<Managed, V?>, _ request: Request<Managed> = .all) async throws -> V? {
         let aggregate = Aggregate<Managed>.minimum(keyPath)
         return try await read { try $0.single(aggregate, request, as: V?.self) }
@@ -255,6 +263,7 @@ extension Controller {
         return try await read { try $0.single(aggregate, request, as: V?.self) }
     }
 
+    /// The largest non-nil value of an optional attribute; nil when no record has one.
     public func maximum<V: AttributeValue>(_ keyPath: KeyPath<Managed, V?>, _ request: Request<Managed> = .all) async throws -> V? {
         let aggregate = Aggregate<Managed>.maximum(keyPath)
         return try await read { try $0.single(aggregate, request, as: V?.self) }

@@ -39,6 +39,7 @@ public struct AggregateQuery: Sendable, Hashable {
     /// What to compute for each group.
     public let functions: [AggregateFunction]
 
+    /// The entity whose records are aggregated.
     public var entity: EntityDescription { rows.entity }
 
     /// Checks the positions and types against the query's entity.
@@ -76,9 +77,12 @@ public struct AggregateQuery: Sendable, Hashable {
 /// One group's result: its key values (in ``AggregateQuery/groupBy`` order) and one value
 /// per function (in ``AggregateQuery/functions`` order).
 public struct AggregateRow: Sendable, Hashable {
+    /// The group's key values, in ``AggregateQuery/groupBy`` order.
     public var keys: [Value]
+    /// One result per function, in ``AggregateQuery/functions`` order.
     public var values: [Value]
 
+    /// A group's result.
     public init(keys: [Value], values: [Value]) {
         self.keys = keys
         self.values = values
@@ -142,16 +146,20 @@ extension ReadTransaction {
 /// aggregate function), so every backend
 /// finishes with the same arithmetic.
 public struct AggregateAccumulator: Sendable {
+    /// What the accumulator computes.
     public let function: AggregateFunction
     let type: AttributeType?
     let entity: String
     let attribute: String
     /// Rows (``AggregateFunction/count``) or non-nil values seen.
     public private(set) var count: Int64 = 0
+    /// The exact sum of the integer values seen (wider than `Int64`, so that only a final sum outside it fails).
     public private(set) var integerSum: Int128 = 0
+    /// The exactly rounded sum of the double values seen.
     public private(set) var doubleSum = ExactSum()
     var extreme: Value = .null
 
+    /// An empty accumulator for `function` over `entity`'s records.
     public init(_ function: AggregateFunction, in entity: EntityDescription) {
         self.function = function
         let attribute = function.attributeIndex.map { entity.attributes[$0] }

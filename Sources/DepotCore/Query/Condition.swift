@@ -21,6 +21,7 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
     /// The untyped tree.
     public let expression: PredicateExpression
 
+    /// A condition over an untyped tree, checked against the entity when the request runs.
     public init(_ expression: PredicateExpression) { self.expression = expression }
 
     /// Matches every record.
@@ -125,14 +126,17 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
 
     // MARK: Logic
 
+    /// Records both conditions match.
     public static func && (lhs: Condition, rhs: Condition) -> Condition {
         Condition(lhs.expression.and(rhs.expression))
     }
 
+    /// Records either condition matches.
     public static func || (lhs: Condition, rhs: Condition) -> Condition {
         Condition(lhs.expression.or(rhs.expression))
     }
 
+    /// Records the condition does not match (an unknown outcome, a comparison with nil, stays unmatched).
     public static prefix func ! (operand: Condition) -> Condition {
         Condition(.not(operand.expression))
     }
@@ -148,26 +152,32 @@ func comparison<R: ManagedRecord, V: AttributeValue>(_ keyPath: KeyPath<R, V>, _
     return Condition<R>.build(keyPath) { name throws(DepotError) in .compare(attribute: name, op, try value.storedValue()) }
 }
 
+/// Records whose attribute equals `rhs`; `nil` means "is nil".
 public func == <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .equal, rhs)
 }
 
+/// Records whose attribute differs from `rhs`; `nil` means "is not nil".
 public func != <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .notEqual, rhs)
 }
 
+/// Records whose attribute is less than `rhs` (never a nil attribute).
 public func < <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .less, rhs)
 }
 
+/// Records whose attribute is at most `rhs` (never a nil attribute).
 public func <= <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .lessOrEqual, rhs)
 }
 
+/// Records whose attribute is greater than `rhs` (never a nil attribute).
 public func > <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .greater, rhs)
 }
 
+/// Records whose attribute is at least `rhs` (never a nil attribute).
 public func >= <R: ManagedRecord, V: AttributeValue>(lhs: KeyPath<R, V>, rhs: V) -> Condition<R> {
     comparison(lhs, .greaterOrEqual, rhs)
 }

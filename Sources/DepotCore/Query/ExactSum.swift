@@ -36,8 +36,11 @@ public struct ExactSum: Sendable, Hashable {
         static func < (a: Zeros, b: Zeros) -> Bool { a.rawValue < b.rawValue }
     }
 
+    /// An empty sum: zero.
     public init() {}
 
+    /// Adds `value` exactly; infinities and NaN are kept apart and decide the result as
+    /// IEEE addition would.
     public mutating func add(_ value: Double) {
         guard value.isFinite else {
             special = (special ?? 0) + value

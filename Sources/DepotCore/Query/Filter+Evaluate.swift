@@ -131,10 +131,12 @@ extension Query {
     /// top is the last of them, so n rows cost O(n log k); otherwise every row is kept and
     /// sorted once.
     public struct Page {
+        /// The query whose rows the page selects.
         public let query: Query
         private let window: Int?
         private var kept: [Row] = []
 
+        /// An empty page for `query`.
         public init(_ query: Query) {
             self.query = query
             self.window = query.end.flatMap { $0 <= Query.largestTopNWindow ? $0 : nil }

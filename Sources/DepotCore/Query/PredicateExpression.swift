@@ -1,10 +1,16 @@
 /// A comparison between an attribute and a value.
 public enum ComparisonOperator: String, Sendable, Hashable, Codable, CaseIterable {
+    /// `==`
     case equal = "=="
+    /// `!=`
     case notEqual = "!="
+    /// `<`
     case less = "<"
+    /// `<=`
     case lessOrEqual = "<="
+    /// `>`
     case greater = ">"
+    /// `>=`
     case greaterOrEqual = ">="
 }
 
@@ -23,14 +29,23 @@ public enum ComparisonOperator: String, Sendable, Hashable, Codable, CaseIterabl
 public indirect enum PredicateExpression: Sendable, Hashable {
     /// Matches every record (`true`) or none (`false`).
     case constant(Bool)
+    /// The named attribute compared with a value (`.null` with `==` or `!=`: is nil, is not nil).
     case compare(attribute: String, ComparisonOperator, Value)
+    /// The named attribute is one of the values (`.null` among them matches nil).
     case oneOf(attribute: String, [Value])
+    /// The named attribute is not nil and none of the values.
     case notOneOf(attribute: String, [Value])
+    /// The named attribute is nil.
     case isNil(attribute: String)
+    /// The named string attribute starts with the text (UTF-8 bytes, case-sensitive).
     case hasPrefix(attribute: String, String)
+    /// The named string attribute contains the text (UTF-8 bytes, case-sensitive).
     case contains(attribute: String, String)
+    /// Every operand matches.
     case and([PredicateExpression])
+    /// At least one operand matches.
     case or([PredicateExpression])
+    /// The operand does not match (an unknown outcome stays unmatched).
     case not(PredicateExpression)
     /// A predicate that could not be built (a key path that is not a declared attribute);
     /// running it throws ``DepotError/Code/invalidPredicate`` with this message.

@@ -14,14 +14,19 @@ public indirect enum Filter: Sendable, Hashable {
     case oneOf(Int, [Value], includesNil: Bool)
     /// The attribute is non-null and none of the values.
     case notOneOf(Int, [Value])
+    /// The attribute at a position is null.
     case isNil(Int)
+    /// The attribute at a position is not null.
     case isNotNil(Int)
     /// UTF-8 byte prefix of a string attribute.
     case hasPrefix(Int, String)
     /// UTF-8 byte substring of a string attribute.
     case contains(Int, String)
+    /// Every operand matches.
     case and([Filter])
+    /// At least one operand matches.
     case or([Filter])
+    /// The operand does not match; an unknown operand stays unknown.
     case not(Filter)
 }
 
@@ -41,9 +46,12 @@ extension Filter {
 
 /// A sort key resolved to an attribute position.
 public struct ResolvedSortKey: Sendable, Hashable {
+    /// The position of the attribute in the entity.
     public let attributeIndex: Int
+    /// Whether smaller values come first.
     public let ascending: Bool
 
+    /// A key sorting by the attribute at `attributeIndex`.
     public init(attributeIndex: Int, ascending: Bool) {
         self.attributeIndex = attributeIndex
         self.ascending = ascending
@@ -56,11 +64,14 @@ public struct Query: Sendable, Hashable {
     public let handle: EntityHandle
     /// The description of the entity (the handle's).
     public var entity: EntityDescription { handle.entity }
+    /// Which records the query selects.
     public let filter: Filter
     /// Sort keys in significance order; always ends with the primary key (ascending) unless
     /// the primary key already appears, so every backend breaks ties the same way.
     public let sort: [ResolvedSortKey]
+    /// At most this many records, after `offset`; `nil` for no limit.
     public let limit: Int?
+    /// How many records, in the query's order, to skip.
     public let offset: Int
 
     /// A query for every record of an entity, in primary key order.

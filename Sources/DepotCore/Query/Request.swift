@@ -1,8 +1,11 @@
 /// One sort key: an attribute and a direction.
 public struct SortKey: Sendable, Hashable {
+    /// The attribute's name.
     public var attribute: String
+    /// Whether smaller values come first.
     public var ascending: Bool
 
+    /// A key sorting by the named attribute.
     public init(_ attribute: String, ascending: Bool = true) {
         self.attribute = attribute
         self.ascending = ascending

@@ -68,9 +68,12 @@ public struct ToMany<Parent: ManagedRecord, Child: ManagedRecord>: Sendable {
 
 /// A record with its related records, in the relationship's order.
 public struct RecordWithRelated<Object: Sendable, Related: Sendable>: Sendable {
+    /// The record (as the application's value).
     public let object: Object
+    /// Its related records, in the relationship's order.
     public let related: [Related]
 
+    /// A record with its related records.
     public init(object: Object, related: [Related]) {
         self.object = object
         self.related = related
@@ -282,13 +285,19 @@ where
     Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed: ObjectConvertible, Managed.Object == Object,
     Child: ObjectConvertible, Child.Object: ManagedConvertible & Sendable, Child.Object.Managed == Child
 {
+    /// Each delivery: the records with their related records, and how the result changed.
     public typealias Element = ObservedResult<RecordWithRelated<Object, Child.Object>>
+    /// Iteration throws a `DepotError`, or the task's cancellation.
     public typealias Failure = any Error
 
+    /// The controller whose records are observed.
     public let controller: Controller<Object, Managed>
+    /// Which records, in which order.
     public let request: Request<Managed>
+    /// The relationship whose records come with each.
     public let relation: ToMany<Managed, Child>
 
+    /// Starts the observation: the first element is the current result.
     public func makeAsyncIterator() -> Iterator {
         let controller = self.controller
         let request = self.request
@@ -329,9 +338,11 @@ where
             })
     }
 
+    /// Delivers the elements one after another.
     public struct Iterator: AsyncIteratorProtocol {
         var core: LiveQuery<RecordWithRelated<Object, Child.Object>, [Row]>
 
+        /// The next result: the current one first, then one after each commit that changes it.
         public mutating func next() async throws -> Element? {
             try await core.next()
         }

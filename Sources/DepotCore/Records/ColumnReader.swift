@@ -77,8 +77,10 @@ public final class RowColumns: ColumnReader {
     /// read, once per attribute of every record.)
     @exclusivity(unchecked) public var row: Row
 
+    /// A reader over `row`.
     public init(_ row: Row = Row()) { self.row = row }
 
+    /// The number of values in the row.
     public var columnCount: Int { row.count }
 
     @inline(__always)
@@ -87,17 +89,26 @@ public final class RowColumns: ColumnReader {
         return row[value: index]
     }
 
+    /// Whether the value at `index` is null (or past the row's end).
     public func isNull(_ index: Int) -> Bool {
         guard index >= 0 && index < row.count else { return true }
         return row[value: index].isNull
     }
+    /// The integer at `index`; another type is `conversionFailed`.
     public func int64(_ index: Int) throws(DepotError) -> Int64 { try Int64(value: at(index)) }
+    /// The double at `index`; another type is `conversionFailed`.
     public func double(_ index: Int) throws(DepotError) -> Double { try Double(value: at(index)) }
+    /// The Boolean at `index`; another type is `conversionFailed`.
     public func bool(_ index: Int) throws(DepotError) -> Bool { try Bool(value: at(index)) }
+    /// The string at `index`; another type is `conversionFailed`.
     public func string(_ index: Int) throws(DepotError) -> String { try String(value: at(index)) }
+    /// The bytes at `index`; another type is `conversionFailed`.
     public func data(_ index: Int) throws(DepotError) -> Data { try Data(value: at(index)) }
+    /// The date at `index`; another type is `conversionFailed`.
     public func date(_ index: Int) throws(DepotError) -> Date { try Date(value: at(index)) }
+    /// The UUID at `index`; another type is `conversionFailed`.
     public func uuid(_ index: Int) throws(DepotError) -> UUID { try UUID(value: at(index)) }
+    /// The value at `index`, whatever its type.
     public func value(_ index: Int) throws(DepotError) -> Value { try at(index) }
 }
 
@@ -119,6 +130,7 @@ public struct RecordReader<Record: ManagedRecord> {
     /// The backend's reader.
     public let columns: any ColumnReader
 
+    /// A reader of the record `columns` holds.
     @inlinable
     public init(_ columns: any ColumnReader) { self.columns = columns }
 

@@ -106,8 +106,10 @@ public struct Attribute<Record>: Sendable {
 /// Collects the attributes of an ``Entity`` declaration.
 @resultBuilder
 public enum AttributeListBuilder<Record> {
-    // Gives each line the record type as context, so `\.name` needs no root type.
+    /// One attribute line. It gives each line the record type as context, so `\.name`
+    /// needs no root type.
     public static func buildExpression(_ attribute: Attribute<Record>) -> Attribute<Record> { attribute }
+    /// The attributes, in declaration order.
     public static func buildBlock(_ attributes: Attribute<Record>...) -> [Attribute<Record>] { attributes }
 }
 
@@ -136,6 +138,7 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     /// The record types this entity's references name.
     let referencedTypes: [any ManagedRecord.Type]
 
+    /// An entity named `name`, keyed by `primaryKey`, with the attributes listed in the builder.
     public init(
         _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable,
         @AttributeListBuilder<Record> attributes: () -> [Attribute<Record>]

@@ -63,8 +63,10 @@ extension ManagedRecord {
 }
 
 extension ManagedRecord {
+    /// The entity's name.
     public static var entityName: String { entity.name }
 
+    /// Writes the record's values into `row`, in the entity's attribute order.
     public func encode(into row: inout Row) throws(DepotError) {
         try Self.entity.encode(self, into: &row)
     }

@@ -4,7 +4,9 @@ public import Foundation
 public enum AttributeType: String, Sendable, Hashable, Codable, CaseIterable {
     /// A 64-bit signed integer; `Int`, `Int32` and `Int16` map onto it.
     case int64
+    /// A 64-bit floating-point number, ordered totally (NaN after +infinity).
     case double
+    /// A Boolean.
     case bool
     /// UTF-8 text, compared by bytes.
     case string

@@ -7,18 +7,23 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     /// 64 characters. Names are unique per entity regardless of case (SQL identifiers are
     /// case-insensitive).
     public var name: String
+    /// The stored type.
     public var type: AttributeType
+    /// Whether a record may leave the attribute nil.
     public var isOptional: Bool
     /// The value given to existing records when the attribute is added to an entity that
     /// already has records.
     public var defaultValue: Value?
+    /// Whether the store keeps an index on the attribute.
     public var isIndexed: Bool
+    /// Whether no two records may share a non-nil value.
     public var isUnique: Bool
     /// The entity whose primary key this attribute holds, and what happens to this record
     /// when that one is deleted; `nil` for an attribute that refers to nothing. A
     /// reference attribute is always indexed (the delete rules look records up by it).
     public var reference: Reference?
 
+    /// An attribute; a reference makes it indexed whatever `isIndexed` says.
     public init(
         name: String, type: AttributeType, isOptional: Bool = false, defaultValue: Value? = nil,
         isIndexed: Bool = false, isUnique: Bool = false, reference: Reference? = nil
@@ -38,12 +43,14 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
 /// Stores receive this type; applications normally declare an ``Entity`` on their record
 /// and never build one by hand.
 public struct EntityDescription: Sendable, Hashable, Codable {
+    /// The entity's name, unique in a store.
     public var name: String
     /// Attributes in declaration order; rows carry values in this order.
     public var attributes: [AttributeDescription]
     /// The position of the primary key in ``attributes``.
     public var primaryKeyIndex: Int
 
+    /// An entity named `name` with `attributes`, keyed by the one at `primaryKeyIndex`.
     public init(name: String, attributes: [AttributeDescription], primaryKeyIndex: Int) {
         self.name = name
         self.attributes = attributes

@@ -45,6 +45,7 @@ import Foundation
 public struct Migrator: Sendable {
     /// One registered step.
     public struct Step: Sendable {
+        /// The step's name, recorded in the store once it ran.
         public let name: String
         let kind: Kind
 
@@ -56,8 +57,10 @@ public struct Migrator: Sendable {
         }
     }
 
+    /// The registered steps, in the order they run.
     public private(set) var steps: [Step] = []
 
+    /// A migrator with no steps.
     public init() {}
 
     /// Adds a step after the ones registered so far. Names must be unique; keep them

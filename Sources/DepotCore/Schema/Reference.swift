@@ -32,6 +32,7 @@ public struct Reference: Sendable, Hashable, Codable {
     /// What happens to the referencing record when the referenced one is deleted.
     public var onDelete: DeleteRule
 
+    /// A reference to `entity`'s primary key, with its delete rule.
     public init(entity: String, onDelete: DeleteRule = .noAction) {
         self.entity = entity
         self.onDelete = onDelete
@@ -62,8 +63,10 @@ public struct Link: Sendable, Hashable, CustomStringConvertible {
     public let attribute: Int
     /// The referenced entity (a Dog).
     public let target: EntityHandle
+    /// What happens to the referencing record when the referenced one is deleted.
     public let onDelete: DeleteRule
 
+    /// The reference attribute's name.
     public var attributeName: String { source.entity.attributes[attribute].name }
 
     public var description: String { "\(source.name).\(attributeName) → \(target.name) (\(onDelete.rawValue))" }

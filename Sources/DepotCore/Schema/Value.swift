@@ -14,13 +14,21 @@ public import Foundation
 /// Values of different types are never equal; the schema makes sure a comparison only
 /// ever sees one type per attribute.
 public enum Value: Sendable {
+    /// No value (a nil attribute).
     case null
+    /// An integer.
     case int(Int64)
+    /// A double.
     case double(Double)
+    /// A Boolean.
     case bool(Bool)
+    /// UTF-8 text.
     case string(String)
+    /// Bytes.
     case data(Data)
+    /// A point in time.
     case date(Date)
+    /// A UUID.
     case uuid(UUID)
 
     /// The attribute type this value belongs to, or `nil` for ``null``.
