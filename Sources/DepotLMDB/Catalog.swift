@@ -1,18 +1,18 @@
-import CLMDB
-import DepotCore
+package import CLMDB
+package import DepotCore
 import Foundation
 
 /// The metadata database: the store's format and, per entity, the registered description.
 ///
 /// Keys are readable with `mdb_dump`: `format` holds the layout version as text;
 /// `entity:<Name>` holds a JSON ``StoredEntity``.
-enum Catalog {
+package enum Catalog {
     static let metaName = "depot_meta"
-    static let formatKey = Array("format".utf8)
+    package static let formatKey = Array("format".utf8)
     /// Version of the layout: key encodings, database names, metadata.
     static let formatVersion = 1
 
-    static func entityKey(_ name: String) -> [UInt8] { Array("entity:\(name)".utf8) }
+    package static func entityKey(_ name: String) -> [UInt8] { Array("entity:\(name)".utf8) }
 
     static func indexName(entity: String, attribute: String) -> String { "\(entity).idx.\(attribute)" }
 
@@ -25,19 +25,25 @@ enum Catalog {
 }
 
 /// What the metadata database holds for one entity.
-struct StoredEntity: Codable {
+package struct StoredEntity: Codable {
     /// Incremented by every schema change; every stored row is rewritten to the current one.
-    var schemaVersion: Int
+    package var schemaVersion: Int
     /// The version of ``RecordFormat`` the rows are written in.
     var recordFormat: Int
-    var entity: EntityDescription
+    package var entity: EntityDescription
+
+    package init(schemaVersion: Int, recordFormat: Int, entity: EntityDescription) {
+        self.schemaVersion = schemaVersion
+        self.recordFormat = recordFormat
+        self.entity = entity
+    }
 
     /// Decodes and checks the stored schema of entity `name` (bytes from the file: anything
     /// may be there).
     ///
     /// - Throws: `DepotError.Code.storeCorrupted` for bytes that are not a valid schema of
     ///   `name`, or a record format this version does not read.
-    static func parse(_ bytes: UnsafeRawBufferPointer, name: String, store: String) throws(DepotError) -> StoredEntity {
+    package static func parse(_ bytes: UnsafeRawBufferPointer, name: String, store: String) throws(DepotError) -> StoredEntity {
         func corrupted(_ what: String) -> DepotError {
             DepotError(.storeCorrupted, "\(what) in the \(name) database of the LMDB store at \(store); the file is damaged or was written by something else. Restore it from a backup.")
         }
@@ -63,7 +69,7 @@ struct StoredEntity: Codable {
 }
 
 extension LMDBTransaction {
-    func openDatabase(_ name: String, flags: Int32) throws(DepotError) -> MDB_dbi? {
+    package func openDatabase(_ name: String, flags: Int32) throws(DepotError) -> MDB_dbi? {
         var dbi: MDB_dbi = 0
         let rc = mdb_dbi_open(txn, name, UInt32(flags), &dbi)
         if rc == MDB_NOTFOUND { return nil }
@@ -108,7 +114,7 @@ extension LMDBTransaction {
         return try names.compactMap { name throws(DepotError) in try readStoredEntity(name)?.entity }
     }
 
-    func readStoredEntity(_ name: String) throws(DepotError) -> StoredEntity? {
+    package func readStoredEntity(_ name: String) throws(DepotError) -> StoredEntity? {
         guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else {
             return nil
         }
@@ -141,7 +147,7 @@ extension LMDBTransaction {
     /// - Throws: `DepotError.Code.schemaMismatch` for a change `SchemaMigration`
     ///   refuses; `DepotError.Code.invalidValue` when an existing value is too long for a
     ///   new index.
-    func register(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
+    package func register(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
         if let current, current.entity == entity { return current }
         let dupSort = Int32(MDB_DUPSORT)
         guard let stored = try readStoredEntity(entity.name) else {

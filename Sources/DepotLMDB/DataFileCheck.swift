@@ -1,5 +1,5 @@
 import CLMDB
-import DepotCore
+package import DepotCore
 import Foundation
 
 #if canImport(Glibc)
@@ -30,7 +30,7 @@ import Darwin
 /// The layout constants are those of LMDB 0.9's data format (`MDB_DATA_VERSION` 1) on a
 /// 64-bit little-endian machine, which is what `mdb_env_open` has already accepted when
 /// this runs.
-struct DataFileCheck {
+package struct DataFileCheck {
     /// `MDB_page`: `pgno_t` number, `uint16` pad, `uint16` flags, then `uint16` lower and
     /// upper bounds (or a `uint32` overflow page count).
     static let pageHeaderSize = 16
@@ -46,15 +46,21 @@ struct DataFileCheck {
 
     /// One meta page: the transaction it describes, the root of its free database and its
     /// last page.
-    struct Meta: Equatable {
-        let txnid: UInt64
-        let lastPage: UInt64
+    package struct Meta: Equatable {
+        package let txnid: UInt64
+        package let lastPage: UInt64
         let freeRoot: UInt64
     }
 
     let descriptor: Int32
     let pageSize: Int
     let path: String
+
+    package init(descriptor: Int32, pageSize: Int, path: String) {
+        self.descriptor = descriptor
+        self.pageSize = pageSize
+        self.path = path
+    }
 
     /// Reads `count` bytes at `offset`, or `nil` when the file ends before them.
     func read(_ offset: Int, _ count: Int) throws(DepotError) -> [UInt8]? {
@@ -80,7 +86,7 @@ struct DataFileCheck {
     }
 
     /// The meta page in `slot` (0 or 1), or `nil` when it is not a valid meta page.
-    func meta(slot: Int) throws(DepotError) -> Meta? {
+    package func meta(slot: Int) throws(DepotError) -> Meta? {
         // MDB_meta after the page header: magic, version, address, map size, the free and
         // main MDB_db (48 bytes each, root last), last page, transaction id.
         guard let bytes = try read(slot * pageSize, Self.pageHeaderSize + 136) else { return nil }

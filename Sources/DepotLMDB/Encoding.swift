@@ -1,11 +1,11 @@
-import DepotCore
+package import DepotCore
 import Foundation
 
 /// Order-preserving key encodings: for two values `a` and `b` of one attribute type,
 /// `memcmp` order of their encodings (shorter first on a common prefix, which is LMDB's
 /// default key order) equals `Value.compare(a, b)`. Equal values have equal encodings,
 /// so `-0.0` and `0.0`, and every NaN, share one encoding.
-enum KeyEncoding {
+package enum KeyEncoding {
     /// Marker of a null index key; sorts before every value's marker so nulls come first.
     static let nullMarker: UInt8 = 0x00
     /// Marker before a non-null index key.
@@ -59,13 +59,13 @@ enum KeyEncoding {
         }
     }
 
-    static func primaryKey(_ value: Value) -> [UInt8] {
+    package static func primaryKey(_ value: Value) -> [UInt8] {
         var out: [UInt8] = []
         appendPrimaryKey(value, to: &out)
         return out
     }
 
-    static func indexKey(_ value: Value) -> [UInt8] {
+    package static func indexKey(_ value: Value) -> [UInt8] {
         var out: [UInt8] = []
         appendIndexKey(value, to: &out)
         return out

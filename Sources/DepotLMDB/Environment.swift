@@ -1,6 +1,6 @@
 import CLMDB
 import DepotCore
-import Foundation
+package import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 
@@ -26,7 +26,7 @@ import Synchronization
 /// while the flag is set). The flag is cleared when the resize is done.
 ///
 /// `@unchecked Sendable`: every field but `fast` is guarded by `condition`.
-final class TransactionGate: @unchecked Sendable {
+package final class TransactionGate: @unchecked Sendable {
     /// How long one resize attempt holds back new transactions.
     static let admissionWait: TimeInterval = 0.05
     /// The longest one attempt holds back new transactions, after repeated failures.
@@ -36,7 +36,7 @@ final class TransactionGate: @unchecked Sendable {
 
     /// The ticket of a transaction counted in ``fast``. Generations count up from 0 and never
     /// reach it.
-    static let fastTicket = UInt64.max
+    package static let fastTicket = UInt64.max
     /// Set in ``fast`` while a resize runs: transactions enter under the lock. The
     /// second-highest bit of `Int` on any platform (a fixed `1 << 62` would shift out to 0
     /// on a 32-bit one and the gate would never see a resize); the sign bit stays clear so
@@ -55,7 +55,9 @@ final class TransactionGate: @unchecked Sendable {
     private var resizing = false
 
     /// Whether a resize is waiting for open transactions (for tests).
-    var isResizing: Bool {
+    package init() {}
+
+    package var isResizing: Bool {
         condition.lock()
         defer { condition.unlock() }
         return resizing
@@ -63,7 +65,7 @@ final class TransactionGate: @unchecked Sendable {
 
     /// Admits a transaction (waiting while a resize attempt holds the gate closed) and
     /// returns the ticket to give to `leave(_:)`.
-    func enter() -> UInt64 {
+    package func enter() -> UInt64 {
         var current = fast.load(ordering: .relaxed)
         while current & Self.slowFlag == 0 {
             // Acquiring: the transaction must not begin before it is counted, which a
@@ -89,7 +91,7 @@ final class TransactionGate: @unchecked Sendable {
         return generation
     }
 
-    func leave(_ ticket: UInt64) {
+    package func leave(_ ticket: UInt64) {
         if ticket == Self.fastTicket {
             // Releasing: the transaction's use of the map happens before a resize sees it gone.
             let now = fast.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
@@ -118,7 +120,7 @@ final class TransactionGate: @unchecked Sendable {
 
     /// Runs `body` while no transaction is open, or returns `nil` when open transactions
     /// did not let it within `patience` seconds. `body` must not enter the gate itself.
-    func whenIdle<T>(patience: TimeInterval = resizePatience, _ body: () -> T) -> T? {
+    package func whenIdle<T>(patience: TimeInterval = resizePatience, _ body: () -> T) -> T? {
         condition.lock()
         defer { condition.unlock() }
         // One resize at a time (the writer, or a reader following another process's resize).
@@ -166,13 +168,13 @@ final class TransactionGate: @unchecked Sendable {
 ///
 /// `@unchecked Sendable`: one party owns it at a time (an idle slot, or the one read using
 /// it).
-final class ReaderHandle: @unchecked Sendable {
+package final class ReaderHandle: @unchecked Sendable {
     let txn: OpaquePointer
     /// The transaction object of the last read on this handle (with the catalog version it
     /// was made for): the next read reuses it while the version is unchanged.
-    var transaction: LMDBTransaction?
+    package var transaction: LMDBTransaction?
 
-    init(txn: OpaquePointer) {
+    package init(txn: OpaquePointer) {
         self.txn = txn
     }
 }
@@ -185,14 +187,14 @@ final class ReaderHandle: @unchecked Sendable {
 /// their buffers stay in that core's cache. A list under a lock would hand the handles
 /// round-robin among the threads and take the lock twice per read; under concurrent
 /// readers both show as contended atomics.
-final class IdleReaders: @unchecked Sendable {
+package final class IdleReaders: @unchecked Sendable {
     static let capacity = 16
     /// Words between slots: 128 bytes, so that no two slots share a cache line (or the
     /// adjacent line a prefetcher pairs with it).
     private static let spacing = 16
     private let words: UnsafeMutablePointer<Synchronization.Atomic<UInt>>
 
-    init() {
+    package init() {
         let count = Self.capacity * Self.spacing
         words = .allocate(capacity: count)
         for index in 0..<count { (words + index).initialize(to: Synchronization.Atomic(0)) }
@@ -219,7 +221,7 @@ final class IdleReaders: @unchecked Sendable {
 
     /// An idle handle, preferring the one this thread put back last; `nil` when there is
     /// none.
-    func take() -> ReaderHandle? {
+    package func take() -> ReaderHandle? {
         let start = Self.startSlot
         for probe in 0..<Self.capacity {
             let slot = words + ((start &+ probe) & (Self.capacity - 1)) * Self.spacing
@@ -234,7 +236,7 @@ final class IdleReaders: @unchecked Sendable {
 
     /// Keeps `handle` for a later read; `false` (the handle is not kept) when every slot
     /// is taken.
-    func put(_ handle: ReaderHandle) -> Bool {
+    package func put(_ handle: ReaderHandle) -> Bool {
         let bits = UInt(bitPattern: Unmanaged.passRetained(handle).toOpaque())
         let start = Self.startSlot
         for probe in 0..<Self.capacity {
@@ -247,7 +249,7 @@ final class IdleReaders: @unchecked Sendable {
     }
 
     /// Takes every idle handle out.
-    func drain() -> [ReaderHandle] {
+    package func drain() -> [ReaderHandle] {
         var taken: [ReaderHandle] = []
         for index in 0..<Self.capacity {
             let bits = words[index * Self.spacing].exchange(0, ordering: .acquiring)
@@ -275,19 +277,19 @@ enum OpenDirectories {
 /// no transaction is open (every transaction reads ``pointer`` and ``metaDBI`` while it
 /// holds a gate ticket); and the store closes it only after its work has drained
 /// (``close()`` runs once).
-final class Environment: @unchecked Sendable {
+package final class Environment: @unchecked Sendable {
     /// The open environment, or `nil` after a reopen failed (each new transaction then
     /// tries again). Changed only inside `gate.whenIdle`.
-    private(set) var pointer: OpaquePointer?
+    package private(set) var pointer: OpaquePointer?
     /// Counts the replacements of ``pointer``: a transaction that met `MDB_PANIC` passes the
     /// epoch it saw, so that of several transactions meeting the same dead environment only
     /// the first reopens it.
-    private(set) var epoch: UInt64 = 0
+    package private(set) var epoch: UInt64 = 0
     /// The map size when the environment was last closed for a reopen.
     private var lastMapSize = 0
     let path: String
-    let maxKeySize: Int
-    let gate = TransactionGate()
+    package let maxKeySize: Int
+    package let gate = TransactionGate()
     /// Set during open and by a reopen, while no transaction is open.
     var metaDBI: MDB_dbi = 0
     private let closed = Atomic<Bool>(false)
@@ -296,7 +298,7 @@ final class Environment: @unchecked Sendable {
     /// reader slot. A reset transaction holds no snapshot, so it does not block a resize.
     private let idleReaders = IdleReaders()
     /// Growth stops here (the map is virtual address space, not disk).
-    static let maximumMapSize = 1 << 44
+    package static let maximumMapSize = 1 << 44
 
     init(pointer: OpaquePointer, path: String) {
         self.pointer = pointer
@@ -307,7 +309,7 @@ final class Environment: @unchecked Sendable {
     /// The size of the map (0 while the environment is closed after a failed reopen). Read
     /// it with no transaction of this store starting (on the writer queue, inside the gate,
     /// or in tests).
-    var mapSize: Int {
+    package var mapSize: Int {
         guard let pointer else { return 0 }
         var info = MDB_envinfo()
         mdb_env_info(pointer, &info)

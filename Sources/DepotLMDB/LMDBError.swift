@@ -1,10 +1,10 @@
 import CLMDB
-import DepotCore
+package import DepotCore
 
 extension DepotError {
     /// Maps an LMDB return code (or an `errno` value, which LMDB passes through) into
     /// Depot's error codes, keeping the native code and LMDB's own text.
-    static func lmdb(_ code: Int32, context: String) -> DepotError {
+    package static func lmdb(_ code: Int32, context: String) -> DepotError {
         let text = String(cString: mdb_strerror(code))
         let detail = "\(context): \(text)"
         switch code {

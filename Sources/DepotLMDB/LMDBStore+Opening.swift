@@ -18,7 +18,7 @@ extension LMDBStore {
 
     /// `size` rounded up to whole system pages, at least 16 of them, and at most
     /// ``Environment/maximumMapSize``: never an overflow, whatever `size` is.
-    static func roundedMapSize(_ size: Int) -> Int {
+    package static func roundedMapSize(_ size: Int) -> Int {
         let page = max(4096, Int(sysconf(Int32(_SC_PAGESIZE))))
         let bounded = min(max(size, 16 * page), Environment.maximumMapSize)
         let (pages, remainder) = bounded.quotientAndRemainder(dividingBy: page)

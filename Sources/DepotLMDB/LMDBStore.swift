@@ -102,7 +102,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     public let changes = ChangeFeed()
     public var backendName: String { "lmdb" }
 
-    let environment: Environment
+    package let environment: Environment
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock and bump its version; a read transaction begins between two
     /// versions, or under the lock (see ``beginRead()``): so a reader's snapshot and its
@@ -110,7 +110,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     let catalog = CatalogCell()
     /// Registration, writes and closing, one at a time in submission order; writes queued
     /// behind a running one are committed together (see ``runWrites(_:)``).
-    let writerLane = SerialLane(label: "depot.lmdb.writer", concurrent: false)
+    package let writerLane = SerialLane(label: "depot.lmdb.writer", concurrent: false)
     let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
     let gate: StoreGate
 

@@ -1,5 +1,5 @@
 import CLMDB
-import DepotCore
+package import DepotCore
 import Foundation
 
 // Reads: query plans run over cursors, records read in place.
@@ -84,7 +84,7 @@ extension LMDBTransaction {
     /// when the range holds a large share of the records, reading the main database in
     /// order is cheaper. The range is measured by distinct keys, counting each key's
     /// duplicates, and only up to that share.
-    func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
+    package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
         let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
         guard case .index(let index) = plan.source, !plan.ordered, let ranges = plan.ranges else { return plan }
         let total = try entries(handles.main)
@@ -100,7 +100,7 @@ extension LMDBTransaction {
     /// The entries of `ranges` in a DUPSORT index, counted up to `cap`: one step per
     /// distinct key (its duplicates counted by `mdb_cursor_count`), so an index with few
     /// distinct values is measured in a few steps.
-    func countIndexEntries(_ index: IndexHandle, _ ranges: [KeyRange], reaching cap: Int) throws -> Int {
+    package func countIndexEntries(_ index: IndexHandle, _ ranges: [KeyRange], reaching cap: Int) throws -> Int {
         var n = 0
         try withCursor(index.dbi) { cursor in
             for range in ranges {
@@ -138,7 +138,7 @@ extension LMDBTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    package func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
@@ -263,7 +263,7 @@ extension LMDBTransaction {
         for row in rows { try body(row) }
     }
 
-    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    package func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         try withHandles(for: entity) { handles in
             guard key.type == handles.primaryKeyType else { return false }
             keyBuffer.removeAll(keepingCapacity: true)
@@ -289,7 +289,7 @@ extension LMDBTransaction {
         }
     }
 
-    func count(_ query: Query) throws -> Int {
+    package func count(_ query: Query) throws -> Int {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return 0 }
         let window = query.end

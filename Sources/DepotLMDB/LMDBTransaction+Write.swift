@@ -1,5 +1,5 @@
 import CLMDB
-import DepotCore
+package import DepotCore
 import Foundation
 
 // Writes: records and their index entries, change recording.
@@ -80,22 +80,22 @@ extension LMDBTransaction {
         return existed
     }
 
-    func insert(_ row: Row, into entity: EntityHandle) throws {
+    package func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .insert)
     }
 
-    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    package func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         return !(try write(row, try handles(for: entity), mode: .upsert))
     }
 
-    func update(_ row: Row, in entity: EntityHandle) throws {
+    package func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .update)
     }
 
-    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    package func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let handles = try handles(for: entity)
         guard key.type == handles.entity.primaryKey.type else { return false }
@@ -116,7 +116,7 @@ extension LMDBTransaction {
         return true
     }
 
-    func delete(_ query: Query) throws -> Int {
+    package func delete(_ query: Query) throws -> Int {
         try checkWritable()
         let handles = try handles(for: query.handle)
         // Collect first: deleting under an open cursor would move it.

@@ -1,5 +1,5 @@
-import CLMDB
-import DepotCore
+package import CLMDB
+package import DepotCore
 import Foundation
 
 /// A read or write transaction over one `MDB_txn`.
@@ -7,7 +7,7 @@ import Foundation
 /// Only valid inside the closure it was passed to: the store ends the LMDB transaction
 /// when the closure returns and sets `isFinished`, after which every call throws
 /// `DepotError.Code.closed` instead of touching the freed handle.
-final class LMDBTransaction: WriteTransaction {
+package final class LMDBTransaction: WriteTransaction {
     let txn: OpaquePointer
     /// The reader `fetchRow(_:key:_:)` reuses.
     var keyColumns: RecordColumns?
@@ -18,7 +18,7 @@ final class LMDBTransaction: WriteTransaction {
     }
     let writable: Bool
     let maxKeySize: Int
-    let metaDBI: MDB_dbi
+    package let metaDBI: MDB_dbi
     let storeName: String
     var recorder: ChangeRecorder
     var isFinished = false
@@ -90,7 +90,7 @@ final class LMDBTransaction: WriteTransaction {
         return DepotError.lmdb(rc, context: context())
     }
 
-    func handles(for entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
+    package func handles(for entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         if isFinished {
             throw DepotError.transactionEnded
         }
@@ -180,7 +180,7 @@ final class LMDBTransaction: WriteTransaction {
     }
 
     @inline(__always)
-    static func withVal<R>(_ bytes: [UInt8], _ body: (inout MDB_val) throws -> R) rethrows -> R {
+    package static func withVal<R>(_ bytes: [UInt8], _ body: (inout MDB_val) throws -> R) rethrows -> R {
         try bytes.withUnsafeBytes { raw in
             var v = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
             return try body(&v)
@@ -197,7 +197,7 @@ final class LMDBTransaction: WriteTransaction {
         throw fail(rc, context())
     }
 
-    func put(_ dbi: MDB_dbi, _ key: [UInt8], _ value: [UInt8], flags: UInt32 = 0, context: @autoclosure () -> String) throws(DepotError) {
+    package func put(_ dbi: MDB_dbi, _ key: [UInt8], _ value: [UInt8], flags: UInt32 = 0, context: @autoclosure () -> String) throws(DepotError) {
         let rc = Self.withVal(key) { k in Self.withVal(value) { v in mdb_put(txn, dbi, &k, &v, flags) } }
         if rc != 0 { throw fail(rc, context()) }
     }
@@ -216,7 +216,7 @@ final class LMDBTransaction: WriteTransaction {
         return true
     }
 
-    func entries(_ dbi: MDB_dbi) throws(DepotError) -> Int {
+    package func entries(_ dbi: MDB_dbi) throws(DepotError) -> Int {
         var stat = MDB_stat()
         let rc = mdb_stat(txn, dbi, &stat)
         if rc != 0 { throw fail(rc, "Reading database statistics in \(storeName)") }
@@ -224,7 +224,7 @@ final class LMDBTransaction: WriteTransaction {
         return max(0, stat.ms_entries)
     }
 
-    func withCursor<R>(_ dbi: MDB_dbi, _ body: (OpaquePointer) throws -> R) throws -> R {
+    package func withCursor<R>(_ dbi: MDB_dbi, _ body: (OpaquePointer) throws -> R) throws -> R {
         var cursor: OpaquePointer?
         let rc = mdb_cursor_open(txn, dbi, &cursor)
         guard rc == 0, let cursor else { throw fail(rc, "Opening a cursor in \(storeName)") }

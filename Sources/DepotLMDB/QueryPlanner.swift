@@ -1,8 +1,8 @@
 import CLMDB
-import DepotCore
+package import DepotCore
 
 /// A range of encoded keys; `nil` bounds are open.
-struct KeyRange: Sendable, Equatable {
+package struct KeyRange: Sendable, Equatable {
     var lower: [UInt8]?
     var lowerInclusive = true
     var upper: [UInt8]?
@@ -55,31 +55,31 @@ struct KeyRange: Sendable, Equatable {
 }
 
 /// How a query reads its candidate rows.
-struct Plan {
-    enum Source: Equatable {
+package struct Plan {
+    package enum Source: Equatable {
         /// The entity's database, by primary key.
         case primary
         /// An index database: each entry is (index key, primary key).
         case index(IndexHandle)
     }
 
-    var source: Source
+    package var source: Source
     /// Ascending, disjoint ranges of keys in `source`; `nil` reads everything.
-    var ranges: [KeyRange]?
+    package var ranges: [KeyRange]?
     /// Whether every candidate matches the filter, so no row needs evaluating.
-    var exact: Bool
+    package var exact: Bool
     /// Whether candidates come in the query's order (then offset and limit apply while
     /// scanning).
-    var ordered: Bool
+    package var ordered: Bool
     /// Whether to scan keys from the last to the first (duplicates still ascend, which is
     /// the primary key tie-break).
-    var descending: Bool
+    package var descending: Bool
 }
 
 /// The planner: predicates on the primary key or an indexed attribute inside a top-level
 /// AND become key ranges or point lookups; the rest is evaluated in Swift over the
 /// candidates; an index or the primary key gives the order when it matches the sort.
-enum QueryPlanner {
+package enum QueryPlanner {
     private struct Access {
         var points: [[UInt8]]?
         var range: KeyRange?
@@ -88,7 +88,7 @@ enum QueryPlanner {
     }
 
     /// Plans `query`; `needsOrder` is false for counts, which only need the candidates.
-    static func plan(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool) -> Plan {
+    package static func plan(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool) -> Plan {
         let entity = handles.entity
         let pk = entity.primaryKeyIndex
         let conjuncts: [Filter]

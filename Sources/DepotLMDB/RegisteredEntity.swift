@@ -1,19 +1,25 @@
-import CLMDB
-import DepotCore
+package import CLMDB
+package import DepotCore
 import Foundation
 import Synchronization
 
 /// An index database of one attribute: `MDB_DUPSORT`, index key → primary keys.
-struct IndexHandle: Sendable, Equatable {
-    let position: Int
+package struct IndexHandle: Sendable, Equatable {
+    package let position: Int
     let dbi: MDB_dbi
     let isUnique: Bool
+
+    package init(position: Int, dbi: MDB_dbi, isUnique: Bool) {
+        self.position = position
+        self.dbi = dbi
+        self.isUnique = isUnique
+    }
 }
 
 /// A registered entity (every backend calls its per-entity state by this name): its open
 /// databases. A class: every read resolves it, and handing out one reference is cheaper
 /// than copying five arrays' worth of references.
-final class RegisteredEntity: Sendable {
+package final class RegisteredEntity: Sendable {
     let entity: EntityDescription
     let main: MDB_dbi
     let indexes: [IndexHandle]
@@ -33,7 +39,7 @@ final class RegisteredEntity: Sendable {
     /// of its own then costs one B-tree search, not two.
     let verifiedSnapshot = Atomic<UInt64>(0)
 
-    init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int, stamp: [UInt8] = []) {
+    package init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int, stamp: [UInt8] = []) {
         self.entity = entity
         self.main = main
         self.indexes = indexes
@@ -49,7 +55,7 @@ final class RegisteredEntity: Sendable {
     }
 
     @inline(__always)
-    func index(at position: Int) -> IndexHandle? {
+    package func index(at position: Int) -> IndexHandle? {
         for index in indexes where index.position == position { return index }
         return nil
     }

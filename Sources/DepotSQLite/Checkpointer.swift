@@ -1,5 +1,5 @@
 import CSQLite
-import DepotCore
+package import DepotCore
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -33,17 +33,17 @@ import NIOConcurrencyHelpers
 /// the writer takes checkpoints back until it has caught up, as SQLite's default
 /// does, and the thread starts no new round meanwhile; should the thread's connection fail
 /// to open, the writer keeps them.
-final class Checkpointer: @unchecked Sendable {
+package final class Checkpointer: @unchecked Sendable {
     // @unchecked: `connection` is used only on the checkpointer's thread, `started` only on
     // the writer's (the lane runs one job at a time); everything else is in `state`.
 
     /// Frames not yet copied that start a checkpoint on the thread: SQLite's own default.
-    let threshold: Int32
+    package let threshold: Int32
     /// The WAL's size in frames from which the writer copies the remainder itself, so that
     /// the WAL restarts.
     var restartFrames: Int32 { 4 * threshold }
     /// Frames not yet copied from which the writer checkpoints itself again.
-    var behindFrames: Int32 { 8 * threshold }
+    package var behindFrames: Int32 { 8 * threshold }
     /// Passive checkpoints in a row, while each copies something the one before did not.
     static let maximumRounds = 16
 
@@ -80,16 +80,16 @@ final class Checkpointer: @unchecked Sendable {
     private var connection: Connection?
     private var started = false
     /// Tests: runs on the checkpointer's thread before each checkpoint it starts.
-    var beforeCheckpoint: (@Sendable () -> Void)?
+    package var beforeCheckpoint: (@Sendable () -> Void)?
 
-    init(path: String, log: StoreLog, threshold: Int32 = 1_000) {
+    package init(path: String, log: StoreLog, threshold: Int32 = 1_000) {
         self.path = path
         self.log = log
         self.threshold = max(1, threshold)
     }
 
     /// Checkpoints that copied frames, by the thread or the writer, since the store opened.
-    var checkpoints: Int { state.withLockedValue { $0.checkpoints } }
+    package var checkpoints: Int { state.withLockedValue { $0.checkpoints } }
 
     /// Called by the writer connection's WAL hook after each commit, on the writer's
     /// thread, with the frames now in the WAL.
@@ -246,7 +246,7 @@ final class Checkpointer: @unchecked Sendable {
     /// Waits for a running checkpoint, then closes the connection and ends the thread;
     /// later commits checkpoint nothing (the writer's own close does the last one).
     /// Blocks: call it on the writer's lane, before the writer connection closes.
-    func close() {
+    package func close() {
         state.withLockedValue { $0.closed = true }
         guard started else { return }
         wake.lock()
@@ -258,7 +258,7 @@ final class Checkpointer: @unchecked Sendable {
 
 extension Connection {
     /// Hands this (writer) connection's checkpoints to `checkpointer` (see ``Checkpointer``).
-    func checkpoint(with checkpointer: Checkpointer) {
+    package func checkpoint(with checkpointer: Checkpointer) {
         guard let handle else { return }
         walHookContext = checkpointer
         sqlite3_wal_hook(handle, { context, db, _, frames in

@@ -1,5 +1,5 @@
 import CSQLite
-import DepotCore
+package import DepotCore
 import Foundation
 
 /// `SQLITE_TRANSIENT` is a macro over a cast that does not import: SQLite copies the bytes
@@ -36,7 +36,7 @@ final class Statement {
 /// while one thread at a time uses it. The store guarantees that: the writer connection is
 /// used only on the writer queue, and a reader connection only by the one job that has
 /// checked it out of the pool (the pool's mutex orders the hand-overs).
-final class Connection: @unchecked Sendable {
+package final class Connection: @unchecked Sendable {
     private(set) var handle: OpaquePointer?
     let path: String
     /// Statements of the fixed per-entity SQL, keyed by entity serial and statement kind.
@@ -73,7 +73,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Opens a connection. Does not read or write the file yet.
-    static func open(path: String, create: Bool, busyTimeout: Duration, readOnly: Bool = false) throws(DepotError) -> Connection {
+    package static func open(path: String, create: Bool, busyTimeout: Duration, readOnly: Bool = false) throws(DepotError) -> Connection {
         var db: OpaquePointer?
         var flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
@@ -156,7 +156,7 @@ final class Connection: @unchecked Sendable {
 
     /// Finalizes every statement, then closes the handle. The last connection to close
     /// checkpoints the WAL into the database file and removes it.
-    func close() {
+    package func close() {
         fixed.removeAll()
         dynamic.removeAll()
         if let handle { sqlite3_close_v2(handle) }
@@ -186,7 +186,7 @@ final class Connection: @unchecked Sendable {
     // MARK: Statements
 
     /// Runs SQL without results (DDL, pragmas, transaction control) that is not worth caching.
-    func execute(_ sql: String) throws(DepotError) {
+    package func execute(_ sql: String) throws(DepotError) {
         let db = try liveHandle()
         let rc = sqlite3_exec(db, sql, nil, nil, nil)
         if rc != SQLITE_OK { throw error(rc, "Running \(sql.prefix(120))") }
@@ -302,7 +302,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// The first column of the first row of a query, as text.
-    func scalarText(_ sql: String) throws(DepotError) -> String? {
+    package func scalarText(_ sql: String) throws(DepotError) -> String? {
         let statement = try prepare(sql, cached: false)
         guard try step(statement, sql) else { return nil }
         return sqlite3_column_text(statement.handle, 0).map { String(cString: $0) }

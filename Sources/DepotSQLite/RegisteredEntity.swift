@@ -63,7 +63,7 @@ final class RegisteredEntity: Sendable {
 
 // MARK: - DDL
 
-enum DDL {
+package enum DDL {
     static func columnType(_ type: AttributeType) -> String {
         switch type {
         case .int64, .bool: "INTEGER"
@@ -83,20 +83,20 @@ enum DDL {
     /// `a_b` + `c` and `a` + `b_c` collide, and `CREATE INDEX IF NOT EXISTS` then silently
     /// left the second attribute without an index. Entity names never start with a digit,
     /// so no legacy name equals a current one.
-    static func indexName(entity: String, attribute: String) -> String {
+    package static func indexName(entity: String, attribute: String) -> String {
         "depot_idx_\(entity.utf8.count)_\(entity)_\(attribute)"
     }
 
     /// The name earlier versions gave the index of `attribute`; still recognised when an
     /// index is looked up, so files they wrote keep working.
-    static func legacyIndexName(entity: String, attribute: String) -> String {
+    package static func legacyIndexName(entity: String, attribute: String) -> String {
         "depot_idx_\(entity)_\(attribute)"
     }
 
     /// The entity and attribute a current index name stands for, or nil when `name` is not
     /// one. The inverse of ``indexName(entity:attribute:)``, which is what makes names
     /// collision-free.
-    static func indexNameParts(_ name: String) -> (entity: String, attribute: String)? {
+    package static func indexNameParts(_ name: String) -> (entity: String, attribute: String)? {
         let prefix = Array("depot_idx_".utf8)
         let bytes = Array(name.utf8)
         guard bytes.starts(with: prefix) else { return nil }

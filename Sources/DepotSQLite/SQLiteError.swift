@@ -1,5 +1,5 @@
 import CSQLite
-import DepotCore
+package import DepotCore
 
 extension DepotError {
     /// Maps an SQLite result code (primary or extended) into Depot's error codes, keeping the
@@ -9,7 +9,7 @@ extension DepotError {
     ///   - code: The result code returned by an `sqlite3_*` call.
     ///   - message: SQLite's message (`sqlite3_errmsg`), if any.
     ///   - context: What Depot was doing, for the reader of the log.
-    static func sqlite(_ code: Int32, message: String?, context: String) -> DepotError {
+    package static func sqlite(_ code: Int32, message: String?, context: String) -> DepotError {
         let detail = message.map { "\(context): \($0)" } ?? context
         if code == SQLiteCode.constraintForeignKey {
             // Depot checks references before SQLite does; this is a row written outside
@@ -44,13 +44,13 @@ extension DepotError {
 /// SQLite's extended result codes that Depot tells apart. sqlite3.h defines them as macros
 /// built from other macros (`#define SQLITE_IOERR_WRITE (SQLITE_IOERR | (3<<8))`), which
 /// Swift does not import, so they are spelled out here once, from sqlite3.h.
-enum SQLiteCode {
-    static let ioErrWrite: Int32 = SQLITE_IOERR | (3 << 8)
-    static let ioErrFsync: Int32 = SQLITE_IOERR | (4 << 8)
-    static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
+package enum SQLiteCode {
+    package static let ioErrWrite: Int32 = SQLITE_IOERR | (3 << 8)
+    package static let ioErrFsync: Int32 = SQLITE_IOERR | (4 << 8)
+    package static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
     static let constraintUnique: Int32 = SQLITE_CONSTRAINT | (8 << 8)
     static let constraintForeignKey: Int32 = SQLITE_CONSTRAINT | (3 << 8)
 
     /// The primary result code of a (possibly extended) one.
-    static func primary(_ code: Int32) -> Int32 { code & 0xFF }
+    package static func primary(_ code: Int32) -> Int32 { code & 0xFF }
 }

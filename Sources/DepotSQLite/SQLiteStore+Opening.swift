@@ -1,5 +1,5 @@
 import CSQLite
-import DepotCore
+package import DepotCore
 import Foundation
 
 // Opening a file: the directory, the header and ownership checks, the bookkeeping tables.
@@ -94,7 +94,7 @@ extension SQLiteStore {
 
     /// Checks the first (up to) 100 bytes of a database file, the file's size and its
     /// WAL's size. Pure, so tests and fuzzers can feed it anything; it never traps.
-    static func validateHeader(_ head: [UInt8], fileSize size: Int, walSize: Int, file: String) throws(DepotError) {
+    package static func validateHeader(_ head: [UInt8], fileSize size: Int, walSize: Int, file: String) throws(DepotError) {
         if head.isEmpty { return }
         guard head.count >= 100, head.starts(with: Array("SQLite format 3\u{0}".utf8)) else {
             throw DepotError(.storeCorrupted, "\(file) is not an SQLite database (it does not start with SQLite's header). Depot did not modify it; restore it from a backup or open another path.", nativeCode: SQLITE_NOTADB)
@@ -148,7 +148,7 @@ extension SQLiteStore {
 
     /// The error that refuses a database with schema objects but without Depot's
     /// bookkeeping tables, or nil when the database is Depot's, new, or adopted on purpose.
-    static func foreignDatabaseRefusal(file: String, objects: Int, tables: [String], adopt: Bool) -> DepotError? {
+    package static func foreignDatabaseRefusal(file: String, objects: Int, tables: [String], adopt: Bool) -> DepotError? {
         if objects == 0 || adopt { return nil }
         let names = Set(tables.map { $0.lowercased() })
         if names.contains("depot_meta") && names.contains("depot_entities") { return nil }

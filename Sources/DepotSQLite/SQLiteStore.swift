@@ -118,7 +118,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// The reader connections, handed out to reads in arrival order.
     let pool: ReaderPool<Reader>
     let writer: Connection
-    let writerLane: SerialLane
+    package let writerLane: SerialLane
     /// Where reads run (see `ReaderPool`).
     let readQueue = DispatchQueue(label: "depot.sqlite.readers", attributes: .concurrent)
     let readers: [Reader]
@@ -128,7 +128,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// removes those its reading created (see `removeCompanionsAfterReading`).
     let companionsAtOpen: (wal: Bool, shm: Bool)
     /// Checkpoints the WAL beside the writer instead of inside its commits.
-    let checkpointer: Checkpointer
+    package let checkpointer: Checkpointer
 
     // MARK: Opening
 
@@ -634,7 +634,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     /// The journal mode and synchronous level the writer connection runs with, as SQLite
     /// reports them (`PRAGMA journal_mode`, `PRAGMA synchronous`: 0 off, 1 normal, 2 full).
-    func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {
+    package func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {
         try await withCheckedThrowingContinuation { continuation in
             do { try begin() } catch { return continuation.resume(throwing: error) }
             writerLane.submit {
@@ -651,7 +651,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     /// Caps the database at `pages` pages on the writer connection (SQLite's
     /// `max_page_count`), so tests can fill the "disk" without filling a real one.
-    func limitPages(to pages: Int) async throws {
+    package func limitPages(to pages: Int) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             do { try begin() } catch { return continuation.resume(throwing: error) }
             writerLane.submit {

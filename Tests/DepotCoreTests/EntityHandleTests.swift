@@ -1,4 +1,4 @@
-@testable import DepotCore
+import DepotCore
 import Testing
 
 @Suite("Entity handles")

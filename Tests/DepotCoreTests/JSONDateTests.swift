@@ -3,7 +3,7 @@ import Foundation
 import PropertyBased
 import Testing
 
-@testable import DepotCore
+import DepotCore
 
 /// Dates written by the JSON export read back by the import as the same `Double` of seconds
 /// since the reference date, bit for bit: negative, sub-second, subnormal, huge; a date

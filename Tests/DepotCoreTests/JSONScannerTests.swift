@@ -2,7 +2,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotCore
+import DepotCore
 
 /// The streaming import reads the same records whatever the chunk boundaries: inside a
 /// number, a literal, an escape, a surrogate pair, between elements, before the first.

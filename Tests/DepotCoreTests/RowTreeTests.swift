@@ -1,4 +1,4 @@
-@testable import DepotCore
+import DepotCore
 import PropertyBased
 import Testing
 

@@ -2,7 +2,7 @@ import DepotCore
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 /// The store's own directory is created when missing, but only inside one that exists; the
 /// chain above it only with `createDirectories`.

@@ -2,7 +2,7 @@ import CLMDB
 import DepotCore
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 @Suite("LMDB error mapping")
 struct LMDBErrorTests {

@@ -6,7 +6,7 @@ import Logging
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 /// Writes queued behind a running write share one transaction and one commit, each in a
 /// nested transaction (the conformance suite checks that each still commits or rolls back

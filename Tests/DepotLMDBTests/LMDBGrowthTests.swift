@@ -5,7 +5,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 @Suite("LMDB map growth")
 struct LMDBGrowthTests {

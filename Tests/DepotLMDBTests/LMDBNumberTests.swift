@@ -3,7 +3,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 @Suite("LMDB: every number gives a result or a DepotError")
 struct LMDBNumberTests {

@@ -4,7 +4,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 #if os(Linux)
 import Glibc

@@ -4,7 +4,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 /// A record with an index on an attribute of every orderable type, optional ones included,
 /// so range scans meet nulls, NaN, signed zeros and infinities.

@@ -4,7 +4,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 /// The newest meta page of a closed store's `data.mdb` and the file's size.
 func lastPageAndSize(_ directory: String) throws -> (meta: DataFileCheck.Meta, pageSize: Int, fileSize: Int) {

@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 
-@testable import DepotLMDB
+import DepotLMDB
 
 typealias Cats = Controller<Cat, CatRecord>
 typealias Accounts = Controller<Account, Account>

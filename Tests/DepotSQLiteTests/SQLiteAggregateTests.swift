@@ -4,7 +4,7 @@ import Foundation
 import Logging
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// SQLite computes aggregates in SQL (the conformance suite checks the answers).
 @Suite("SQLite aggregates")

@@ -6,7 +6,7 @@ import InMemoryLogging
 import Logging
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// The WAL is checkpointed by the store's checkpointer thread, beside the writer, not by
 /// the commit that fills it (SQLite's default).

@@ -2,7 +2,7 @@ import DepotCore
 import Foundation
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// A mistyped path must not grow a directory tree: the file's directory must exist unless
 /// `createDirectories` asks for it.

@@ -2,7 +2,7 @@ import CSQLite
 import DepotCore
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 @Suite("SQLite error mapping")
 struct SQLiteErrorTests {

@@ -6,7 +6,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 // SQLite's extended result codes the faults produce (macros over expressions, which do not
 // import into Swift).

@@ -4,7 +4,7 @@ import Foundation
 import Logging
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// Values another program wrote into Depot's tables that the record cannot hold: SQLite
 /// keeps text in an INTEGER column and would read it as 0. Each is refused with an error

@@ -6,7 +6,7 @@ import Logging
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// Writes queued behind a running write share one transaction and one commit (the
 /// conformance suite checks that each still commits or rolls back alone).

@@ -3,7 +3,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// Issue #11, item 12: index names `depot_idx_<entity>_<attribute>` collided
 /// (`a_b` + `c` and `a` + `b_c`), and `CREATE INDEX IF NOT EXISTS` then silently left the

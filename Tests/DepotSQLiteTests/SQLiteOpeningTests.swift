@@ -7,7 +7,7 @@ import Foundation
 import Logging
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 #if canImport(Glibc)
 import Glibc

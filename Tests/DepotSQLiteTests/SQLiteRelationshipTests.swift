@@ -3,7 +3,7 @@ import DepotTesting
 import Foundation
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 @Record(name: "Kennel")
 struct Kennel: Hashable {

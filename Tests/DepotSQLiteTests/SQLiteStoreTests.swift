@@ -5,7 +5,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 /// Runs the `sqlite3` command line on a database and returns what it printed.
 func sqlite3CLI(_ path: String, _ sql: String) throws -> String {

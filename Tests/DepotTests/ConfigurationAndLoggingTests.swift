@@ -6,7 +6,7 @@ import InMemoryLogging
 import Logging
 import Testing
 
-@testable import DepotSQLite
+import DepotSQLite
 
 @Suite("Configuration, logging and lifecycle")
 struct ConfigurationAndLoggingTests {

@@ -1,6 +1,6 @@
 import Depot
 import DepotCore
-@testable import DepotLMDB
+import DepotLMDB
 import DepotSQLite
 import DepotTesting
 import Foundation

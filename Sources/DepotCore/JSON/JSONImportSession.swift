@@ -12,7 +12,7 @@ struct ConvertedElement: Sendable {
 }
 
 /// The import's state between chunks.
-struct JSONImportSession {
+package struct JSONImportSession {
     let entity: EntityHandle
     let store: any Store
     let options: JSONImportOptions
@@ -38,7 +38,7 @@ struct JSONImportSession {
     /// Entities by name, for references given as nested objects.
     let catalog: [String: EntityHandle]
 
-    init(entity: EntityHandle, store: any Store, options: JSONImportOptions) async throws {
+    package init(entity: EntityHandle, store: any Store, options: JSONImportOptions) async throws {
         if case .everyBatch(let size) = options.commit {
             guard size >= 1 else {
                 throw DepotError(.invalidConfiguration, "A JSON import batch must hold at least one element; \(size) was given.")
@@ -71,7 +71,7 @@ struct JSONImportSession {
         self.catalog = catalog
     }
 
-    mutating func feed(_ chunk: [UInt8], final: Bool) async throws {
+    package mutating func feed(_ chunk: [UInt8], final: Bool) async throws {
         scanner.bytes.append(contentsOf: chunk)
         // An element longer than a chunk is scanned again only once the buffer has doubled,
         // so a large element costs a few scans, not one per chunk.
@@ -492,7 +492,7 @@ struct JSONImportSession {
         planned.append(PlannedWrite(entity: element.entity, row: row, kind: existing == nil ? .insert : .update, nested: nested))
     }
 
-    mutating func finish() async throws -> JSONImportReport {
+    package mutating func finish() async throws -> JSONImportReport {
         // The pending elements and those still waiting, in one last transaction, checked
         // as it commits (a reference to a record the import never brought fails it).
         if !pending.isEmpty || !deferred.isEmpty || options.commit == .atEnd { try await writeBatch(last: true) }

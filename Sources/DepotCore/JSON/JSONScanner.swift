@@ -1,7 +1,7 @@
 /// A JSON value as the importer sees it: numbers keep their text, so a string attribute
 /// gets the number exactly as written and an integer attribute is never rounded through a
 /// double.
-indirect enum JSONNode: Sendable, Equatable {
+package indirect enum JSONNode: Sendable, Equatable {
     case null
     case bool(Bool)
     case number(String)
@@ -10,7 +10,7 @@ indirect enum JSONNode: Sendable, Equatable {
     /// Members in document order (a repeated key keeps its last value when read).
     case object([(key: String, value: JSONNode)])
 
-    static func == (a: JSONNode, b: JSONNode) -> Bool {
+    package static func == (a: JSONNode, b: JSONNode) -> Bool {
         switch (a, b) {
         case (.null, .null): true
         case (.bool(let x), .bool(let y)): x == y
@@ -50,7 +50,7 @@ indirect enum JSONNode: Sendable, Equatable {
 }
 
 /// Why the scanner stopped.
-enum JSONScanError: Error {
+package enum JSONScanError: Error {
     /// The input ended inside a value; more bytes may complete it.
     case needsMoreInput
     /// The input is not JSON: the message and the byte offset.
@@ -60,13 +60,13 @@ enum JSONScanError: Error {
 /// Reads JSON from a byte buffer, one value at a time, without a tree for the whole
 /// document: the importer reads the top-level array's elements one by one, so a large file
 /// is read in bounded memory.
-struct JSONScanner {
+package struct JSONScanner {
     var bytes: [UInt8]
     var position = 0
     /// Nesting limit: the scanner recurses per level, on threads with small stacks.
     static let maximumDepth = 256
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    package init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// Drops the bytes before `position`, so a streamed buffer does not grow without bound.
     mutating func discardConsumed() {
@@ -97,7 +97,7 @@ struct JSONScanner {
         position += 1
     }
 
-    mutating func value(depth: Int = 0) throws(JSONScanError) -> JSONNode {
+    package mutating func value(depth: Int = 0) throws(JSONScanError) -> JSONNode {
         guard depth < Self.maximumDepth else {
             throw .malformed("values nest deeper than \(Self.maximumDepth) levels", offset: position)
         }

@@ -14,22 +14,22 @@ public enum JSONDateFormat: Sendable, Hashable {
 }
 
 /// Converts between JSON values and stored values: the rules of ``JSONImportOptions``.
-struct JSONValueConverter {
+package struct JSONValueConverter {
     let dateFormats: [JSONDateFormat]
     private var formatters: [String: DateFormatter] = [:]
 
-    init(dateFormats: [JSONDateFormat]) {
+    package init(dateFormats: [JSONDateFormat]) {
         self.dateFormats = dateFormats
     }
 
     /// What went wrong converting one value: the expected type, for the message.
-    struct Mismatch: Error {
+    package struct Mismatch: Error {
         let expected: String
     }
 
     /// The stored value for `node` in an attribute of `type`; `.null` for JSON null (the
     /// caller checks optionality).
-    mutating func value(_ node: JSONNode, as type: AttributeType) throws(Mismatch) -> Value {
+    package mutating func value(_ node: JSONNode, as type: AttributeType) throws(Mismatch) -> Value {
         if case .null = node { return .null }
         switch type {
         case .int64:
@@ -141,7 +141,7 @@ struct JSONValueConverter {
     /// dates as ISO 8601 with as many fractional digits as exactness needs, bytes in base64.
     /// A date that is not finite has no such text (``JSONExport`` refuses it); it gets one
     /// here only for checksums.
-    static func text(_ value: Value) -> String {
+    package static func text(_ value: Value) -> String {
         switch value {
         case .null: return "null"
         case .int(let v): return String(v)

@@ -11,10 +11,10 @@
 /// are cheap in one: keys arriving in ascending order (identifiers handed out in order, an
 /// import sorted by key) go to the end of the rightmost leaf, which splits off a new leaf
 /// instead of halving, so such a table fills its leaves completely.
-struct RowTree: Sendable {
+package struct RowTree: Sendable {
     /// Entries per leaf and children per inner node. 64 keeps a leaf's keys within a few
     /// cache lines for the binary search and a 100,000-row table three levels deep.
-    static let capacity = 64
+    package static let capacity = 64
     /// Below this many entries a node is merged with, or refilled from, a neighbour.
     static let minimum = capacity / 4
 
@@ -29,13 +29,13 @@ struct RowTree: Sendable {
     /// The fields skip the runtime's exclusivity checks (they cost a fifth of an insert): a
     /// node's fields are only ever accessed by the code in this type, which never holds one
     /// field's access open across another access to the same field.
-    final class Node: @unchecked Sendable {
+    package final class Node: @unchecked Sendable {
         @exclusivity(unchecked) var keys: ContiguousArray<Value>
         @exclusivity(unchecked) var rows: ContiguousArray<Row>
-        @exclusivity(unchecked) var children: ContiguousArray<Node>
+        @exclusivity(unchecked) package var children: ContiguousArray<Node>
         /// Rows in this subtree, so an offset skips whole subtrees.
         @exclusivity(unchecked) var count: Int
-        let isLeaf: Bool
+        package let isLeaf: Bool
 
         init(leafKeys keys: ContiguousArray<Value>, rows: ContiguousArray<Row>) {
             // Full capacity up front: a leaf filled one entry at a time would otherwise
@@ -273,7 +273,7 @@ struct RowTree: Sendable {
         }
     }
 
-    private(set) var root = Node(leafKeys: [], rows: [])
+    package private(set) var root = Node(leafKeys: [], rows: [])
 
     /// Depot's key order, with integer keys (the common case) compared inline.
     @inline(__always)
@@ -282,14 +282,14 @@ struct RowTree: Sendable {
         return Value.compare(a, b)
     }
 
-    init() {}
+    package init() {}
 
     /// The number of rows.
-    var count: Int { root.count }
-    var isEmpty: Bool { root.count == 0 }
+    package var count: Int { root.count }
+    package var isEmpty: Bool { root.count == 0 }
 
     /// The row stored under `key`.
-    subscript(key: Value) -> Row? {
+    package subscript(key: Value) -> Row? {
         var node = root
         while !node.isLeaf { node = node.children[node.child(for: key)] }
         let (index, found) = node.position(of: key)
@@ -298,7 +298,7 @@ struct RowTree: Sendable {
 
     /// Stores `row` under `key`; returns the row it replaced.
     @discardableResult
-    mutating func updateValue(_ row: Row, forKey key: Value) -> Row? {
+    package mutating func updateValue(_ row: Row, forKey key: Value) -> Row? {
         if !isKnownUniquelyReferenced(&root) { root = root.copy() }
         let (old, split) = root.insert(row, forKey: key, rightEdge: true)
         if let (separator, right) = split {
@@ -309,7 +309,7 @@ struct RowTree: Sendable {
 
     /// Removes the row stored under `key`; returns it.
     @discardableResult
-    mutating func removeValue(forKey key: Value) -> Row? {
+    package mutating func removeValue(forKey key: Value) -> Row? {
         if !isKnownUniquelyReferenced(&root) { root = root.copy() }
         let old = root.remove(key)
         // A root left with one child hands the tree to it: the tree shrinks by a level.
@@ -318,7 +318,7 @@ struct RowTree: Sendable {
     }
 
     /// The largest key, if any.
-    var lastKey: Value? {
+    package var lastKey: Value? {
         var node = root
         while !node.isLeaf {
             guard let last = node.children.last else { return nil }
@@ -329,7 +329,7 @@ struct RowTree: Sendable {
 
     /// Appends rows whose keys are ascending and all above ``lastKey`` (the caller
     /// guarantees both), in full leaves hung on the right edge (see ``appendLeaves(_:)``).
-    mutating func appendAscending(keys: ContiguousArray<Value>, rows: ContiguousArray<Row>) {
+    package mutating func appendAscending(keys: ContiguousArray<Value>, rows: ContiguousArray<Row>) {
         guard keys.count == rows.count else { return }
         var leaves: [Node] = []
         var start = 0
@@ -397,12 +397,12 @@ struct RowTree: Sendable {
 
     /// Calls `body` with the rows in key order, from the `offset`-th on (skipping whole
     /// subtrees), until it returns false.
-    func forEach(from offset: Int = 0, _ body: (Row) throws -> Bool) rethrows {
+    package func forEach(from offset: Int = 0, _ body: (Row) throws -> Bool) rethrows {
         _ = try root.forEach(skipping: max(0, offset), body)
     }
 
     /// Every row, in key order.
-    var rows: [Row] {
+    package var rows: [Row] {
         var all: [Row] = []
         all.reserveCapacity(count)
         forEach { all.append($0); return true }
@@ -414,7 +414,7 @@ extension RowTree {
     /// Checks the tree's shape, for tests: keys strictly ascending across leaves and within
     /// the separators' ranges, every leaf at the same depth, counts that add up, and no node
     /// over capacity or (below the root) empty. Returns the first problem found.
-    func structuralProblem() -> String? {
+    package func structuralProblem() -> String? {
         var leafDepth: Int?
         var previous: Value?
         func check(_ node: Node, depth: Int, low: Value?, high: Value?) -> String? {

@@ -24,7 +24,7 @@ public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
     // times on every read (into each closure and call that carries one), and retaining a
     // description's attribute array each time was an atomic on a cache line every reader
     // thread shares. Safe because interned descriptions live as long as the process.
-    @usableFromInline unowned(unsafe) let interned: InternedEntity
+    @usableFromInline package unowned(unsafe) let interned: InternedEntity
     /// The store's position for the entity: assigned at its first registration and kept
     /// for the store's life (a migration keeps the slot).
     public let slot: Int
@@ -62,7 +62,7 @@ public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
 /// counting references. A process registers a bounded set of schemas: those its code
 /// declares and those it migrates between.
 @usableFromInline
-final class InternedEntity: Sendable {
+package final class InternedEntity: Sendable {
     private let stored: EntityDescription
     /// Set, with release ordering, once `stored` is written. Handles reach other threads
     /// by many routes (a registration's completion, a registry copy, a continuation); the
