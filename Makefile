@@ -80,11 +80,9 @@ test-tsan: deps
 # differential cases, 5,000 transfers per writer (on every backend, PostgreSQL on a throwaway
 # server started for the run, as `make test` does), 300 random files per backend. Prints one
 # figure line per area (kill points survived, operations, bad inputs, cases) at the end;
-# any loss or mismatch fails the run. The areas run one group after another, after one
-# build: run all at once in one `swift test`, the crash tests' helper processes and the
-# differential cases competed for 2 cores and a run exceeded 25 minutes; one group after
-# another the whole takes about 5 minutes here (the crash group, 4 of them, was over 30 while
-# its check hashed payloads through String.UTF8View in the debug build).
+# any loss or mismatch fails the run. The groups run one after another after one build,
+# not in one `swift test`: the crash tests' helper processes and the differential cases
+# compete for the cores and slow the whole run far more than running the groups in turn.
 STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests'
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \

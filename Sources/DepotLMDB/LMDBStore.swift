@@ -8,12 +8,9 @@ import Synchronization
 /// The LMDB backend: one LMDB environment per directory, one named database per entity
 /// and per index, memory-mapped reads.
 ///
-/// Read transactions run concurrently on the store's reader queue and see a snapshot;
-/// write transactions run one at a time on the store's writer queue, in submission order
-/// (writes queued behind a running one are committed together: group commit).
-/// Nothing blocking runs on Swift's cooperative pool. When the map is full the store
-/// doubles it and reruns the transaction; see <doc:DepotLMDB#Map-growth> for how growth
-/// waits for open reads without stalling the others.
+/// Reads run concurrently on the store's reader queue, each on a snapshot; writes run one
+/// at a time in submission order, and writes queued behind a running one commit together.
+/// Nothing blocking runs on Swift's cooperative pool.
 ///
 /// ```swift
 /// let store = try LMDBStore(directory: "/var/lib/app/cats")
@@ -23,13 +20,11 @@ import Synchronization
 /// await store.close()
 /// ```
 ///
-/// A write closure may run more than once: when the map fills up mid-transaction, the
-/// transaction is rolled back, the map grows and the closure runs again from the start.
-/// Keep write closures free of side effects outside the transaction.
-///
-/// The directory is readable with LMDB's tools: `mdb_stat -a <directory>` lists the
-/// databases, `mdb_dump -s <Entity> <directory>` dumps one. See <doc:DepotLMDB> for the
-/// layout.
+/// When the map fills up mid-transaction the store rolls back, doubles the map and runs
+/// the write closure again from the start (see <doc:DepotLMDB#Map-growth>): keep write
+/// closures free of side effects outside the transaction. The directory is readable with
+/// LMDB's tools (`mdb_stat -a <directory>`, `mdb_dump -s <Entity> <directory>`); see
+/// <doc:DepotLMDB> for the layout.
 public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupRunner {
     /// How durable a commit is once the write call returns.
     public enum Durability: Sendable, Hashable {
@@ -79,6 +74,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         /// this set, the whole chain is created.
         public var createDirectories: Bool
 
+        /// Creates options; each one not given keeps the default its property names.
         public init(
             mapSize: Int = 64 << 20, maxReaders: Int = 126, maxDatabases: Int = 256, durability: Durability = .full, readOnly: Bool = false,
             createDirectories: Bool = false
@@ -98,8 +94,11 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     public let options: Options
     /// Where the store logs.
     public let log: StoreLog
+    /// The metrics and spans of ``log``, when they are on.
     public var telemetry: StoreTelemetry? { log.telemetry }
+    /// The committed changes of this store's writes.
     public let changes = ChangeFeed()
+    /// The backend's name in logs and reports: "lmdb".
     public var backendName: String { "lmdb" }
 
     package let environment: Environment
@@ -117,29 +116,26 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// Opens the store in `directory`, creating the directory and an empty environment when
     /// they do not exist.
     ///
-    /// The directory's parent must exist: a path under a missing directory (a typo) is an
-    /// error naming it, and nothing is created, unless ``Options/createDirectories`` is set.
+    /// The directory's parent must exist (so a typo is an error, not a new tree) unless
+    /// ``Options/createDirectories`` is set. Stale reader slots of crashed processes are
+    /// cleared, and an existing `data.mdb` is first checked read-only, so a damaged or
+    /// foreign file is refused without being modified.
     ///
-    /// Stale reader slots left by crashed processes are cleared on open. An existing
-    /// `data.mdb` is first checked in read-only mode, so a damaged, truncated or foreign
-    /// file is refused without being modified.
-    ///
-    /// Opening blocks the calling thread: it reads the file, and its first write transaction
-    /// waits while another process holds LMDB's write lock. It never sleeps on a timer. In
-    /// async code, use Depot's async store opener, which runs this off Swift's cooperative
-    /// pool.
+    /// Opening blocks the calling thread (its first write waits while another process holds
+    /// LMDB's write lock): in async code, use Depot's async store opener, which runs this off
+    /// Swift's cooperative pool.
     ///
     /// - Parameters:
     ///   - directory: The environment's directory.
     ///   - options: Map size, reader and database limits, durability.
-    ///   - log: Where the store logs, and its metrics and spans when they are on.
-    /// - Throws: `DepotError` — `DepotError.Code.storeCorrupted` when the directory holds
-    ///   a damaged or foreign `data.mdb`; `DepotError.Code.invalidConfiguration` for a
-    ///   bad option (a `mapSize` above 16 TiB) or a path that is a file; `DepotError.Code.busy` when the directory is
-    ///   already open in this process; `DepotError.Code.permissionDenied` or
-    ///   `DepotError.Code.io` when the files cannot be created (`io` also when the
-    ///   directory's parent does not exist and ``Options/createDirectories`` is off).
-    ///   - log: Where the store logs (nothing by default); see `StoreLog`.
+    ///   - log: Where the store logs (nothing by default), and its metrics and spans when
+    ///     they are on; see `StoreLog`.
+    /// - Throws: `DepotError` with `DepotError.Code.storeCorrupted` when the directory holds
+    ///   a damaged or foreign `data.mdb`, `DepotError.Code.invalidConfiguration` for a bad
+    ///   option (a `mapSize` above 16 TiB) or a path that is a file, `DepotError.Code.busy`
+    ///   when the directory is already open in this process,
+    ///   `DepotError.Code.permissionDenied` or `DepotError.Code.io` when the files cannot be
+    ///   created (`io` also when the directory's parent is missing).
     public convenience init(directory: String, options: Options = .init(), log: StoreLog = .disabled) throws {
         do {
             try self.init(opening: directory, options: options, log: log)
@@ -241,7 +237,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// The handle's transaction object from its last read is reused when the catalog has
     /// not changed since (almost always): then the read retains no object that other
     /// readers share. Each such retain is an atomic on a cache line every reader thread
-    /// writes; W6's profile showed them as the largest cost above the raw engine's reads.
+    /// writes, and so contends across all concurrent reads.
     func beginRead() throws(DepotError) -> (ReaderHandle, LMDBTransaction, UInt64) {
         let env = environment
         var rc: Int32 = 0
@@ -620,6 +616,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
 
     // MARK: Store
 
+    /// Creates or updates the databases of `entities` on the writer, in submission order
+    /// with the writes.
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
@@ -628,6 +626,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         }, completion: completion)
     }
 
+    /// Runs `body` on the reader queue, in a read transaction over one snapshot.
     public func submitRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -693,6 +692,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         return true
     }
 
+    /// Runs `body` on the writer after every write submitted before it.
     public func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -700,6 +700,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         submitWriteThroughUntyped(body, completion: completion)
     }
 
+    /// Runs `body` on the writer after every write submitted before it; writes queued behind a
+    /// running one share its commit.
     public func submitUntypedWrite(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void

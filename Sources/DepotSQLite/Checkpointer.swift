@@ -5,34 +5,22 @@ import NIOConcurrencyHelpers
 
 /// Checkpoints the store's WAL on a thread of its own, so that commits do not wait for it.
 ///
-/// SQLite's default (`wal_autocheckpoint`, 1,000 pages) checkpoints inside the commit that
-/// takes the WAL past the threshold: that caller waits while the pages are copied into the
-/// database file and both files are synced: a sizeable share of the cost of single-row
-/// saves, paid in full by one unlucky commit in hundreds.
+/// SQLite's default checkpoints inside the commit that takes the WAL past 1,000 pages, so
+/// that one commit waits for the copy and both syncs. Here the writer's WAL hook counts the
+/// frames after each commit and, once ``threshold`` are not yet copied, wakes this thread,
+/// which runs passive checkpoints (no write lock, no waiting for readers) on its own
+/// connection, repeated while they make progress. A thread, not a dispatch queue: a
+/// checkpoint blocks for its syncs and would hold a worker that Swift's tasks and the
+/// store's reads share. It runs at the default priority, since a starved thread holds the
+/// checkpoint lock for longer.
 ///
-/// Here the writer connection's WAL hook notes, after each commit, how many frames the WAL
-/// holds. Once ``threshold`` of them are not yet copied, it wakes this object's thread,
-/// which runs passive checkpoints on a connection of its own while the writer goes on
-/// committing. A passive checkpoint never takes the write lock and never waits for a
-/// reader: it copies what no reader's snapshot still needs, and is repeated while it makes
-/// progress (the writer keeps adding frames meanwhile). A thread of its own, not a
-/// dispatch queue: a checkpoint blocks for its syncs, for milliseconds, and would hold one
-/// of the workers Swift's tasks and the store's reads share. It runs at the default
-/// priority: at a lower one neither awaited saves nor reads under a writer got faster, and
-/// a starved thread holds the checkpoint lock for longer (see ``behindFrames``).
-///
-/// The WAL restarts from its beginning only at a write that finds every frame copied, which
-/// a checkpoint running beside a busy writer rarely leaves: each round's syncs outlast
-/// several commits. So once the WAL holds ``restartFrames`` and the thread has copied all
-/// but fewer than ``threshold`` frames, the writer copies that remainder itself, in the
-/// hook (one commit in about a thousand pays a small checkpoint), and its next transaction
-/// restarts the WAL. The WAL file so grows to about four times SQLite's default (16 MB with
-/// 4 KiB pages) instead of without bound.
-///
-/// Should the thread fall ``behindFrames`` behind (a machine too busy to give it the CPU),
-/// the writer takes checkpoints back until it has caught up, as SQLite's default
-/// does, and the thread starts no new round meanwhile; should the thread's connection fail
-/// to open, the writer keeps them.
+/// The WAL restarts only at a write that finds every frame copied, which a checkpoint
+/// beside a busy writer rarely leaves. So once the WAL holds ``restartFrames`` and fewer
+/// than ``threshold`` frames are left to copy, the writer copies them itself in the hook and
+/// its next transaction restarts the WAL, which keeps the file bounded. Should the thread
+/// fall ``behindFrames`` behind, the writer checkpoints in its commits again, as SQLite's
+/// default does, until it has caught up; should the thread's connection fail to open, for
+/// good.
 package final class Checkpointer: @unchecked Sendable {
     // @unchecked: `connection` is used only on the checkpointer's thread, `started` only on
     // the writer's (the lane runs one job at a time); everything else is in `state`.

@@ -8,6 +8,8 @@ import NIOConcurrencyHelpers
 extension SQLiteStore {
     // MARK: Registration
 
+    /// Creates or migrates the tables of `entities` on the writer, in submission order with
+    /// the writes.
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {

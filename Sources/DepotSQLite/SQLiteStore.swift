@@ -74,6 +74,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         /// way (unless ``readOnly``).
         public var createDirectories: Bool
 
+        /// Creates options; each one not given keeps the default its property names.
         public init(
             durability: Durability = .normal, readers: Int = 4, busyTimeout: Duration = .seconds(5),
             adoptForeignDatabase: Bool = false, readOnly: Bool = false, createDirectories: Bool = false
@@ -93,7 +94,9 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// The version of Depot's layout of the file, kept in `depot_meta`.
     static let formatVersion = 1
 
+    /// The backend's name in logs and reports: "sqlite".
     public var backendName: String { "sqlite" }
+    /// The committed changes of this store's writes.
     public let changes = ChangeFeed()
     /// The database file (for an in-memory store, its private temporary file).
     public let path: String
@@ -103,6 +106,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     public let options: Options
     /// Where the store logs.
     public let log: StoreLog
+    /// The metrics and spans of ``log``, when they are on.
     public var telemetry: StoreTelemetry? { log.telemetry }
 
     struct State: Sendable {
@@ -138,33 +142,29 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     /// let store = try SQLiteStore(path: "data/app.sqlite", options: .init(durability: .full, createDirectories: true))
     /// ```
     ///
-    /// The directory that holds the file must exist, so a mistyped path is an error naming
-    /// the missing directory rather than a new directory tree; ``Options/createDirectories``
-    /// creates it (and any missing parents) instead.
+    /// The file's directory must exist (so a mistyped path is an error, not a new directory
+    /// tree) unless ``Options/createDirectories`` is set. The file is checked before anything
+    /// is written: one that is not an SQLite database, or is another program's database
+    /// (unless ``Options/adoptForeignDatabase``), is refused and left untouched; an empty
+    /// file or a database without tables is a new store, which is what a crash while
+    /// creating one leaves.
     ///
-    /// The file is checked before anything is written to it: a file that is not an SQLite
-    /// database, or whose schema cannot be read, is refused and left untouched. So is an
-    /// SQLite database that another program made (it has tables, but not Depot's), unless
-    /// ``Options/adoptForeignDatabase`` is set. An empty file, or a database with no
-    /// tables at all, is a new store: that is what a crash while creating one leaves.
-    ///
-    /// Opening blocks the calling thread: it reads the file, and waits up to
-    /// ``Options/busyTimeout`` at each step that needs a lock another process holds. From
-    /// async code, open the store off Swift's cooperative thread pool.
+    /// Opening blocks the calling thread (it reads the file and may wait up to
+    /// ``Options/busyTimeout`` for a lock): from async code, open the store off Swift's
+    /// cooperative thread pool.
     ///
     /// - Parameters:
     ///   - path: The database file.
     ///   - options: Durability, reader count, busy timeout and whether to adopt another
     ///     program's database.
-    ///   - log: Where the store logs, and its metrics and spans when they are on.
+    ///   - log: Where the store logs (nothing by default), and its metrics and spans when
+    ///     they are on; see `StoreLog`.
     /// - Throws: `DepotError` with `DepotError.Code.storeCorrupted` for a file that is
-    ///   not a database, is damaged, or is another program's database (see
-    ///   ``Options/adoptForeignDatabase``), `DepotError.Code.invalidConfiguration` for bad
-    ///   options or a path that is a directory, `DepotError.Code.io` or
-    ///   `DepotError.Code.permissionDenied` when the file cannot be opened or created (`io`
-    ///   also when its directory does not exist and ``Options/createDirectories`` is off),
+    ///   not a database, is damaged, or is another program's database,
+    ///   `DepotError.Code.invalidConfiguration` for bad options or a path that is a
+    ///   directory, `DepotError.Code.io` or `DepotError.Code.permissionDenied` when the file
+    ///   cannot be opened or created (`io` also when its directory is missing),
     ///   `DepotError.Code.busy` when another process holds a lock past the timeout.
-    ///   - log: Where the store logs (nothing by default); see `StoreLog`.
     public convenience init(path: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
         guard !path.isEmpty else {
             throw DepotError(.invalidConfiguration, "The SQLite store path is empty; give a file path, or use SQLiteStore.inMemory().")
@@ -362,6 +362,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         if connection.isInTransaction { try? connection.run(key: Keys.rollback, "ROLLBACK") }
     }
 
+    /// Runs `body` on one of the store's reader connections, in a transaction over one snapshot.
     public func submitRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -456,6 +457,7 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         return try body(transaction)
     }
 
+    /// Runs `body` on the writer connection after every write submitted before it.
     public func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -463,6 +465,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         submitWriteThroughUntyped(body, completion: completion)
     }
 
+    /// Runs `body` on the writer connection after every write submitted before it; writes
+    /// queued behind a running one share its commit.
     public func submitUntypedWrite(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
@@ -595,6 +599,8 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     // MARK: Closing
 
+    /// Waits for submitted work, ends the change feed, then closes the connections (the
+    /// writer last, which checkpoints the WAL into the file).
     public func close() async {
         let first = await gate.close()
         // After the last commit: observations end with `closed` instead of waiting forever.

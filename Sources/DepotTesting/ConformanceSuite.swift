@@ -2,19 +2,24 @@ public import DepotCore
 
 /// A violated expectation in a conformance check.
 public struct ConformanceFailure: Error, CustomStringConvertible {
+    /// What was expected and what happened.
     public let message: String
+    /// The source file of the expectation.
     public let file: String
+    /// The line of the expectation.
     public let line: Int
 
+    /// `file:line: message`.
     public var description: String { "\(file):\(line): \(message)" }
 }
 
-/// One behaviour every backend must share, runnable against any ``Store``.
+/// One behaviour every backend must share, runnable against any `Store`.
 public struct ConformanceCheck: Sendable, CustomStringConvertible {
     /// A short name, used as the test case's name.
     public let name: String
     let body: @Sendable (any Store) async throws -> Void
 
+    /// A check named `name` that runs `body` against a store.
     public init(_ name: String, _ body: @escaping @Sendable (any Store) async throws -> Void) {
         self.name = name
         self.body = body
@@ -40,6 +45,7 @@ public struct ConformanceCheck: Sendable, CustomStringConvertible {
         await store.close()
     }
 
+    /// The check's ``name``.
     public var description: String { name }
 }
 

@@ -3,11 +3,16 @@ public import Foundation
 
 /// The application's value in the examples and benchmarks: an immutable struct.
 public struct Cat: Sendable, Hashable, ManagedConvertible {
+    /// The cat's primary key.
     public let id: Int64
+    /// The cat's name.
     public let name: String
+    /// The cat's weight in kilograms.
     public let weight: Double
+    /// The cat's age in years.
     public let age: Int
 
+    /// A cat with the given values.
     public init(id: Int64, name: String, weight: Double, age: Int) {
         self.id = id
         self.name = name
@@ -15,6 +20,7 @@ public struct Cat: Sendable, Hashable, ManagedConvertible {
         self.age = age
     }
 
+    /// The cat as its record.
     public func toManaged() -> CatRecord {
         CatRecord(id: id, name: name, weight: weight, age: age)
     }
@@ -24,11 +30,16 @@ public struct Cat: Sendable, Hashable, ManagedConvertible {
 /// `ObjectConvertible`, so the macro makes it a record, not its own object).
 @Record(name: "Cat")
 public struct CatRecord: ObjectConvertible, Hashable {
+    /// The cat's primary key.
     public var id: Int64
+    /// The cat's name.
     public var name: String
+    /// The cat's weight in kilograms.
     public var weight: Double
+    /// The cat's age in years, indexed.
     @Stored(.indexed) public var age: Int
 
+    /// A record with the given values.
     public init(id: Int64, name: String, weight: Double, age: Int) {
         self.id = id
         self.name = name
@@ -36,6 +47,7 @@ public struct CatRecord: ObjectConvertible, Hashable {
         self.age = age
     }
 
+    /// The record as its ``Cat``.
     public func toObject() -> Cat { Cat(id: id, name: name, weight: weight, age: age) }
 }
 
@@ -66,8 +78,10 @@ extension Cat {
 public struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
+    /// A generator that starts from `seed`.
     public init(seed: UInt64) { state = seed }
 
+    /// The next number of the sequence.
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
@@ -81,24 +95,42 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
 /// own object (`Controller<Sample, Sample>`, which `@Record` provides).
 @Record
 public struct Sample: Hashable {
+    /// The primary key.
     public var id: Int64
+    /// An `Int` attribute.
     public var int: Int
+    /// An `Int32` attribute.
     public var int32: Int32
+    /// An `Int16` attribute.
     public var int16: Int16
+    /// A `Double` attribute.
     public var double: Double
+    /// A `Bool` attribute.
     public var bool: Bool
+    /// A `String` attribute.
     public var string: String
+    /// A `Data` attribute.
     public var data: Data
+    /// A `Date` attribute.
     public var date: Date
+    /// A `UUID` attribute.
     public var uuid: UUID
+    /// An optional `Int64` attribute.
     public var optionalInt: Int64?
+    /// An optional `Double` attribute.
     public var optionalDouble: Double?
+    /// An optional `Bool` attribute.
     public var optionalBool: Bool?
+    /// An optional `String` attribute.
     public var optionalString: String?
+    /// An optional `Data` attribute.
     public var optionalData: Data?
+    /// An optional `Date` attribute.
     public var optionalDate: Date?
+    /// An optional `UUID` attribute.
     public var optionalUUID: UUID?
 
+    /// A sample with key `id` and every other attribute zero, empty or `nil` unless given.
     public init(
         id: Int64, int: Int = 0, int32: Int32 = 0, int16: Int16 = 0, double: Double = 0, bool: Bool = false,
         string: String = "", data: Data = Data(), date: Date = Date(timeIntervalSinceReferenceDate: 0),
@@ -139,11 +171,16 @@ public struct Sample: Hashable {
 /// A record with a string primary key, a unique attribute and an optional unique one.
 @Record
 public struct Account: Hashable {
+    /// The primary key, a string.
     public var id: String
+    /// The owner, unique among accounts.
     @Stored(.unique) public var owner: String
+    /// An optional nickname, unique when present.
     @Stored(.unique) public var nickname: String?
+    /// The balance.
     public var balance: Int64
 
+    /// An account with the given values.
     public init(id: String, owner: String, nickname: String? = nil, balance: Int64 = 0) {
         self.id = id
         self.owner = owner
@@ -156,13 +193,20 @@ public struct Account: Hashable {
 /// with a default (its initial value), and an index on `name`.
 @Record(name: "Cat")
 public struct CatRecordV2: Hashable {
+    /// The cat's primary key.
     public var id: Int64
+    /// The cat's name, now indexed.
     @Stored(.indexed) public var name: String
+    /// The cat's weight in kilograms.
     public var weight: Double
+    /// The cat's age in years, indexed.
     @Stored(.indexed) public var age: Int
+    /// A new optional attribute.
     public var color: String?
+    /// A new attribute whose default, 9, existing records get.
     public var lives: Int = 9
 
+    /// A record with the given values.
     public init(id: Int64, name: String, weight: Double, age: Int, color: String?, lives: Int) {
         self.id = id
         self.name = name
@@ -176,28 +220,37 @@ public struct CatRecordV2: Hashable {
 /// ``CatRecord``'s entity with `age` retyped to a string: an incompatible change.
 @Record(name: "Cat")
 public struct CatRecordRetyped: Hashable {
+    /// The cat's primary key.
     public var id: Int64
+    /// The cat's name.
     public var name: String
+    /// The cat's weight in kilograms.
     public var weight: Double
+    /// The age, retyped from `Int` to `String`.
     public var age: String
 }
 
 /// A record whose declaration is invalid (two attributes named alike). Written by hand:
 /// `@Record` refuses this at compile time.
 public struct BrokenRecord: StoredObject, Hashable {
+    /// The primary key.
     public var id: Int64
+    /// Stored as `ID`, which clashes with `id`.
     public var value: Int
 
+    /// The invalid entity: two attributes whose names differ only in case.
     public static let entity = Entity<BrokenRecord>("Broken", primaryKey: \.id) {
         Attribute("id", \.id)
         Attribute("ID", \.value)
     }
 
+    /// A record with the given values.
     public init(id: Int64, value: Int) {
         self.id = id
         self.value = value
     }
 
+    /// Reads the record from a stored row.
     public init(row: RecordReader<Self>) throws {
         id = try row[\.id]
         value = try row[\.value]
@@ -207,18 +260,24 @@ public struct BrokenRecord: StoredObject, Hashable {
 /// A value whose conversion to and from its record can fail, to check that failures are
 /// reported and never skipped.
 public struct Fragile: Sendable, Hashable, ManagedConvertible {
+    /// The primary key.
     public let id: Int64
+    /// The label; `refuse-to-store` makes ``toManaged()`` throw.
     public let label: String
 
+    /// A value with the given key and label.
     public init(id: Int64, label: String) {
         self.id = id
         self.label = label
     }
 
+    /// The error a refused conversion throws.
     public struct Refused: Error, CustomStringConvertible {
+        /// "label is refused".
         public var description: String { "label is refused" }
     }
 
+    /// The value as its record; throws ``Refused`` for the label `refuse-to-store`.
     public func toManaged() throws -> FragileRecord {
         if label == "refuse-to-store" { throw Refused() }
         return FragileRecord(id: id, label: label)
@@ -228,24 +287,30 @@ public struct Fragile: Sendable, Hashable, ManagedConvertible {
 /// Written by hand (entity, `init(row:)`, the entity's key-path encoding), so the
 /// hand-written path runs through every check that uses it.
 public struct FragileRecord: ManagedRecord, ObjectConvertible, Hashable {
+    /// The primary key.
     public var id: Int64
+    /// The label; `refuse-to-load` makes ``toObject()`` throw.
     public var label: String
 
+    /// The entity, declared by hand.
     public static let entity = Entity<FragileRecord>("Fragile", primaryKey: \.id) {
         Attribute("id", \.id)
         Attribute("label", \.label)
     }
 
+    /// A record with the given key and label.
     public init(id: Int64, label: String) {
         self.id = id
         self.label = label
     }
 
+    /// Reads the record from a stored row.
     public init(row: RecordReader<Self>) throws {
         id = try row[\.id]
         label = try row[\.label]
     }
 
+    /// The record as its value; throws ``Fragile/Refused`` for the label `refuse-to-load`.
     public func toObject() throws -> Fragile {
         if label == "refuse-to-load" { throw Fragile.Refused() }
         return Fragile(id: id, label: label)
@@ -254,11 +319,13 @@ public struct FragileRecord: ManagedRecord, ObjectConvertible, Hashable {
 
 /// A mood, stored as its `String` raw value.
 public enum Mood: String, AttributeValue, Hashable, CaseIterable {
+    /// The moods, stored as their names.
     case calm, grumpy, playful
 }
 
 /// A size, stored as its integer raw value.
 public enum Size: Int, AttributeValue, Hashable, CaseIterable {
+    /// The sizes, stored as 1, 2 and 3.
     case small = 1, medium = 2, large = 3
 }
 
@@ -266,11 +333,16 @@ public enum Size: Int, AttributeValue, Hashable, CaseIterable {
 /// an optional one.
 @Record
 public struct Critter: Hashable {
+    /// The primary key.
     public var id: Int64
+    /// A `String`-backed enum attribute, indexed.
     @Stored(.indexed) public var mood: Mood
+    /// An `Int`-backed enum attribute.
     public var size: Size
+    /// An optional enum attribute.
     public var formerMood: Mood?
 
+    /// A critter with the given values.
     public init(id: Int64, mood: Mood, size: Size, formerMood: Mood? = nil) {
         self.id = id
         self.mood = mood
@@ -283,11 +355,16 @@ public struct Critter: Hashable {
 /// so it can write values that no case has.
 @Record(name: "Critter")
 public struct CritterRaw: Hashable {
+    /// The primary key.
     public var id: Int64
+    /// ``Critter/mood``'s raw value, indexed.
     @Stored(.indexed) public var mood: String
+    /// ``Critter/size``'s raw value.
     public var size: Int
+    /// ``Critter/formerMood``'s raw value.
     public var formerMood: String?
 
+    /// A record with the given raw values.
     public init(id: Int64, mood: String, size: Int, formerMood: String? = nil) {
         self.id = id
         self.mood = mood

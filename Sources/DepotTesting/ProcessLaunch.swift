@@ -38,6 +38,7 @@ public enum ProcessLaunch {
             }
         }
 
+        /// `exit <code>` or `signal <number>`.
         public var description: String { code.map { "exit \($0)" } ?? "signal \(signal ?? 0)" }
     }
 
@@ -53,6 +54,7 @@ public enum ProcessLaunch {
 
     /// A started child.
     public struct Child: Sendable {
+        /// The child's process id.
         public let pid: pid_t
         let stdout: Int32?
         let stderr: Int32?

@@ -5,9 +5,11 @@ import NIOConcurrencyHelpers
 /// the most rows any one fetch delivered. Tests use it to show that streaming reads stay
 /// within their batch size, whatever the backend.
 public final class RecordingStore: RowReadingStore {
+    /// The store every call is forwarded to.
     public let base: any Store
     private let stats = NIOLockedValueBox((fetches: 0, largestFetch: 0, aggregates: 0))
 
+    /// A store that forwards to `base` and records its reads.
     public init(_ base: any Store) { self.base = base }
 
     /// The number of fetches run through this store.
@@ -30,25 +32,31 @@ public final class RecordingStore: RowReadingStore {
         }
     }
 
+    /// The base store's name.
     public var backendName: String { base.backendName }
+    /// The base store's change feed.
     public var changes: ChangeFeed { base.changes }
 
+    /// Forwards the registration to the base store.
     public func submitRegistration(_ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void) {
         base.submitRegistration(entities, completion: completion)
     }
 
+    /// Runs `body` in a read of the base store, through a transaction that records its fetches.
     public func submitRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         base.submitRead({ try body(Recording(base: $0, store: self)) }, completion: completion)
     }
 
+    /// Runs `body` in a write of the base store, through a transaction that records its fetches.
     public func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         base.submitWrite({ try body(RecordingWrite(base: $0, store: self)) }, completion: completion)
     }
 
+    /// Forwards the lookup to the base store.
     public func submitRowRead(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
@@ -56,6 +64,7 @@ public final class RecordingStore: RowReadingStore {
         base.readRow(entity, key: key, visit: visit, completion: completion)
     }
 
+    /// Closes the base store.
     public func close() async { await base.close() }
 
     struct Recording: ReadTransaction {

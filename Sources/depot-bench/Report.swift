@@ -1,6 +1,6 @@
 import Foundation
 
-/// One target of PERFORMANCE.md, checked against measured figures.
+/// One performance target (docs/benchmarks/README.md), checked against measured figures.
 struct TargetCheck: Codable {
     let workload: String
     let backend: String

@@ -2,7 +2,7 @@ import DepotTesting
 import Dispatch
 import Foundation
 
-/// The workloads of PERFORMANCE.md.
+/// The workloads, as docs/benchmarks/README.md describes them.
 enum Workload: String, CaseIterable, Codable {
     case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
     case w5 = "W5", w6 = "W6", w6t = "W6t", w7 = "W7"

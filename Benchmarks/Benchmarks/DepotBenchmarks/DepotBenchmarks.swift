@@ -1,4 +1,4 @@
-// Regression tracking for Depot's workloads (PERFORMANCE.md) at a smaller N, on every
+// Regression tracking for Depot's workloads (docs/benchmarks/README.md) at a smaller N, on every
 // backend: wall clock, throughput and malloc counts. depot-bench is the comparison with the
 // raw engines; this suite is for spotting a change that makes Depot slower or hungrier.
 import Benchmark

@@ -1,6 +1,6 @@
 // Depot's SQLite backend beside GRDB 7.10, the library most Swift developers would pick:
 // GRDB with Codable records, and GRDB with hand-written `init(row:)` records. Same data,
-// same WAL + synchronous=NORMAL, same workloads (W1, W2, W4, W5 of PERFORMANCE.md).
+// same WAL + synchronous=NORMAL, same workloads (W1, W2, W4, W5 of docs/benchmarks/README.md).
 import Benchmark
 import Depot
 import DepotTesting

@@ -3,7 +3,9 @@
 ///
 /// Contexts live only inside the closure they are passed to; they are not `Sendable`.
 public protocol RecordContext {
+    /// The application's value type.
     associatedtype Object: ManagedConvertible & Sendable where Object.Managed == Managed
+    /// The record type that stores it.
     associatedtype Managed: ObjectConvertible where Managed.Object == Object
     /// The transaction the context reads through.
     var readTransaction: any ReadTransaction { get }
@@ -132,6 +134,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public let transaction: any WriteTransaction
     /// The record type's entity, as registered with the store.
     public let entity: EntityHandle
+    /// The same transaction, for reads.
     @inlinable public var readTransaction: any ReadTransaction { transaction }
 
     /// A context over `transaction` for the record type registered as `entity`.

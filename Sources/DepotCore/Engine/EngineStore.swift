@@ -20,10 +20,13 @@ import Dispatch
 public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, SchemaRewritingStore, IntegrityCheckingStore {
     /// The engine the store runs on.
     public let engine: Engine
+    /// The committed changes of this store's writes.
     public let changes = ChangeFeed()
     /// Where the store logs.
     public let log: StoreLog
+    /// The metrics and spans of ``log``, when they are on.
     public var telemetry: StoreTelemetry? { log.telemetry }
+    /// The engine's ``StorageEngine/backendName``.
     public var backendName: String { engine.backendName }
     /// Whether the store refuses writes, migrations and new registrations.
     public var isReadOnly: Bool { engine.isReadOnly }
@@ -78,6 +81,8 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
 
     // MARK: Registration and schema
 
+    /// Registers `entities` through the engine on the writer's lane, in submission order
+    /// with the writes.
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {
@@ -99,12 +104,16 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         return try engine.register(entities)
     }
 
+    /// The handles of every entity the engine holds, registering the stored ones not yet
+    /// registered.
     public func storedEntities() async throws -> [EntityHandle] {
         try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
             try self.engine.entities()
         }
     }
 
+    /// Runs one migration step through the engine on the writer's lane and publishes the
+    /// entities it touched.
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
@@ -121,6 +130,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         return handle
     }
 
+    /// The engine's ``StorageEngine/checkIntegrity()``, run on the writer's lane.
     public func checkIntegrity() async throws -> [String] {
         try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
             try self.engine.checkIntegrity()
@@ -129,6 +139,8 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
 
     // MARK: Reads
 
+    /// Runs `body` in a read transaction on the store's read queue, on one of the engine's
+    /// read connections when it has them.
     public func submitRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -181,6 +193,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
 
     // MARK: Writes
 
+    /// Runs `body` in a write transaction after every write submitted before it.
     public func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -188,6 +201,8 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         submitWriteThroughUntyped(body, completion: completion)
     }
 
+    /// Runs `body` in a write transaction after every write submitted before it; queued writes
+    /// share one commit when the engine groups them.
     public func submitUntypedWrite(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
@@ -210,6 +225,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
 
     // MARK: Closing
 
+    /// Closes the store in the order described above: refuse, wait, end the feed, close the engine.
     public func close() async {
         let first = await gate.close()
         // After the last commit and before the engine's resources go: observers' streams

@@ -101,10 +101,12 @@ public protocol StorageEngine: AnyObject, Sendable {
 }
 
 extension StorageEngine {
+    /// Finds no problems: the runtime's own checks run on every store.
     public func checkIntegrity() throws -> [String] { [] }
 }
 
 extension StorageEngine where ReadConnection == Never {
+    /// No read connections: reads need none, so any number run at once.
     public var readConnections: [Never] { [] }
 }
 
@@ -129,6 +131,8 @@ public struct EngineTraits: Sendable, Hashable {
     /// one serial queue's thread.
     public var writerOnConcurrentQueue: Bool
 
+    /// Creates traits; by default reads and writes may block, and writes neither group nor leave
+    /// the writer's serial queue.
     public init(readsBlock: Bool = true, writesBlock: Bool = true, groupsWrites: Bool = false, writerOnConcurrentQueue: Bool = false) {
         self.readsBlock = readsBlock
         self.writesBlock = writesBlock
@@ -176,7 +180,11 @@ public protocol EngineWriteTransaction: WriteTransaction {
 }
 
 extension EngineWriteTransaction {
+    /// Fails with ``DepotError/Code/backend``: an engine that sets
+    /// ``EngineTraits/groupsWrites`` implements save points itself.
     public func savepoint() throws { throw DepotError(.backend, "This engine does not group writes; clear EngineTraits.groupsWrites.") }
+    /// Fails as ``savepoint()`` does.
     public func releaseSavepoint() throws -> ChangeRecorder { try savepoint(); return ChangeRecorder() }
+    /// Fails as ``savepoint()`` does.
     public func rollbackToSavepoint() throws { try savepoint() }
 }

@@ -22,6 +22,7 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
 
         private init(_ name: String) { self.name = name }
 
+        /// The code's ``name``.
         public var description: String { name }
 
         /// No record has the given primary key.
@@ -92,6 +93,7 @@ public struct DepotError: Error, Sendable, Hashable, CustomStringConvertible {
         self.isReadOnlyRefusal = isReadOnlyRefusal
     }
 
+    /// The code, the backend's native code when there is one, and the message.
     public var description: String {
         if let nativeCode {
             return "DepotError.\(code.name) (native code \(nativeCode)): \(message)"

@@ -23,6 +23,7 @@ public struct JSONImportProblem: Sendable, Hashable, CustomStringConvertible {
     /// The whole explanation.
     public let message: String
 
+    /// The whole explanation: ``message``.
     public var description: String { message }
 }
 
@@ -38,6 +39,7 @@ public struct JSONImportReport: Sendable, Hashable {
     /// Elements left out (with ``JSONImportOptions/InvalidElements/skip``).
     public var skipped: [JSONImportProblem] = []
 
+    /// An empty report.
     public init() {}
 }
 

@@ -96,11 +96,13 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
             .replacingOccurrences(of: "=", with: "")
     }
 
+    /// Decodes the cursor from its token, a string; fails as ``init(_:)`` does.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         try self.init(try container.decode(String.self))
     }
 
+    /// Encodes the cursor as its token, ``description``.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)

@@ -38,7 +38,9 @@ extension EngineStore where Engine == MemoryEngine {
 /// The engine of ``MemoryStore``: tables of rows in persistent B+ trees, in one committed
 /// snapshot that each transaction starts from.
 public final class MemoryEngine: StorageEngine {
+    /// Reads are transactions over the committed snapshot.
     public typealias Reading = MemoryTransaction
+    /// Writes are transactions over working copies of the snapshot's tables.
     public typealias Writing = MemoryTransaction
 
     /// A registered entity (every backend calls its per-entity state by this name): its
@@ -67,9 +69,13 @@ public final class MemoryEngine: StorageEngine {
 
     let state = NIOLockedValueBox(State())
 
+    /// Whether the engine refuses every write, registration and rewrite.
     public let isReadOnly: Bool
+    /// The backend's name in logs and reports: "memory".
     public var backendName: String { "memory" }
+    /// Where the store is, for logs: `memory:`.
     public var location: String { "memory:" }
+    /// How errors name the store: "memory store".
     public var storeDescription: String { "memory store" }
     /// Reads and writes touch only memory and never wait for a writer: they run on the
     /// calling task. A memory commit has no sync to share, so writes run one transaction
@@ -79,6 +85,8 @@ public final class MemoryEngine: StorageEngine {
     /// Where the engine logs schema changes.
     let log: StoreLog
 
+    /// Creates an engine with no entities.
+    ///
     /// - Parameters:
     ///   - readOnly: Refuse every write, registration and rewrite.
     ///   - log: Where the engine logs schema changes.
@@ -87,10 +95,13 @@ public final class MemoryEngine: StorageEngine {
         self.log = log
     }
 
+    /// The registered entities (a memory store holds no others).
     public func entities() throws -> [EntityHandle] {
         state.withLockedValue { $0.snapshot.tables.all.map(\.handle) }
     }
 
+    /// Creates the tables of new entities, and migrates the rows of changed ones when
+    /// ``SchemaMigration/plan(from:to:)`` allows it.
     public func register(_ entities: [EntityDescription]) throws -> [EntityHandle] {
         return try state.withLockedValue { s in
             var handles: [EntityHandle] = []
@@ -131,10 +142,12 @@ public final class MemoryEngine: StorageEngine {
         }
     }
 
+    /// A read over the snapshot committed when it begins.
     public func beginRead(on connection: Never?, singleStatement: Bool) throws -> MemoryTransaction {
         MemoryTransaction(engine: self, base: state.withLockedValue { $0.snapshot }, writable: false)
     }
 
+    /// A write over working copies of the committed snapshot, swapped in when it commits.
     public func beginWrite(recordingKeys: Bool) throws -> MemoryTransaction {
         MemoryTransaction(engine: self, base: state.withLockedValue { $0.snapshot }, writable: true, recordsKeys: recordingKeys)
     }
@@ -163,6 +176,7 @@ public final class MemoryEngine: StorageEngine {
         return recorder
     }
 
+    /// Checks the trees' order, the unique indexes and each row's shape against its entity.
     public func checkIntegrity() throws -> [String] {
         do {
             try checkInvariants()
@@ -172,10 +186,13 @@ public final class MemoryEngine: StorageEngine {
         }
     }
 
+    /// Drops every table.
     public func close() {
         state.withLockedValue { $0.snapshot = Snapshot() }
     }
 
+    /// Rewrites every row of `name` into a new table of `entity`, swapped in only when all
+    /// of them succeeded.
     public func rewrite(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
     ) throws -> EntityHandle? {

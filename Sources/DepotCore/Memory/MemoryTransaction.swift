@@ -153,20 +153,25 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
 
     // MARK: Ending
 
+    /// Ends the transaction; later calls through it fail.
     public func end() { isFinished = true }
 
+    /// The references between the snapshot's entities.
     public var relationships: Relationships { base.tables.relationships }
 
+    /// Swaps the working copies in as the committed snapshot, and returns what was written.
     public func commit() throws -> ChangeRecorder {
         try check()
         isFinished = true
         return engine.commit(self)
     }
 
+    /// Drops the working copies.
     public func rollback() { isFinished = true }
 
     // MARK: ReadTransaction
 
+    /// Visits the rows matching `query` in the snapshot (or the working copies), in its order.
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         // The stored rows are the native form here: one reader walks them.
         let reader = RowColumns()
@@ -214,6 +219,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         for row in result { try body(row) }
     }
 
+    /// Calls `body` with the row with primary key `key`, if there is one; returns whether there is.
     public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         guard let found = table.rows[key] else { return false }
@@ -221,6 +227,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         return true
     }
 
+    /// The number of rows matching `query`, honouring its offset and limit.
     public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         var matched = 0
@@ -286,6 +293,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         return old
     }
 
+    /// Adds `row`; fails when its primary key or a unique value is taken.
     public func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
@@ -295,6 +303,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         put(row, key: key, in: w)
     }
 
+    /// Adds `row`, or replaces the row with its primary key; returns whether it added it.
     public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
@@ -303,6 +312,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         return put(row, key: key, in: w) == nil
     }
 
+    /// Replaces the row with `row`'s primary key; fails when there is none.
     public func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
@@ -312,6 +322,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         put(row, key: key, in: w)
     }
 
+    /// Deletes the row with primary key `key`; returns whether it existed.
     public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
@@ -320,6 +331,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         return true
     }
 
+    /// Deletes the rows matching `query`; returns how many.
     public func delete(_ query: Query) throws -> Int {
         try checkWritable()
         let w = try workingTable(query.handle)

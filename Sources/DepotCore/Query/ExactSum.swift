@@ -257,6 +257,7 @@ public struct ExactSum: Sendable, Hashable {
         a.special?.bitPattern == b.special?.bitPattern && a.zeros == b.zeros && a.totalWords == b.totalWords
     }
 
+    /// Hashes what ``==(_:_:)`` compares.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(special?.bitPattern)
         hasher.combine(zeros)

@@ -21,12 +21,19 @@ public protocol ColumnReader: AnyObject {
     var columnCount: Int { get }
     /// Whether the value at `index` is `nil` (also `true` for a position that does not exist).
     func isNull(_ index: Int) -> Bool
+    /// The integer at `index`.
     func int64(_ index: Int) throws(DepotError) -> Int64
+    /// The double at `index`.
     func double(_ index: Int) throws(DepotError) -> Double
+    /// The Boolean at `index`.
     func bool(_ index: Int) throws(DepotError) -> Bool
+    /// The string at `index`.
     func string(_ index: Int) throws(DepotError) -> String
+    /// The bytes at `index`.
     func data(_ index: Int) throws(DepotError) -> Data
+    /// The date at `index`.
     func date(_ index: Int) throws(DepotError) -> Date
+    /// The UUID at `index`.
     func uuid(_ index: Int) throws(DepotError) -> UUID
     /// The value at `index` in backend-neutral form (`null` included).
     func value(_ index: Int) throws(DepotError) -> Value

@@ -74,6 +74,7 @@ extension ManagedRecord {
 
 /// A managed record that can become the application's value type.
 public protocol ObjectConvertible<Object> {
+    /// The application's value type.
     associatedtype Object
     /// The application's value for this record.
     ///
@@ -85,6 +86,7 @@ public protocol ObjectConvertible<Object> {
 
 /// An application value that can become its managed record.
 public protocol ManagedConvertible<Managed> {
+    /// The record type that stores the value.
     associatedtype Managed: ManagedRecord
     /// The record that stores this value.
     ///
@@ -94,10 +96,12 @@ public protocol ManagedConvertible<Managed> {
 }
 
 extension ObjectConvertible where Object == Self {
+    /// The record itself: it is its own object.
     public func toObject() -> Self { self }
 }
 
 extension ManagedConvertible where Managed == Self {
+    /// The object itself: it is its own record.
     public func toManaged() -> Self { self }
 }
 

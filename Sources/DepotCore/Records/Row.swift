@@ -7,13 +7,16 @@
 public struct Row: Sendable, Hashable {
     @usableFromInline var values: ContiguousArray<Value>
 
+    /// An empty row.
     @inlinable public init() { values = [] }
 
+    /// An empty row with room for `capacity` values.
     @inlinable public init(capacity: Int) {
         values = []
         values.reserveCapacity(capacity)
     }
 
+    /// A row of `values`, in order.
     @inlinable public init(_ values: some Sequence<Value>) { self.values = ContiguousArray(values) }
 
     /// The number of values.

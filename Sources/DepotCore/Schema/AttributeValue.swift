@@ -57,14 +57,18 @@ public protocol AttributeValue: Sendable {
 }
 
 extension AttributeValue {
+    /// Not optional: only `Optional` is.
     public static var isOptional: Bool { false }
+    /// Not JSON: only ``JSONAttribute`` types are.
     public static var isJSON: Bool { false }
 
+    /// Reads the neutral ``Value`` and converts it with ``init(value:)``.
     @inlinable
     public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         try Self(value: columns.value(index))
     }
 
+    /// The value as ``value`` gives it.
     @inlinable
     public func storedValue() throws(DepotError) -> Value { value }
 }
@@ -75,24 +79,32 @@ func mismatch(_ value: Value, _ type: Any.Type) -> DepotError {
 }
 
 extension Int64: AttributeValue {
+    /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
+    /// The value as ``Value/int(_:)``.
     @inlinable public var value: Value { .int(self) }
+    /// Reads a ``Value/int(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value else { throw mismatch(value, Int64.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int64 {
         try columns.int64(index)
     }
 }
 
 extension Int: AttributeValue {
+    /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
+    /// The value as ``Value/int(_:)``.
     @inlinable public var value: Value { .int(Int64(self)) }
+    /// Reads an ``Value/int(_:)`` back; fails when it is another case or out of range for `Int`.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value, let i = Int(exactly: v) else { throw mismatch(value, Int.self) }
         self = i
     }
+    /// Reads the stored integer natively; fails when it is out of range for `Int`.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int {
         let v = try columns.int64(index)
         guard let i = Int(exactly: v) else { throw mismatch(.int(v), Int.self) }
@@ -101,12 +113,16 @@ extension Int: AttributeValue {
 }
 
 extension Int32: AttributeValue {
+    /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
+    /// The value as ``Value/int(_:)``.
     @inlinable public var value: Value { .int(Int64(self)) }
+    /// Reads an ``Value/int(_:)`` back; fails when it is another case or out of range for `Int32`.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value, let i = Int32(exactly: v) else { throw mismatch(value, Int32.self) }
         self = i
     }
+    /// Reads the stored integer natively; fails when it is out of range for `Int32`.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int32 {
         let v = try columns.int64(index)
         guard let i = Int32(exactly: v) else { throw mismatch(.int(v), Int32.self) }
@@ -115,12 +131,16 @@ extension Int32: AttributeValue {
 }
 
 extension Int16: AttributeValue {
+    /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
+    /// The value as ``Value/int(_:)``.
     @inlinable public var value: Value { .int(Int64(self)) }
+    /// Reads an ``Value/int(_:)`` back; fails when it is another case or out of range for `Int16`.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .int(let v) = value, let i = Int16(exactly: v) else { throw mismatch(value, Int16.self) }
         self = i
     }
+    /// Reads the stored integer natively; fails when it is out of range for `Int16`.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Int16 {
         let v = try columns.int64(index)
         guard let i = Int16(exactly: v) else { throw mismatch(.int(v), Int16.self) }
@@ -129,87 +149,116 @@ extension Int16: AttributeValue {
 }
 
 extension Double: AttributeValue {
+    /// Stored as ``AttributeType/double``.
     public static var attributeType: AttributeType { .double }
+    /// The value as ``Value/double(_:)``.
     @inlinable public var value: Value { .double(self) }
+    /// Reads a ``Value/double(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .double(let v) = value else { throw mismatch(value, Double.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Double {
         try columns.double(index)
     }
 }
 
 extension Bool: AttributeValue {
+    /// Stored as ``AttributeType/bool``.
     public static var attributeType: AttributeType { .bool }
+    /// The value as ``Value/bool(_:)``.
     @inlinable public var value: Value { .bool(self) }
+    /// Reads a ``Value/bool(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .bool(let v) = value else { throw mismatch(value, Bool.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Bool {
         try columns.bool(index)
     }
 }
 
 extension String: AttributeValue {
+    /// Stored as ``AttributeType/string``.
     public static var attributeType: AttributeType { .string }
+    /// The value as ``Value/string(_:)``.
     @inlinable public var value: Value { .string(self) }
+    /// Reads a ``Value/string(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .string(let v) = value else { throw mismatch(value, String.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> String {
         try columns.string(index)
     }
 }
 
 extension Data: AttributeValue {
+    /// Stored as ``AttributeType/data``.
     public static var attributeType: AttributeType { .data }
+    /// The value as ``Value/data(_:)``.
     @inlinable public var value: Value { .data(self) }
+    /// Reads a ``Value/data(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .data(let v) = value else { throw mismatch(value, Data.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Data {
         try columns.data(index)
     }
 }
 
 extension Date: AttributeValue {
+    /// Stored as ``AttributeType/date``.
     public static var attributeType: AttributeType { .date }
+    /// The value as ``Value/date(_:)``.
     @inlinable public var value: Value { .date(self) }
+    /// Reads a ``Value/date(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .date(let v) = value else { throw mismatch(value, Date.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Date {
         try columns.date(index)
     }
 }
 
 extension UUID: AttributeValue {
+    /// Stored as ``AttributeType/uuid``.
     public static var attributeType: AttributeType { .uuid }
+    /// The value as ``Value/uuid(_:)``.
     @inlinable public var value: Value { .uuid(self) }
+    /// Reads a ``Value/uuid(_:)`` back; fails for any other case.
     @inlinable public init(value: Value) throws(DepotError) {
         guard case .uuid(let v) = value else { throw mismatch(value, UUID.self) }
         self = v
     }
+    /// Reads the stored value natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> UUID {
         try columns.uuid(index)
     }
 }
 
 extension Optional: AttributeValue where Wrapped: AttributeValue {
+    /// The wrapped type's storage type.
     public static var attributeType: AttributeType { Wrapped.attributeType }
+    /// Optional: `nil` is stored as ``Value/null``.
     public static var isOptional: Bool { true }
+    /// Whether the wrapped type is stored as JSON.
     public static var isJSON: Bool { Wrapped.isJSON }
+    /// ``Value/null`` for `nil`, else the wrapped value.
     @inlinable public var value: Value {
         switch self {
         case .none: .null
         case .some(let w): w.value
         }
     }
+    /// `nil` for ``Value/null``, else the wrapped value read back.
     @inlinable public init(value: Value) throws(DepotError) {
         if case .null = value {
             self = .none
@@ -217,9 +266,11 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
             self = .some(try Wrapped(value: value))
         }
     }
+    /// `nil` for a null column, else the wrapped value read natively.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         columns.isNull(index) ? .none : .some(try Wrapped.read(from: columns, at: index))
     }
+    /// ``Value/null`` for `nil`, else the wrapped value's stored form.
     @inlinable public func storedValue() throws(DepotError) -> Value {
         switch self {
         case .none: .null
@@ -239,7 +290,9 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
 /// `sorted(by: \.mood)` follow the raw values' order (bytes for strings, numbers for
 /// integers), not the order of the cases.
 extension AttributeValue where Self: RawRepresentable, RawValue: AttributeValue {
+    /// The raw value's storage type.
     public static var attributeType: AttributeType { RawValue.attributeType }
+    /// The raw value.
     @inlinable public var value: Value { rawValue.value }
 
     /// Reads the raw value back.
@@ -253,6 +306,7 @@ extension AttributeValue where Self: RawRepresentable, RawValue: AttributeValue 
         self = known
     }
 
+    /// Reads the raw value natively and finds its case; fails as ``init(value:)`` does.
     @inlinable public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         let raw = try RawValue.read(from: columns, at: index)
         guard let known = Self(rawValue: raw) else { throw unknownRawValue(raw.value, Self.self) }

@@ -183,6 +183,8 @@ public struct EntityDescription: Sendable, Hashable, Codable {
 extension Value: Codable {
     private enum CodingKeys: String, CodingKey { case type, value }
 
+    /// Encodes the value as its type's name and its value; doubles and dates by their bits, so
+    /// every value round-trips exactly.
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         switch self {
@@ -201,6 +203,7 @@ extension Value: Codable {
         }
     }
 
+    /// Decodes a value encoded by ``encode(to:)``.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         switch try c.decode(String.self, forKey: .type) {

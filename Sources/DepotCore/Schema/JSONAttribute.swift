@@ -68,20 +68,26 @@ enum JSONForm {
 }
 
 extension JSONAttribute {
+    /// Stored as ``AttributeType/string``, the value's canonical JSON text.
     public static var attributeType: AttributeType { .string }
+    /// JSON: only equality predicates can use the stored text.
     public static var isJSON: Bool { true }
 
     /// The canonical JSON text; a value whose encoding throws has none, and is `null`
     /// here. Depot itself uses `storedValue()`, which reports that failure instead.
     public var value: Value { (try? storedValue()) ?? .null }
 
+    /// The canonical JSON text; fails with ``DepotError/Code/conversionFailed`` when the value's
+    /// encoding throws.
     public func storedValue() throws(DepotError) -> Value { .string(try JSONForm.text(self)) }
 
+    /// Decodes the value from stored JSON text.
     public init(value: Value) throws(DepotError) {
         guard case .string(let text) = value else { throw mismatch(value, Self.self) }
         self = try JSONForm.value(Self.self, from: text)
     }
 
+    /// Decodes the value from the stored JSON text.
     public static func read(from columns: any ColumnReader, at index: Int) throws(DepotError) -> Self {
         try JSONForm.value(Self.self, from: columns.string(index))
     }

@@ -155,6 +155,7 @@ public struct Migrator: Sendable {
         /// The automatic changes registering the record types would make, in words.
         public let automaticChanges: [String]
 
+        /// One line per change and step: `automatic:`, `applied:`, `pending:`.
         public var description: String {
             var lines: [String] = []
             for change in automaticChanges { lines.append("automatic: \(change)") }

@@ -69,6 +69,7 @@ public struct Link: Sendable, Hashable, CustomStringConvertible {
     /// The reference attribute's name.
     public var attributeName: String { source.entity.attributes[attribute].name }
 
+    /// `Entity.attribute → Target (rule)`, for messages.
     public var description: String { "\(source.name).\(attributeName) → \(target.name) (\(onDelete.rawValue))" }
 }
 

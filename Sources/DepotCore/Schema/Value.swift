@@ -154,6 +154,7 @@ extension Value {
 }
 
 extension Value: Hashable {
+    /// Equality by Depot's rules (see ``Value``): strings by bytes, NaNs equal, `-0.0 == 0.0`.
     public static func == (lhs: Value, rhs: Value) -> Bool {
         switch (lhs, rhs) {
         case (.int(let a), .int(let b)): return a == b
@@ -171,6 +172,7 @@ extension Value: Hashable {
         }
     }
 
+    /// Hashes consistently with ``==(_:_:)``.
     public func hash(into hasher: inout Hasher) {
         switch self {
         case .null: hasher.combine(0 as UInt8)
@@ -190,19 +192,26 @@ extension Value: Hashable {
 }
 
 extension Value: Comparable {
+    /// Depot's total order (``compare(_:_:)``).
     public static func < (lhs: Value, rhs: Value) -> Bool { compare(lhs, rhs) < 0 }
 }
 
 extension Value: CustomStringConvertible {
+    /// The value as a literal, for messages: ``debugLiteral``.
     public var description: String { debugLiteral }
 }
 
 extension Value: ExpressibleByNilLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
     ExpressibleByBooleanLiteral, ExpressibleByStringLiteral
 {
+    /// ``null``.
     public init(nilLiteral: ()) { self = .null }
+    /// ``int(_:)``.
     public init(integerLiteral value: Int64) { self = .int(value) }
+    /// ``double(_:)``.
     public init(floatLiteral value: Double) { self = .double(value) }
+    /// ``bool(_:)``.
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// ``string(_:)``.
     public init(stringLiteral value: String) { self = .string(value) }
 }

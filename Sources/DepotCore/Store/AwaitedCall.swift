@@ -1,17 +1,15 @@
 public import Synchronization
 
-/// One awaited call into a backend: the caller's closure, what it produced and the
-/// continuation to resume, in one object, so each closure a backend is handed captures
-/// this one reference and allocates no context of its own. A second completion is ignored.
+/// One awaited call into a backend: the caller's closure, its result and the continuation
+/// to resume, in one object, so the closures a backend is handed capture one reference and
+/// allocate no context of their own. A second completion is ignored.
 ///
-/// The continuation is unsafe in release builds (a checked one's guard object and atomic
-/// exchange show in every awaited lookup) and checked in debug builds, where it reports a
-/// continuation a backend leaks and keeps Thread Sanitizer, which the tests run under,
-/// from flagging an ordering it cannot see.
+/// The continuation is unsafe in release builds, to spare each call a checked one's guard
+/// object, and checked in debug builds, where it reports a leaked continuation and keeps
+/// Thread Sanitizer from flagging an ordering it cannot see.
 ///
-/// `@unchecked Sendable`: `continuation` is set before the operation is submitted; the
-/// backend's thread writes `value` before it completes the operation, and the caller reads
-/// it only after the continuation resumed, which orders the two.
+/// `@unchecked Sendable`: `continuation` is set before the operation is submitted, and the
+/// backend writes `value` before completing, which the caller reads only after resuming.
 @usableFromInline
 final class AwaitedCall<Input, T>: AwaitedOperation, @unchecked Sendable {
 

@@ -3,14 +3,20 @@ import Synchronization
 
 /// One committed change to one record.
 public struct Change: Sendable, Hashable {
+    /// What happened to the record.
     public enum Kind: String, Sendable, Hashable {
+        /// A record was inserted, updated or deleted.
         case insert, update, delete
     }
 
+    /// The entity's name.
     public let entity: String
+    /// The record's primary key.
     public let key: Value
+    /// Whether it was inserted, updated or deleted.
     public let kind: Kind
 
+    /// A change of `kind` to the record with key `key` in `entity`.
     public init(entity: String, key: Value, kind: Kind) {
         self.entity = entity
         self.key = key
@@ -34,6 +40,7 @@ public struct CommittedChanges: Sendable, Hashable {
     /// must re-read those entities (a live query does exactly that).
     public let isComplete: Bool
 
+    /// A batch with the commit number `sequence`, listing every change (``isComplete``).
     public init(sequence: UInt64, changes: [Change]) {
         self.sequence = sequence
         self.changes = changes
@@ -72,6 +79,8 @@ public struct ChangeRecorder: Sendable {
         let key: Value
     }
 
+    /// An empty recorder.
+    ///
     /// - Parameter detailed: Whether to record each record, or only the touched entities.
     public init(detailed: Bool = true) {
         self.isDetailed = detailed
@@ -144,6 +153,7 @@ public final class ChangeFeed: Sendable {
     private let observed = Atomic<Int>(0)
     private let sequence = Atomic<UInt64>(0)
 
+    /// An empty feed with no subscribers.
     public init() {}
 
     /// Whether anyone is listening; a write that begins unobserved records only the

@@ -45,12 +45,15 @@ public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
     /// The entity's name.
     public var name: String { entity.name }
 
+    /// The entity's name and slot, for messages.
     public var description: String { "\(entity.name) (slot \(slot))" }
 
+    /// Whether both handles come from the same registration of the same slot in the same store.
     public static func == (a: EntityHandle, b: EntityHandle) -> Bool {
         a.generation == b.generation && a.slot == b.slot && a.store == b.store
     }
 
+    /// Hashes the registration and slot that ``==(_:_:)`` compares.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(generation)
         hasher.combine(slot)
@@ -108,8 +111,11 @@ package final class InternedEntity: Sendable {
 public struct EntityRegistry<Entry: Sendable>: Sendable {
     /// One registered entity.
     public struct Registered: Sendable {
+        /// The description it was registered with.
         public var entity: EntityDescription
+        /// The backend's state for it.
         public var entry: Entry
+        /// Which registration of its slot this is.
         public var generation: UInt64
     }
 

@@ -58,36 +58,45 @@ public final class ReferenceEnforcement: WriteTransaction {
 
     // MARK: Reads go straight through
 
+    /// The base transaction's ``ReadTransaction/fetch(_:reserve:_:)``.
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         try base.fetch(query, reserve: reserve, body)
     }
 
+    /// The base transaction's ``ReadTransaction/fetchRow(_:key:_:)``.
     public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         try base.fetchRow(entity, key: key, body)
     }
 
+    /// The base transaction's ``ReadTransaction/count(_:)``.
     public func count(_ query: Query) throws -> Int { try base.count(query) }
 
+    /// The base transaction's ``ReadTransaction/aggregate(_:)``.
     public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] { try base.aggregate(query) }
 
     // MARK: Writes
 
+    /// Inserts `row`, then checks that each record it refers to exists.
     public func insert(_ row: Row, into entity: EntityHandle) throws {
         try base.insert(row, into: entity)
         try checkReferences(of: row, in: entity)
     }
 
+    /// Inserts or replaces `row`, then checks that each record it refers to exists.
     public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let inserted = try base.upsert(row, into: entity)
         try checkReferences(of: row, in: entity)
         return inserted
     }
 
+    /// Replaces the row, then checks that each record it refers to exists.
     public func update(_ row: Row, in entity: EntityHandle) throws {
         try base.update(row, in: entity)
         try checkReferences(of: row, in: entity)
     }
 
+    /// Deletes the record, applying the ``DeleteRule`` of each reference to it; a refusal is
+    /// found before anything is written.
     public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         let target = Target(slot: entity.slot, key: key)
         guard relationships.incoming[entity.slot] != nil else {
@@ -153,6 +162,7 @@ public final class ReferenceEnforcement: WriteTransaction {
         return try base.delete(key: key, from: entity)
     }
 
+    /// Deletes the matching records one by one, so that each applies its delete rules.
     public func delete(_ query: Query) throws -> Int {
         guard relationships.incoming[query.handle.slot] != nil else { return try base.delete(query) }
         // One by one, so each delete applies its rules; the keys are read first, in the

@@ -3,10 +3,15 @@
 public enum StoreCopy {
     /// One entity's copy.
     public struct EntityReport: Sendable, Hashable {
+        /// The entity's name.
         public let entity: String
+        /// The records the source holds.
         public let sourceRecords: Int
+        /// The records the target holds after the copy.
         public let targetRecords: Int
+        /// The source records' ``StoreCopy/checksum(of:in:)``.
         public let sourceChecksum: UInt64
+        /// The target records' ``StoreCopy/checksum(of:in:)``.
         public let targetChecksum: UInt64
 
         /// Whether the target holds exactly the source's records.
@@ -144,6 +149,7 @@ public protocol IntegrityCheckingStore: Store {
 /// The checks `depot check` runs on any store, through transactions: every reference names
 /// a record, and no two records share a unique value.
 public enum StoreChecks {
+    /// Runs the checks on every entity `store` holds; returns each problem found, in words.
     public static func run(_ store: any CatalogStore) async throws -> [String] {
         var problems: [String] = []
         let handles = try await store.storedEntities()

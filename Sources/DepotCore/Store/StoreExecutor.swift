@@ -8,17 +8,13 @@ import Musl
 import Darwin
 #endif
 
-/// The threads Depot's stores do blocking work on, as a task executor: run a request's
-/// task with `withTaskExecutorPreference(store.executor)` and its calls into an SQLite or
-/// LMDB store do their work right on the thread the task is running on, with no hop to
-/// another thread and back.
+/// The threads Depot's stores do blocking work on, as a task executor.
 ///
-/// Without a preference, a read awaited from a task hands its work to one of the store's
-/// threads and resumes the task when that thread is done: that hand-off and what it
-/// allocates cost more than a lookup by key itself. A task that prefers this executor already runs on a thread where the
-/// store's short blocking work is allowed (a dispatch worker, as the store's own reads use;
-/// on Linux these are the workers Swift's tasks run on too), so the store runs the read
-/// there and the task goes on at once.
+/// Run a request's task with `withTaskExecutorPreference(store.executor)` and its calls into
+/// a store do their work on the thread the task runs on, instead of handing it to a store
+/// thread and resuming the task afterwards: for a lookup by key that hand-off is most of
+/// the cost. The executor's threads are dispatch workers, where a store's short blocking
+/// work is allowed.
 ///
 /// ```swift
 /// try await withTaskExecutorPreference(store.executor) {
@@ -26,15 +22,12 @@ import Darwin
 /// }
 /// ```
 ///
-/// Writes run right there too when the store's single writer is idle; a write that finds
-/// it busy queues behind it (and may share its successor's commit), and a read that finds
-/// every SQLite reader connection busy waits for one without holding the thread.
-/// Nonisolated async code of such a task runs on dispatch worker threads, which libdispatch
-/// adds when some of them block, but only about a second later: prefer the executor for
-/// request handling that mostly talks to the store, not for long computations. A
-/// PostgreSQL store runs such a task's calls on its thread too, which then waits for the
-/// server: worth it where the server answers within microseconds to a millisecond, not
-/// across a slow network (without the preference each connection has a thread of its own).
+/// A write runs there too when the store's writer is idle, and otherwise queues behind it;
+/// a read that finds every SQLite reader busy waits without holding the thread. Prefer the
+/// executor for request handling that mostly talks to the store, not for long
+/// computations: libdispatch adds workers only some time after others block. A PostgreSQL
+/// store's calls then wait for the server on this thread, which suits a nearby server, not
+/// a slow network.
 public final class StoreExecutor: TaskExecutor {
     /// The executor every store hands out: any thread of it may run any store's reads.
     public static let shared = StoreExecutor(label: "depot.executor")
@@ -45,6 +38,8 @@ public final class StoreExecutor: TaskExecutor {
         queue = DispatchQueue(label: label, attributes: .concurrent)
     }
 
+    /// Runs `job` on a thread of the executor's concurrent queue, marked as a store executor's
+    /// thread for the job's duration (see ``isCurrent``).
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let executor = asUnownedTaskExecutor()

@@ -29,6 +29,8 @@ public final class StoreGate: Sendable {
     private let drained = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
     private let closedError: DepotError
 
+    /// An open gate with no work admitted.
+    ///
     /// - Parameter store: How the store is named in the error for work after closing,
     ///   e.g. "SQLite store at /var/lib/app/app.sqlite".
     public init(store: String) {

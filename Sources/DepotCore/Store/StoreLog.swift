@@ -26,6 +26,8 @@ public import Logging
 /// let store = try SQLiteStore(path: path, log: StoreLog(logger: Logger(label: "app.depot"), slowThreshold: .milliseconds(100)))
 /// ```
 public struct StoreLog: Sendable {
+    /// The store's own logger: opening, closing, schema changes, and each transaction a caller's
+    /// logger does not take.
     public var logger: Logger
     /// Transactions that take longer are logged at `warning`. A negative threshold counts
     /// as zero (every transaction is slow); one past about 584 years, as never.
@@ -43,6 +45,8 @@ public struct StoreLog: Sendable {
     /// A logger that discards everything.
     public static let disabled = StoreLog(logger: Logger(label: "depot", factory: { _ in SwiftLogNoOpLogHandler() }))
 
+    /// A log to `logger`, warning about transactions slower than `slowThreshold`, with optional
+    /// metrics and spans.
     public init(logger: Logger, slowThreshold: Duration = .milliseconds(500), telemetry: StoreTelemetry? = nil) {
         self.logger = logger
         self.telemetry = telemetry
@@ -62,6 +66,7 @@ public struct StoreLog: Sendable {
     /// Whether `trace` events are wanted; check before building an expensive message.
     @inlinable public var tracing: Bool { logger.logLevel <= .trace }
 
+    /// Logs at `info` that a store opened, with `metadata` and the backend and location.
     public func opened(_ backend: String, at location: String, _ metadata: Logger.Metadata = [:]) {
         var all = metadata
         all["depot.backend"] = .string(backend)
@@ -69,14 +74,17 @@ public struct StoreLog: Sendable {
         logger.info("Depot store opened", metadata: all)
     }
 
+    /// Logs at `info` that a store closed.
     public func closed(_ backend: String, at location: String) {
         logger.info("Depot store closed", metadata: ["depot.backend": .string(backend), "depot.location": .string(location)])
     }
 
+    /// Logs at `info` that an entity's storage was created.
     public func schemaCreated(_ entity: EntityDescription) {
         logger.info("Depot entity created", metadata: ["depot.entity": .string(entity.name), "depot.attributes": .stringConvertible(entity.attributes.count)])
     }
 
+    /// Logs at `info` what a migration changed: attributes added, indexes added and dropped.
     public func schemaMigrated(_ migration: SchemaMigration) {
         logger.info(
             "Depot entity migrated",
@@ -88,6 +96,7 @@ public struct StoreLog: Sendable {
             ])
     }
 
+    /// Logs `message` at `trace` (SQL statements, LMDB transaction events).
     public func trace(_ message: @autoclosure () -> Logger.Message, _ metadata: @autoclosure () -> Logger.Metadata? = nil) {
         logger.trace(message(), metadata: metadata())
     }
@@ -159,7 +168,7 @@ public struct StoreLog: Sendable {
     public func transaction<T>(_ kind: StaticString, _ body: () throws -> T) throws -> T {
         // The level is read once per transaction: `Logger.logLevel` copies the handler out
         // of the logger's storage under an exclusivity check and asks it through its
-        // protocol, which shows in a lookup's profile when done twice.
+        // protocol, which is not free on a path as short as a lookup by key.
         let debugging = logger.logLevel <= .debug
         let coarse = coarseClockSuffices(debugging: debugging)
         let scope = CallLogger.Scope.begin()

@@ -2,53 +2,22 @@ import CoreMetrics
 import NIOConcurrencyHelpers
 public import Tracing
 
-/// What a store reports through swift-metrics and swift-distributed-tracing. Off unless a
-/// store is given one (the URL options `metrics=true` and `tracing=true`, or
-/// ``StoreLog/telemetry``): a store without one pays a nil check per transaction.
+/// What a store reports through swift-metrics and swift-distributed-tracing.
 ///
-/// Metrics (through whatever `MetricsSystem` the application bootstrapped, e.g.
-/// swift-prometheus), every one with the dimension `backend`:
-/// - `depot_transactions_total` (`kind`: read, write) and `depot_transaction_duration`
-///   (a timer: the time a transaction ran on the store's thread);
-/// - `depot_errors_total` (`code`: the ``DepotError/Code`` name of each failed transaction);
-/// - `depot_pool_waits_total` and `depot_pool_wait_duration`: reads that found every reader
-///   connection busy (SQLite, PostgreSQL) and how long they waited;
-/// - `depot_lmdb_map_growths_total`: LMDB map resizes;
-/// - `depot_sqlite_checkpoints_total` (`on`: thread, writer) and
-///   `depot_sqlite_checkpoint_duration`: WAL checkpoints that copied pages, by the store's
-///   checkpointer thread or by a commit (when the thread fell behind), and how long each
-///   took.
+/// Off unless a store is given one (the URL options `metrics=true` and `tracing=true`, or
+/// ``StoreLog/telemetry``): a store without one pays a nil check per transaction. The
+/// metrics, their dimensions and the spans' attributes are listed in
+/// <doc:LoggingAndTracing>.
 ///
 /// Transactions are counted as they end on the store's thread: a write that PostgreSQL
 /// aborts for a conflict and runs again counts once per attempt (the failed ones with code
 /// `busy`), and a write of a group commit counts when its own part succeeds.
-///
-/// Tracing (through `InstrumentationSystem`'s tracer): a client span per call of a
-/// controller's async API and per ``Store/read(_:)``, ``Store/write(_:)`` and
-/// ``Store/readRow(_:key:decode:)``, following OpenTelemetry's database semantic
-/// conventions:
-/// - its parent is the calling task's span (`ServiceContext.current` when the call is made,
-///   before the work moves to the store's thread), so a web framework's request span holds
-///   the spans of the calls its handler made;
-/// - its name is its `db.query.summary`: the operation and the entity, `fetch Pet`;
-/// - `db.system.name`: `sqlite`, `lmdb`, `postgresql`, or `other_sql` for the memory store;
-/// - `db.operation.name`: the controller's operation: `fetch` (``Controller/fetchAll(_:)``,
-///   ``Controller/fetchFirst(_:)``, ``Controller/fetchOne(id:)``), `exists`, `count`,
-///   `insert`, `save`, `update`, `delete` (``Controller/delete(_:)``,
-///   ``Controller/delete(id:)``, ``Controller/deleteAll(where:)-(Request<Managed>)``),
-///   `transaction` (``Controller/read(_:)``, ``Controller/operation(_:)``, and a store's
-///   own ``Store/read(_:)`` and ``Store/write(_:)``, which name no entity);
-/// - `db.collection.name`: the entity, when the call names one;
-/// - `db.namespace`: the store's ``namespace`` (the file or directory, or
-///   `database|schema` on PostgreSQL), when it has one; never a password;
-/// - `db.query.summary`: `fetch Pet`, or the operation alone;
-/// - `db.response.returned_rows` on a read that returns records: the number it returned
-///   (0 or 1 for a lookup by key, 1 for a count);
-/// - on failure, `error.type` (the ``DepotError/Code`` name, or the Swift type of an error
-///   the caller's closure threw), the error recorded, and the status `error`.
 public final class StoreTelemetry: Sendable {
+    /// The `backend` dimension of every metric: "sqlite", "lmdb", "memory" or "postgres".
     public let backend: String
+    /// Whether the store reports metrics.
     public let metrics: Bool
+    /// Whether the store starts spans (when a tracer other than the no-op one is active).
     public let tracing: Bool
     /// The spans' `db.namespace`: the store's file (SQLite) or directory (LMDB), or
     /// `database|schema` (PostgreSQL); `nil` for a store that has none (memory stores).
@@ -67,6 +36,8 @@ public final class StoreTelemetry: Sendable {
     let checkpointDuration: Timer
     private let errors = NIOLockedValueBox<[String: Counter]>([:])
 
+    /// Creates the telemetry of one store.
+    ///
     /// - Parameters:
     ///   - backend: The `backend` dimension ("sqlite", "lmdb", "memory", "postgres").
     ///   - metrics: Whether to report metrics.

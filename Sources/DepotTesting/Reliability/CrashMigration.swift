@@ -7,19 +7,26 @@ public enum CrashMigration {
     /// A record the migration changes: `score` is 0 before the step and `id * 2` after it.
     @Record(name: "Crowd")
     public struct Member: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The name, which the schema step renames to `label`.
         public var name: String
+        /// 0 before the data step, `id * 2` after it.
         public var score: Int64
     }
 
     /// A record the import brings.
     @Record(name: "Arrival")
     public struct Arrival: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The name.
         public var name: String
+        /// The weight, given as a string in the file.
         public var weight: Double
     }
 
+    /// The number of members seeded and of arrivals in the import file.
     public static let records: Int64 = 20_000
 
     /// Seeds the members (one transaction) unless they are there, then runs the migration:
@@ -62,6 +69,7 @@ public enum CrashMigration {
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
     }
 
+    /// Imports the arrivals in `file` in one call: all of them or none after a kill.
     public static func importAll(_ store: any Store, file: String) async throws {
         let arrivals = Controller<Arrival, Arrival>(store: store)
         _ = try await arrivals.importJSON(contentsOf: URL(fileURLWithPath: file))

@@ -11,11 +11,14 @@ import Foundation
 public struct LedgerEntry: StoredObject, Hashable {
     /// `txn << 24 | position`, so every transaction owns a disjoint key range.
     public var id: Int64
+    /// The transaction that wrote the entry.
     public var txn: Int64
+    /// The entry's payload.
     public var payload: String
     /// ``CrashWorkload/checksum(txn:position:payload:)`` of this entry.
     public var checksum: Int64
 
+    /// The entity, declared by hand.
     public static let entity = Entity<LedgerEntry>("LedgerEntry", primaryKey: \.id) {
         Attribute("id", \.id)
         Attribute("txn", \.txn, indexed: true)
@@ -23,6 +26,7 @@ public struct LedgerEntry: StoredObject, Hashable {
         Attribute("checksum", \.checksum)
     }
 
+    /// An entry with the given values.
     public init(id: Int64, txn: Int64, payload: String, checksum: Int64) {
         self.id = id
         self.txn = txn
@@ -30,6 +34,7 @@ public struct LedgerEntry: StoredObject, Hashable {
         self.checksum = checksum
     }
 
+    /// Reads the entry from a stored row.
     public init(row: RecordReader<Self>) throws {
         id = try row[\.id]
         txn = try row[\.txn]
@@ -49,6 +54,7 @@ public struct LedgerCommit: StoredObject, Hashable {
     /// The later transaction that deleted this one's entries, if any.
     public var deletedBy: Int64?
 
+    /// The entity, declared by hand.
     public static let entity = Entity<LedgerCommit>("LedgerCommit", primaryKey: \.id) {
         Attribute("id", \.id)
         Attribute("entries", \.entries)
@@ -56,6 +62,7 @@ public struct LedgerCommit: StoredObject, Hashable {
         Attribute("deletedBy", \.deletedBy)
     }
 
+    /// A commit record with the given values.
     public init(id: Int64, entries: Int64, checksum: Int64, deletedBy: Int64?) {
         self.id = id
         self.entries = entries
@@ -63,6 +70,7 @@ public struct LedgerCommit: StoredObject, Hashable {
         self.deletedBy = deletedBy
     }
 
+    /// Reads the commit record from a stored row.
     public init(row: RecordReader<Self>) throws {
         id = try row[\.id]
         entries = try row[\.entries]
@@ -74,12 +82,14 @@ public struct LedgerCommit: StoredObject, Hashable {
 /// What one crash-workload transaction does, drawn before the transaction starts so that
 /// the write closure has no outside side effects (LMDB may run it twice).
 public struct LedgerPlan: Sendable {
+    /// The payloads of the entries to write, one entry each.
     public var payloads: [String]
     /// (from, to, amount) between ``CrashWorkload/accountCount`` accounts.
     public var transfers: [(Int, Int, Int64)]
     /// Delete the entries of the transaction this many before the new one (0: none).
     public var deleteBack: Int64
 
+    /// A plan with the given steps.
     public init(payloads: [String], transfers: [(Int, Int, Int64)], deleteBack: Int64) {
         self.payloads = payloads
         self.transfers = transfers
@@ -87,17 +97,26 @@ public struct LedgerPlan: Sendable {
     }
 }
 
+/// The crash-safety workload's shape and checks: ledger entries with a commit record per
+/// transaction, and transfers between accounts whose balances keep a constant sum.
 public enum CrashWorkload {
+    /// The number of accounts transfers move money between.
     public static let accountCount = 8
+    /// Each account's balance at the start.
     public static let initialBalance: Int64 = 1_000
+    /// The sum of all balances, which every committed transaction keeps.
     public static var total: Int64 { Int64(accountCount) * initialBalance }
 
+    /// The primary key of account number `index`.
     public static func accountID(_ index: Int) -> String { "acct-\(index)" }
 
     /// The workload's entities as registered with one store.
     public struct Entities: Sendable {
+        /// The handle of ``LedgerEntry``.
         public let entries: EntityHandle
+        /// The handle of ``LedgerCommit``.
         public let commits: EntityHandle
+        /// The handle of the accounts (``Account``).
         public let accounts: EntityHandle
     }
 

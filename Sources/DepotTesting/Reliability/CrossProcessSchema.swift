@@ -8,9 +8,12 @@ public enum CrossProcessSchema {
     /// The layout before the retyping step: `code` is text.
     @Record(name: "Gizmo")
     public struct GizmoV1: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The code, as text.
         public var code: String
 
+        /// A gizmo with the given values.
         public init(id: Int64, code: String) {
             self.id = id
             self.code = code
@@ -20,9 +23,12 @@ public enum CrossProcessSchema {
     /// The layout after it: `code` is an integer.
     @Record(name: "Gizmo")
     public struct GizmoV2: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The code, as an integer.
         public var code: Int64
 
+        /// A gizmo with the given values.
         public init(id: Int64, code: Int64) {
             self.id = id
             self.code = code
@@ -32,9 +38,12 @@ public enum CrossProcessSchema {
     /// The layout the renaming step starts from.
     @Record(name: "Widget")
     public struct Widget: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The name, which the renaming step renames to `label`.
         public var name: String
 
+        /// A widget with the given values.
         public init(id: Int64, name: String) {
             self.id = id
             self.name = name
@@ -44,9 +53,12 @@ public enum CrossProcessSchema {
     /// The layout after the renaming step.
     @Record(name: "Widget")
     public struct RenamedWidget: Hashable {
+        /// The primary key.
         public var id: Int64
+        /// The renamed `name`.
         public var label: String
 
+        /// A widget with the given values.
         public init(id: Int64, label: String) {
             self.id = id
             self.label = label

@@ -286,7 +286,8 @@ struct LiveEvent: Encodable {
 }
 
 /// Runs each request on the store's executor threads, so the store's reads run in place
-/// instead of hopping to its own thread and back (Depot's README, "What a controller does").
+/// instead of hopping to its own thread and back (Depot's documentation, "Using Depot in a
+/// server").
 struct StoreExecutorMiddleware<Context: RequestContext>: RouterMiddleware {
     let executor: StoreExecutor
 
