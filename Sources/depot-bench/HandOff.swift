@@ -118,9 +118,9 @@ func writeWhileThreadsRead(_ writer: WriterDone, _ readers: DispatchGroup, _ sav
 /// W6's shape, the same for every subject that runs it through async calls: one task saves
 /// `writes`, one awaited call each, while `readers` tasks each look up their share of
 /// `lookups`, one awaited call each, timed per call, and go on reading (see ``ReaderLoop``)
-/// until the writer is done.
+/// until the writer is done. With `executor`, every task prefers it (W6e).
 func asyncMix<Reader: Sendable>(
-    readers: Int, lookups: [Int64], writes: [Cat],
+    readers: Int, lookups: [Int64], writes: [Cat], executor: (any TaskExecutor)? = nil,
     save: @escaping @Sendable (Cat) async throws -> Void,
     openReader: @escaping @Sendable () async throws -> Reader,
     closeReader: @escaping @Sendable (Reader) -> Void = { _ in },
@@ -129,14 +129,14 @@ func asyncMix<Reader: Sendable>(
     let share = lookups.count / readers
     let writer = WriterDone()
     return try await withThrowingTaskGroup(of: ([UInt64], Int64).self) { group in
-        group.addTask {
+        group.addTask(executorPreference: executor) {
             defer { writer.set() }
             for cat in writes { try await save(cat) }
             return ([], 0)
         }
         for reader in 0..<readers {
             let mine = Array(lookups[(reader * share)..<((reader + 1) * share)])
-            group.addTask {
+            group.addTask(executorPreference: executor) {
                 let connection = try await openReader()
                 defer { closeReader(connection) }
                 var loop = ReaderLoop(mine)

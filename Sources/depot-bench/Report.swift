@@ -32,6 +32,9 @@ enum Targets {
     /// hand-off, and the W6 read p99 in microseconds.
     static let w6ReadShare = 0.8
     static let w6P99: [String: Double] = ["sqlite": 150, "lmdb": 50, "memory": 50, "postgres": 150]
+    /// Issue #36: W6e reads per second (tasks preferring the store's executor) as a share of
+    /// the raw engine's W6t on plain threads, with W6's p99 limit.
+    static let w6eThreadShare: [String: Double] = ["sqlite": 0.6, "lmdb": 0.6]
     /// The limit on peak resident memory during W2, as a ratio to the raw engine's.
     static let peakRSSRatio = 1.3
 
@@ -87,6 +90,20 @@ enum Targets {
             } else {
                 checks.append(TargetCheck(workload: "W6", backend: backend, target: shareTarget, measured: "–", met: nil))
             }
+            // Issue #36: concurrency near the engine, not near the hop.
+            if let limit = w6eThreadShare[backend] {
+                let target = String(format: "reads/s ≥ %.1f× raw on plain threads (W6t), tasks preferring store.executor", limit)
+                if let depot = find(backend, "W6e"), let raw = find("raw-\(backend)", "W6t"),
+                    let a = depot.readsPerSecond, let b = raw.readsPerSecond, b > 0
+                {
+                    checks.append(
+                        TargetCheck(
+                            workload: "W6e", backend: backend, target: target,
+                            measured: String(format: "%.2f× (%.0f vs %.0f reads/s)", a / b, a, b), met: a / b >= limit))
+                } else {
+                    checks.append(TargetCheck(workload: "W6e", backend: backend, target: target, measured: "–", met: nil))
+                }
+            }
         }
         for backend in ["sqlite", "lmdb", "memory", "postgres"] where measured.contains(backend) {
             guard let limit = w6P99[backend] else { continue }
@@ -95,6 +112,13 @@ enum Targets {
                 TargetCheck(
                     workload: "W6 p99", backend: backend, target: String(format: "≤ %.0f µs", limit),
                     measured: p99.map { String(format: "%.1f µs", $0) } ?? "–", met: p99.map { $0 <= limit }))
+            if w6eThreadShare[backend] != nil {
+                let p99e = find(backend, "W6e")?.p99Microseconds
+                checks.append(
+                    TargetCheck(
+                        workload: "W6e p99", backend: backend, target: String(format: "≤ %.0f µs", limit),
+                        measured: p99e.map { String(format: "%.1f µs", $0) } ?? "–", met: p99e.map { $0 <= limit }))
+            }
         }
         let memoryCall = find("memory", "W4p")?.perCallMicroseconds
         checks.append(

@@ -5,7 +5,7 @@ import Foundation
 /// The workloads, as docs/benchmarks/README.md describes them.
 enum Workload: String, CaseIterable, Codable {
     case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
-    case w5 = "W5", w6 = "W6", w6t = "W6t", w7 = "W7"
+    case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7"
 
     var summary: String {
         switch self {
@@ -21,6 +21,7 @@ enum Workload: String, CaseIterable, Codable {
         case .w4ph: "W4' for the raw engines behind the same async hand-off as Depot's reads (each lookup handed to a concurrent queue and awaited)"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
         case .w6: "4 concurrent readers doing W4' for as long as one writer does W3 (raw engines behind the same async hand-off as Depot)"
+        case .w6e: "W6 with the readers and the writer preferring the store's executor, as the README tells servers to call Depot (Depot's stores only; compared with W6t)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
         }
@@ -31,6 +32,9 @@ enum Workload: String, CaseIterable, Codable {
 
     /// Whether only the raw engines run it: the hand-off baselines and the floor.
     var isRawOnly: Bool { [.w3h, .w4ph, .w6t].contains(self) }
+
+    /// Whether only Depot's stores run it (a raw engine has no store executor to prefer).
+    var isDepotOnly: Bool { self == .w6e }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -207,6 +211,7 @@ struct Runner {
                     let index = (offset + run) % kinds.count
                     let kind = kinds[index]
                     if workload.isRawOnly && !kind.name.hasPrefix("raw-") { continue }
+                    if workload.isDepotOnly && kind.name.hasPrefix("raw-") { continue }
                     progress("\(workload.rawValue) \(kind.name) \(run == 0 ? "warm-up" : "run \(run)/\(repetitions)")")
                     let sample = try await measure(workload, kind: kind, populated: populated[kind.name], fixture: fixture, run: run)
                     if run == 0 { continue }
@@ -338,14 +343,17 @@ struct Runner {
                     for _ in 0..<Self.queriesPerW5Sample { ok = try await subject.oldestByName() == fixture.oldestByName && ok }
                 }
                 return Sample(ms: ms / Double(Self.queriesPerW5Sample), checksumOK: ok)
-            case .w6, .w6t:
+            case .w6, .w6e, .w6t:
                 // The writer re-saves existing cats unchanged, so the store's content (and the
                 // other workloads' checksums) stay the same.
                 let writes = Array(fixture.cats.prefix(fixture.singles.count))
                 let (mix, ms) = try await time {
-                    workload == .w6
-                        ? try await subject.concurrentMix(readers: Self.w6Readers, lookups: fixture.callLookups, writes: writes)
-                        : try await subject.concurrentMixOnThreads(readers: Self.w6Readers, lookups: fixture.callLookups, writes: writes)
+                    switch workload {
+                    case .w6: try await subject.concurrentMix(readers: Self.w6Readers, lookups: fixture.callLookups, writes: writes)
+                    case .w6e:
+                        try await subject.concurrentMixPreferringStoreExecutor(readers: Self.w6Readers, lookups: fixture.callLookups, writes: writes)
+                    default: try await subject.concurrentMixOnThreads(readers: Self.w6Readers, lookups: fixture.callLookups, writes: writes)
+                    }
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)

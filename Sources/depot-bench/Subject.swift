@@ -39,6 +39,8 @@ protocol BenchSubject: AnyObject {
     /// W6: `readers` concurrent readers doing lookups while one writer saves `writes` one
     /// commit each. Returns per-read latencies in nanoseconds and the lookup checksum.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
+    /// W6e (Depot's stores only): W6 with every task preferring the store's executor.
+    func concurrentMixPreferringStoreExecutor(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
     /// W6t (raw engines only): the same mix on plain threads, no async hand-off: the floor.
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64)
     /// W4ph (raw engines only): W4', each lookup handed to a thread of a concurrent queue
@@ -91,6 +93,10 @@ extension BenchSubject {
 
     func concurrentMixOnThreads(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
         throw BenchError("\(name) runs W6 only through its async API; W6t is for the raw engines")
+    }
+
+    func concurrentMixPreferringStoreExecutor(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        throw BenchError("\(name) has no store executor; W6e is for Depot's stores")
     }
 
     func lookUpEachBehindHandOff(_ ids: [Int64]) async throws -> Int64 {
@@ -212,9 +218,20 @@ final class DepotSubject: BenchSubject {
     func count() async throws -> Int { try await controller.count() }
 
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        try await concurrentMix(readers: readers, lookups: lookups, writes: writes, executor: nil)
+    }
+
+    func concurrentMixPreferringStoreExecutor(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
+        guard let store else { throw BenchError("\(name) is not open") }
+        return try await concurrentMix(readers: readers, lookups: lookups, writes: writes, executor: store.executor)
+    }
+
+    private func concurrentMix(
+        readers: Int, lookups: [Int64], writes: [Cat], executor: (any TaskExecutor)?
+    ) async throws -> (latencies: [UInt64], checksum: Int64) {
         let controller = try controller
         return try await asyncMix(
-            readers: readers, lookups: lookups, writes: writes, save: { try await controller.save($0) }, openReader: {},
+            readers: readers, lookups: lookups, writes: writes, executor: executor, save: { try await controller.save($0) }, openReader: {},
             lookUp: { _, id in
                 guard let cat = try await controller.fetchOne(id: id) else { throw BenchError("cat \(id) missing") }
                 return cat
