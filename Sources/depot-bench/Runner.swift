@@ -247,7 +247,10 @@ struct Runner {
                 }
             }
             for i in measurements.indices {
-                guard let raw = kinds[i].rawCounterpart, let j = kinds.firstIndex(where: { $0.name == raw }) else { continue }
+                // A workload the raw engine does not run (W6e) has no ratio.
+                guard let raw = kinds[i].rawCounterpart, let j = kinds.firstIndex(where: { $0.name == raw }),
+                    !measurements[i].samplesMs.isEmpty, !measurements[j].samplesMs.isEmpty
+                else { continue }
                 measurements[i].ratioToRaw = measurements[i].medianMs / measurements[j].medianMs
             }
             results += measurements.filter { !$0.samplesMs.isEmpty }
