@@ -129,7 +129,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
     public func read<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
         let entity = try await registeredEntity()
         let logger = callLogger
-        return try await store.read(DatabaseCall("transaction", entity.name)) { transaction in
+        return try await access.read(DatabaseCall("transaction", entity.name)) { transaction in
             CallLogger.adopt(logger)
             return try body(ReadContext(transaction, entity: entity))
         }
@@ -162,7 +162,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
         let logger = callLogger
-        return try await store.read(DatabaseCall("fetch", entity.name), rows: { $0.count }) {
+        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0.count }) {
             CallLogger.adopt(logger)
             return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query)
         }
@@ -174,7 +174,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.atMostOne.resolved(for: entity)
         let logger = callLogger
-        return try await store.read(DatabaseCall("fetch", entity.name), rows: { $0 == nil ? 0 : 1 }) {
+        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0 == nil ? 0 : 1 }) {
             CallLogger.adopt(logger)
             return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query).first
         }
@@ -196,7 +196,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
         let logger = callLogger
-        return try await store.read(DatabaseCall("count", entity.name), rows: { _ in 1 }) {
+        return try await access.read(DatabaseCall("count", entity.name), rows: { _ in 1 }) {
             CallLogger.adopt(logger)
             return try $0.count(query)
         }

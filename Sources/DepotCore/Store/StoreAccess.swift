@@ -71,6 +71,34 @@ struct StoreAccess: Sendable {
         return call.value
     }
 
+    /// A read transaction for the caller's result type: the road every controller read
+    /// takes (``readRow(_:key:call:decode:)`` is its lookup by key). On the calling task when
+    /// the store's reads never block; on the calling thread with an idle connection when that
+    /// is a ``StoreExecutor`` thread; otherwise on the store's threads.
+    @inlinable
+    func read<T: Sendable>(
+        _ call: @autoclosure () -> DatabaseCall, rows: (T) -> Int? = { _ in nil },
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T
+    ) async throws -> T {
+        if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
+            return try await telemetry.span(call(), on: tracer, rows: rows) { try await readUntraced(body) }
+        }
+        return try await readUntraced(body)
+    }
+
+    @inlinable
+    func readUntraced<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+        if let inline { return try inline.readInline(body) }
+        if let onCallingThread, StoreExecutor.isCurrent {
+            var result: T?
+            let ran = try onCallingThread.readOnCallingThread(singleStatement: false) { result = try body($0) }
+            if ran, let result { return result }
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            store.submitRead(body) { continuation.resume(with: $0) }
+        }
+    }
+
     /// ``Store/write(_:)`` specialized for the caller's result type, through the store's
     /// ``Store/submitUntypedWrite(_:completion:)``: no generic type is instantiated at run
     /// time per call, by the caller or by the backend.
