@@ -59,6 +59,7 @@ extension PGConnection {
         for step in steps {
             if let name = step.name, !prepared.contains(name) {
                 var types = step.params.map(\.oid)
+                roundTrips += 1
                 guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
                     throw connectionLost(step.context)
                 }
@@ -72,6 +73,7 @@ extension PGConnection {
         if probePending {
             probePending = false
             if !prepared.contains(Self.schemaProbeName) {
+                roundTrips += 1
                 guard let result = PQprepare(handle, Self.schemaProbeName, Self.schemaProbe, 0, nil) else {
                     throw connectionLost("Preparing the schema probe")
                 }
@@ -86,6 +88,7 @@ extension PGConnection {
             all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
             probeAt = probeAt.map { $0 + 1 }
         }
+        roundTrips += 1
         if all.count == 1 {
             guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
             let result = PGResult(raw)

@@ -16,6 +16,9 @@ final class PGConnection: @unchecked Sendable {
     /// thread, about a second later.
     let queue = DispatchQueue(label: "depot.postgres.connection")
     var prepared: Set<String> = []
+    /// The exchanges with the server so far (a statement, a pipeline, a PREPARE, a ROLLBACK
+    /// not waited for): what the tests count to show that a call costs one round trip.
+    var roundTrips = 0
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
     /// Set when a statement found the session gone (the server restarted, failed over, or
@@ -29,6 +32,9 @@ final class PGConnection: @unchecked Sendable {
     /// The connection is to be made afresh before its next use (it was left in a state
     /// libpq refuses statements in).
     private(set) var needsReset = false
+    /// The `SET` statements that set the session up for its store, applied again after a
+    /// reconnect.
+    var sessionSettings: [String] = []
     /// Keeps the connection string's password out of messages.
     let redaction: PGRedaction
 
@@ -96,6 +102,7 @@ final class PGConnection: @unchecked Sendable {
             throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
         }
         let connection = PGConnection(handle: handle, logger: logger, redaction: redaction)
+        connection.sessionSettings = settings
         for setting in settings {
             do {
                 try connection.execute(setting)
@@ -196,6 +203,7 @@ final class PGConnection: @unchecked Sendable {
         }
         guard let handle, isInTransaction else { return }
         // In libpq's default blocking mode the query is flushed before this returns.
+        roundTrips += 1
         if PQsendQuery(handle, "ROLLBACK") == 1 {
             rollbackInFlight = true
         } else {
@@ -237,4 +245,23 @@ final class PGConnection: @unchecked Sendable {
     }
 
     var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
+
+
+    /// Finds out, without waiting, whether the server ended this idle session (a restart,
+    /// a failover, a terminated backend): it sent its farewell and closed, which leaves the
+    /// socket readable while no statement is out. ``isBroken`` then says so, and the store
+    /// makes the connection afresh before sending anything on it.
+    func noticeIdleLoss() {
+        guard let handle, !rollbackInFlight, pendingBegin == nil, PQstatus(handle) == CONNECTION_OK else { return }
+        // The farewell (an error message) and the end of the stream may come in one read
+        // or in two: read while there is something to read, a few times at most.
+        for _ in 0..<4 {
+            var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 0) > 0 else { return }
+            if PQconsumeInput(handle) == 0 || PQstatus(handle) != CONNECTION_OK {
+                markForReset()
+                return
+            }
+        }
+    }
 }

@@ -163,7 +163,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
             let (stored, version) = try Self.prepareSchema(writer, options: options)
-            for setting in settings { try writer.execute(setting, "Setting up the PostgreSQL session") }
+            // The writer's autocommit writes (one statement each, see
+            // PostgresStore+SingleStatement.swift) are as serializable as its transactions.
+            writer.sessionSettings = settings + ["SET default_transaction_isolation TO serializable"]
+            for setting in writer.sessionSettings { try writer.execute(setting, "Setting up the PostgreSQL session") }
             for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings, logger: log.logger)) }
             let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger)
             opened.append(listen)
@@ -317,7 +320,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         connection.commitSent = false
         guard connection.isBroken, connection.handle != nil else { return }
         guard connection.reset() else { return }
-        for setting in Self.sessionSettings(options) {
+        for setting in connection.sessionSettings {
             do throws(DepotError) {
                 try connection.execute(setting, "Setting up the PostgreSQL session again")
             } catch {
@@ -420,8 +423,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         while true {
             healthy(writer)
             writer.lastFailure = nil
+            // The first attempt as one autocommit statement when the write is one statement;
+            // retries, reloads and reruns after a lost connection in a transaction.
+            let single = attempt == 0 && reloads == 0 && !rerun
             do {
-                return try log.transaction("write") { try writeInTransaction(body) }
+                return try log.transaction("write") { () throws -> T in
+                    single ? try writeDeferring(body) : try writeInTransaction(body)
+                }
             } catch {
                 if writer.schemaReloadNeeded {
                     // Another process changed the schema: the registry takes it in, and the
@@ -450,21 +458,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let result: T
         do {
             result = try ReferenceEnforcement.run(transaction, tables.relationships, body)
-            transaction.isFinished = true
-            if writer.isInFailedTransaction {
-                throw DepotError(writer.lastFailure.map { $0.depotError("").code } ?? .backend, "PostgreSQL rolled this transaction back after an error in it that the operation caught (\(writer.lastFailure?.message ?? "see that error")); nothing of it was kept.")
-            }
-            // The notification and the COMMIT in one round trip.
-            var steps: [PGConnection.Step] = []
-            if let notification = notification(transaction.recorder) { steps.append(notification) }
-            steps.append(PGConnection.Step(sql: "COMMIT", context: "Committing a write"))
-            if steps.count == 1 { try writer.execute("COMMIT", "Committing a write") } else { _ = try writer.run(steps) }
         } catch {
             transaction.isFinished = true
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
             throw error
         }
-        publishLocally(transaction.recorder)
+        transaction.isFinished = true
+        try commit(transaction)
         return result
     }
 
