@@ -17,6 +17,10 @@ extension PGConnection {
         /// The prepared statement's name, for a statement prepared once per connection.
         var name: String?
         var context: String
+        /// Whether the steps before this one end their implicit transaction first (a sync
+        /// point): an autocommit statement commits before this step runs, in the same round
+        /// trip.
+        var syncBefore = false
     }
 
     /// Runs SQL without parameters (transaction control, DDL).
@@ -100,11 +104,20 @@ extension PGConnection {
         var failure: DepotError?
         var sent = 0
         for step in all {
+            if step.syncBefore, sent > 0, PQpipelineSync(handle) != 1 { break }
             guard send(step, on: handle, wait: false) != nil else { break }
             sent += 1
         }
         if PQpipelineSync(handle) != 1 { failure = connectionLost(all[0].context) }
-        for step in all.prefix(sent) {
+        for (index, step) in all.prefix(sent).enumerated() {
+            if step.syncBefore, index > 0 {
+                // The sync point's own result, after the steps before it.
+                while let raw = PQgetResult(handle) {
+                    let status = PQresultStatus(raw)
+                    PQclear(raw)
+                    if status == PGRES_PIPELINE_SYNC { break }
+                }
+            }
             guard let raw = PQgetResult(handle) else {
                 failure = failure ?? connectionLost(step.context)
                 break

@@ -89,6 +89,8 @@ extension PostgresStore {
             try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], name: "depot_lock", "Locking the schema \(options.schema)")
             let result = try body()
             try writer.execute("COMMIT", what)
+            // Standbys serve no read before they replayed the change.
+            noteSchemaChange()
             return result
         } catch {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }

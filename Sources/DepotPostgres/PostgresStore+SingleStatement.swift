@@ -109,7 +109,17 @@ extension PostgresStore {
         writer.commitSent = true
         let result: PGResult
         do throws(DepotError) {
-            result = try writer.query(sql, params + extra, name: table.statementName(kind), context)
+            let statement = PGConnection.Step(sql: sql, params: params + extra, name: table.statementName(kind), context: context)
+            if hasStandbys {
+                // The position after its commit, for read-your-writes, in the same round trip.
+                var position = Self.positionStep
+                position.syncBefore = true
+                let results = try writer.run([statement, position])
+                result = results[0]
+                if result.rowCount == 1, result.int64(0, 0) == 1 { noteCommit(at: try Self.position(of: results[1])) }
+            } else {
+                result = try writer.run([statement])[0]
+            }
         } catch {
             if writer.lost { throw error }
             // The statement failed as a whole, so nothing of it was kept: the closure runs
@@ -138,7 +148,14 @@ extension PostgresStore {
             var steps: [PGConnection.Step] = []
             if let notification = notification(transaction.recorder) { steps.append(notification) }
             steps.append(PGConnection.Step(sql: "COMMIT", context: "Committing a write"))
-            if steps.count == 1 { try writer.execute("COMMIT", "Committing a write") } else { _ = try writer.run(steps) }
+            // The position after the commit, for read-your-writes on standbys.
+            if hasStandbys, writer.pendingBegin == nil { steps.append(Self.positionStep) }
+            if steps.count == 1 {
+                try writer.execute("COMMIT", "Committing a write")
+            } else {
+                let results = try writer.run(steps)
+                if hasStandbys, let last = results.last { noteCommit(at: try Self.position(of: last)) }
+            }
         } catch {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
             throw error

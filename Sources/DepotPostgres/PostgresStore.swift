@@ -3,6 +3,7 @@ public import DepotCore
 import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// The PostgreSQL backend: one table per entity in a schema of a PostgreSQL database, shared
 /// by every process (and every server) that opens it.
@@ -49,6 +50,18 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         case normal
     }
 
+    /// What a read served by a standby promises (URL option `consistency`).
+    public enum Consistency: String, Sendable, Hashable {
+        /// A read that follows a write through the same store sees that write (and every
+        /// earlier one): a standby serves it once it has replayed the write's commit, for
+        /// at most ``Options/standbyWait``, and the primary after that. The default.
+        case readYourWrites = "read-your-writes"
+        /// A read takes the standby as it is, which may be behind the primary by the
+        /// replication lag, even behind this store's own last write. Schema changes are
+        /// still waited for, so a standby never serves a layout the store has left.
+        case eventual
+    }
+
     /// How a store is opened.
     public struct Options: Sendable, Hashable {
         /// The schema that holds the store's tables; created when missing. `public` by
@@ -72,14 +85,25 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// writes, registering an entity that is new or differs from the stored one, and
         /// migrations fail with `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
         public var readOnly: Bool
+        /// What reads served by standbys promise, when the URL names several hosts;
+        /// ``Consistency/readYourWrites`` by default (URL option `consistency`).
+        public var consistency: Consistency
+        /// How long a read waits for a standby to replay this store's last write before the
+        /// primary serves it; 2 seconds by default (URL option `standbyWait`).
+        public var standbyWait: Duration
 
-        public init(schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false) {
+        public init(
+            schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false,
+            consistency: Consistency = .readYourWrites, standbyWait: Duration = .seconds(2)
+        ) {
             self.schema = schema
             self.readers = readers
             self.durability = durability
             self.statementTimeout = statementTimeout
             self.retries = retries
             self.readOnly = readOnly
+            self.consistency = consistency
+            self.standbyWait = standbyWait
         }
     }
 
@@ -108,6 +132,14 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     let state = NIOLockedValueBox(State())
+    /// Whether the connection string names several hosts: the writer and the listener then
+    /// connect to the primary among them, the readers to a standby when there is one
+    /// (see `PostgresStore+Standbys.swift`).
+    let hasStandbys: Bool
+    /// The write-ahead log position after this store's last commit, and after its last
+    /// schema change: what a standby must have replayed before it serves a read.
+    let lastWrite = Atomic<UInt64>(0)
+    let lastSchemaChange = Atomic<UInt64>(0)
     /// The reader connections, handed out to reads in arrival order; each runs its reads on
     /// its own queue.
     let pool: ReaderPool<PGConnection>
@@ -151,6 +183,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         if let timeout = options.statementTimeout, timeout < .zero {
             throw DepotError(.invalidConfiguration, "PostgresStore.Options.statementTimeout is negative.")
         }
+        guard options.standbyWait >= .zero else {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.standbyWait is negative.")
+        }
+        self.hasStandbys = try Self.namesSeveralHosts(conninfo)
         self.conninfo = conninfo
         self.options = options
         self.log = log
@@ -159,7 +195,9 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             ? "depot_changes_\(options.schema)" : "depot_changes_h\(String(UInt64(bitPattern: Self.lockKey(options.schema)), radix: 16))"
         self.gate = StoreGate(store: "PostgreSQL store (schema \(options.schema))")
         let settings = Self.sessionSettings(options)
-        let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger)
+        let primary: [(String, String)] = hasStandbys ? [("target_session_attrs", "read-write")] : []
+        let standby: [(String, String)] = hasStandbys ? [("target_session_attrs", "prefer-standby")] : []
+        let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger, overrides: primary)
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
             let (stored, version) = try Self.prepareSchema(writer, options: options)
@@ -167,8 +205,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             // PostgresStore+SingleStatement.swift) are as serializable as its transactions.
             writer.sessionSettings = settings + ["SET default_transaction_isolation TO serializable"]
             for setting in writer.sessionSettings { try writer.execute(setting, "Setting up the PostgreSQL session") }
-            for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings, logger: log.logger)) }
-            let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger)
+            if hasStandbys { lastSchemaChange.store(try Self.currentPosition(writer), ordering: .relaxed) }
+            for _ in 0..<options.readers {
+                let reader = try PGConnection.open(conninfo, settings: settings, logger: log.logger, overrides: standby)
+                opened.append(reader)
+                if hasStandbys { try reader.readRecoveryState() }
+            }
+            let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger, overrides: primary)
             opened.append(listen)
             self.writer = writer
             self.readers = Array(opened[1...options.readers])
@@ -331,6 +374,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 return
             }
         }
+        // Made afresh, the connection may have reached another server (a promoted standby).
+        if hasStandbys, connection !== writer { try? connection.readRecoveryState() }
     }
 
     /// Whether an operation that failed on `connection` runs again, once, after
@@ -350,6 +395,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         pool.checkOut { reader in
             self.healthy(reader)
+            guard self.standbyCaughtUp(reader) else {
+                let result = Result { try self.log.transaction("read") { try self.readOnPrimary(body) } }
+                self.pool.checkIn(reader)
+                self.end()
+                return completion(result)
+            }
             let read = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } } }
             var result = Result { try read() }
             if case .failure = result, self.rerunsAfterLoss(reader) {
@@ -380,6 +431,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         pool.checkOut { reader in
             self.healthy(reader)
+            guard self.standbyCaughtUp(reader) else {
+                let result = Result { try self.log.transaction("read") { try self.readOnPrimary { try $0.fetchRow(entity, key: key, visit) } } }
+                self.pool.checkIn(reader)
+                self.end()
+                return completion(result)
+            }
             let read = { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
                     try self.retryingAfterSchemaChange(on: reader) { () throws -> Bool in
