@@ -63,7 +63,7 @@ endef
 # their own (no second build): beside every other suite at once on 2 cores, the stores'
 # queues they wait on (which share the global queue's threads with every test's blocking
 # work) took minutes to get a thread, and the restart test ran past its time limit.
-ISOLATED_TESTS := PostgresRestartTests
+ISOLATED_TESTS := PostgresRestartTests|PostgresFailoverTests
 test: WITH_POSTGRES_DIR = .build/postgres
 test: WITH_POSTGRES_STANDBY = yes
 test: WITH_POSTGRES_RUN = $(SWIFT) test $(TRAITS) --skip '$(ISOLATED_TESTS)' && DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(SWIFT) test $(TRAITS) --skip-build --filter '$(ISOLATED_TESTS)'
@@ -93,7 +93,7 @@ test-tsan: deps
 # differential cases competed for 2 cores and a run exceeded 25 minutes; one group after
 # another the whole takes about 5 minutes here (the crash group, 4 of them, was over 30 while
 # its check hashed payloads through String.UTF8View in the debug build).
-STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests'
+STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests' 'PostgresFailoverTests'
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \
 	$(SWIFT) build $(TRAITS) --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
