@@ -34,14 +34,14 @@ import Foundation
 // serializable`, so the autocommit statement is as serializable as the transaction it
 // replaces.
 extension PostgresStore {
-    /// How many times a write runs held back before it runs in a transaction from its start:
-    /// a second try answers an upsert the other way.
-    static let deferredAttempts = 2
-
     /// Runs `body` as a write, in one autocommit statement when it is one write of a record
     /// by key.
+    ///
+    /// A write held back that did not go as answered runs again held back once when it was
+    /// an upsert (now answered the other way); any other (a duplicate insert, an update or a
+    /// delete of nothing) runs in a transaction, which gives its error or its result.
     func writeDeferring<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        for _ in 0..<Self.deferredAttempts {
+        for attempt in 0..<2 {
             let tables = self.tables
             let deferring = DeferringTransaction(
                 PostgresTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder(detailedAlways: true)))
@@ -51,13 +51,17 @@ extension PostgresStore {
             } catch {
                 deferring.real.isFinished = true
                 if writer.isInTransaction { try? writer.execute("ROLLBACK") }
-                if deferring.misanswered { continue }
+                if deferring.misanswered {
+                    if attempt == 0, deferring.heldBackUpsert { continue }
+                    break
+                }
                 throw error
             }
             deferring.real.isFinished = true
             if deferring.misanswered {
                 if writer.isInTransaction { try? writer.execute("ROLLBACK") }
-                continue
+                if attempt == 0, deferring.heldBackUpsert { continue }
+                break
             }
             if deferring.begun {
                 try commit(deferring.real)
@@ -69,6 +73,7 @@ extension PostgresStore {
                 publishLocally(recorder)
                 return result
             }
+            if !deferring.heldBackUpsert { break }
         }
         writer.lastFailure = nil
         return try writeInTransaction(body)
@@ -194,6 +199,12 @@ final class DeferringTransaction: WriteTransaction {
     private(set) var begun = false
     /// Whether the closure was told wrong about its held-back write.
     private(set) var misanswered = false
+
+    /// Whether the held-back write is an upsert (answered one of two ways).
+    var heldBackUpsert: Bool {
+        if case .upsert = deferred?.kind { return true }
+        return false
+    }
 
     init(_ real: PostgresTransaction) {
         self.real = real

@@ -42,6 +42,17 @@ struct PostgresRoundTripTests {
         #expect(try await writerTrips(store) { try await cats.save(Cat(id: 3, name: "Again", weight: 1, age: 1)) } == 2)
         #expect(try await writerTrips(store) { try await cats.save(Cat(id: 3, name: "Third", weight: 1, age: 1)) } == 1)
         #expect(try await writerTrips(store) { try await cats.insert(Cat(id: 4, name: "Four", weight: 1, age: 1)) } == 1)
+        // A duplicate insert: the statement takes no effect, and a transaction (BEGIN with
+        // the insert, then ROLLBACK) gives the error, as before; the first prepares it.
+        for expected in [4, 3] {
+            #expect(
+                try await writerTrips(store) {
+                    do {
+                        try await cats.insert(Cat(id: 4, name: "Again", weight: 1, age: 1))
+                        Issue.record("a duplicate insert succeeded")
+                    } catch let error as DepotError where error.code == .duplicateKey {}
+                } == expected)
+        }
         #expect(try await writerTrips(store) { try await cats.update(Cat(id: 4, name: "Four", weight: 2, age: 1)) } == 1)
         let deleted = NSLock()
         nonisolated(unsafe) var wasThere = false
