@@ -33,8 +33,14 @@ import Synchronization
 /// connection, in `SERIALIZABLE` transactions: when two processes' operations conflict
 /// (each read what the other writes), PostgreSQL fails one with a serialization failure
 /// and the store runs that write's closure again from the start, up to
-/// ``Options/retries`` times, so a read-modify-write never loses an update. Keep write
-/// closures free of outside side effects: one may run more than once.
+/// ``Options/retries`` times, so a read-modify-write never loses an update. A write that is
+/// one write of a record by key goes out as one autocommit statement, as serializable as
+/// the transaction it replaces (see the DocC article). Keep write closures free of outside
+/// side effects: one may run more than once.
+///
+/// A connection string that names several hosts names a primary and its standbys: writes
+/// go to the primary, reads to a standby, and a read after this store's write sees it
+/// (``Options/consistency``).
 ///
 /// A write committed by any process reaches this store's observers: each write sends the
 /// keys it changed with `pg_notify` in its own transaction (so only a commit is heard), and
