@@ -119,8 +119,21 @@ extension PostgresStore {
     /// Runs a read on the primary: on the writer, between writes.
     func readOnPrimary<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) throws -> T {
         try writerLane.runAndWait { () throws -> T in
-            self.healthy(self.writer)
-            return try self.readInTransaction(on: self.writer, body)
+            var reloads = 0
+            while true {
+                self.healthy(self.writer)
+                do {
+                    return try self.readInTransaction(on: self.writer, body)
+                } catch {
+                    // Another process changed the schema: reloaded here, on the writer's lane
+                    // already (retryingAfterSchemaChange would wait for this lane).
+                    guard self.writer.schemaReloadNeeded else { throw error }
+                    self.writer.schemaReloadNeeded = false
+                    reloads += 1
+                    guard reloads < Self.schemaReloads else { throw error }
+                    try self.reloadSchemaNow()
+                }
+            }
         }
     }
 }

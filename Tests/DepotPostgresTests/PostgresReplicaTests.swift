@@ -113,6 +113,34 @@ struct PostgresReplicaTests {
         #expect(caughtUp, "the standby replayed the save once resumed")
     }
 
+    @Test("a read the primary serves takes in another process's schema change and runs again")
+    func primaryReadAfterASchemaChange() async throws {
+        let schema = "r_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+        let store = try TestCluster.makeStore(schema: schema, standbyWait: .milliseconds(100))
+        let other = try TestServer.makeStore(schema: schema)
+        defer {
+            Task {
+                await store.close()
+                await other.close()
+            }
+        }
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
+        let standby = try TestCluster.standby()
+        defer { standby.close() }
+        try standby.execute("SELECT pg_wal_replay_pause()")
+        do {
+            try await cats.save(Cat(id: 2, name: "Felix", weight: 3, age: 2))
+            // Another process registers an entity: the schema version moves on the primary.
+            try await Controller<Account, Account>(store: other).save(Account(id: 1, balance: 1, owner: "a"))
+            #expect(try await cats.fetchOne(id: 2)?.name == "Felix")
+        } catch {
+            try? standby.execute("SELECT pg_wal_replay_resume()")
+            throw error
+        }
+        try standby.execute("SELECT pg_wal_replay_resume()")
+    }
+
     @Test("an observer hears every commit, its own store's and another's, while reads go to the standby")
     func observationHearsThePrimary() async throws {
         let schema = "r_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
