@@ -144,10 +144,21 @@ final class StatementColumns: ColumnReader {
         // column_text before column_bytes: the byte count is of the text form.
         guard let text = sqlite3_column_text(statement, column) else { return "" }
         let count = Int(sqlite3_column_bytes(statement, column))
-        guard let string = String(validating: UnsafeBufferPointer(start: text, count: count), as: UTF8.self) else {
+        let bytes = UnsafeBufferPointer(start: text, count: count)
+        // ASCII is valid UTF-8 as it stands, and most stored text is ASCII: it skips the
+        // validating initialiser, which is generic and runs unspecialized here.
+        if Self.isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
+        guard let string = String(validating: bytes, as: UTF8.self) else {
             throw DepotError(.conversionFailed, "\(place(index)) holds text that is not valid UTF-8, which a string attribute cannot hold exactly; another program wrote it. Correct the stored value.")
         }
         return string
+    }
+
+    @inline(__always)
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var seen: UInt8 = 0
+        for byte in bytes { seen |= byte }
+        return seen < 0x80
     }
 
     func data(_ index: Int) throws(DepotError) -> Data {
