@@ -23,6 +23,7 @@ public struct RecordMacro: ExtensionMacro {
         }
         var entityName = record.name.text.trimmingBackticks
         var argumentProblem = false
+        var indexesArgument: ExprSyntax?
         if case .argumentList(let arguments) = node.arguments {
             for argument in arguments where argument.label?.text == "name" {
                 if let literal = RecordModel.stringLiteral(argument.expression) {
@@ -32,6 +33,7 @@ public struct RecordMacro: ExtensionMacro {
                     context.diagnose(.error(argument.expression, "nameNotLiteral", "The entity name must be a string literal, so it is fixed at compile time."))
                 }
             }
+            indexesArgument = arguments.first { $0.label?.text == "indexes" }?.expression
         }
         if !argumentProblem, let problem = RecordModel.nameProblem(entityName) {
             argumentProblem = true
@@ -40,6 +42,15 @@ public struct RecordMacro: ExtensionMacro {
 
         let model = RecordModel(record, entityName: entityName)
         for diagnostic in model.diagnostics { context.diagnose(diagnostic) }
+        var indexes: [IndexDeclaration] = []
+        if let indexesArgument {
+            let parsed = IndexDeclaration.parse(indexesArgument, properties: model.properties)
+            indexes = parsed.declarations
+            if let problem = parsed.problem {
+                argumentProblem = true
+                context.diagnose(problem)
+            }
+        }
         guard !model.hasErrors, !argumentProblem, let keyIndex = model.primaryKeyIndex else { return [] }
 
         // Conform only to what the type does not conform to already (the compiler passes
@@ -60,7 +71,8 @@ public struct RecordMacro: ExtensionMacro {
 
         var lines: [String] = []
         lines.append("extension \(typeName)\(conformance.map { ": " + $0 } ?? "") {")
-        lines.append("    \(access)static let entity = DepotCore.Entity<\(typeName)>(\(literal(model.entityName)), primaryKey: \\.\(key.identifier)) {")
+        let indexList = indexes.isEmpty ? "" : ", indexes: [" + indexes.map(\.source).joined(separator: ", ") + "]"
+        lines.append("    \(access)static let entity = DepotCore.Entity<\(typeName)>(\(literal(model.entityName)), primaryKey: \\.\(key.identifier)\(indexList)) {")
         for property in model.properties {
             var arguments = ["\(literal(property.storedName))", "\\.\(property.identifier)"]
             if let reference = property.reference {
@@ -140,6 +152,69 @@ public struct RecordMacro: ExtensionMacro {
             return .error(type.extensionKeyword, "notAStruct", message + " Put @Record on the struct's own declaration.")
         }
         return .error(declaration, "notAStruct", message)
+    }
+}
+
+/// One entry of `@Record(indexes: [.index("species", .descending("born"))])`, read from the
+/// source: the properties it names, each with its direction.
+struct IndexDeclaration {
+    var isUnique: Bool
+    var components: [(identifier: String, isDescending: Bool)]
+
+    /// The entry as the generated entity declares it, with key paths, so the compiler checks
+    /// the properties again.
+    var source: String {
+        let keys = components.map { ".\($0.isDescending ? "descending" : "ascending")(\\.\($0.identifier))" }
+        return ".\(isUnique ? "unique" : "index")(\(keys.joined(separator: ", ")))"
+    }
+
+    /// The entries of the `indexes:` argument. Names must be string literals naming stored
+    /// properties (by the property's name or its stored name), so the index is fixed at
+    /// compile time and a typo is an error there, not at the first open.
+    static func parse(_ expression: ExprSyntax, properties: [StoredProperty]) -> (declarations: [IndexDeclaration], problem: Diagnostic?) {
+        let shape = "Declare indexes as a literal list such as [.index(\"species\", \"name\"), .unique(\"owner\", .descending(\"born\"))]."
+        guard let array = expression.as(ArrayExprSyntax.self) else {
+            return ([], Diagnostic.error(expression, "indexesNotLiteral", shape))
+        }
+        var result: [IndexDeclaration] = []
+        for element in array.elements {
+            guard let call = element.expression.as(FunctionCallExprSyntax.self),
+                let member = call.calledExpression.as(MemberAccessExprSyntax.self),
+                ["index", "unique"].contains(member.declName.baseName.text)
+            else {
+                return ([], Diagnostic.error(element.expression, "indexesNotLiteral", shape))
+            }
+            var declaration = IndexDeclaration(isUnique: member.declName.baseName.text == "unique", components: [])
+            for argument in call.arguments {
+                var nameExpression = argument.expression
+                var isDescending = false
+                if let inner = argument.expression.as(FunctionCallExprSyntax.self),
+                    let direction = inner.calledExpression.as(MemberAccessExprSyntax.self)?.declName.baseName.text,
+                    ["ascending", "descending"].contains(direction), inner.arguments.count == 1, let first = inner.arguments.first
+                {
+                    isDescending = direction == "descending"
+                    nameExpression = first.expression
+                }
+                guard let name = RecordModel.stringLiteral(nameExpression) else {
+                    return ([], Diagnostic.error(argument.expression, "indexesNotLiteral", shape))
+                }
+                guard let property = properties.first(where: { $0.identifier.trimmingBackticks == name })
+                    ?? properties.first(where: { $0.storedName == name })
+                else {
+                    let known = properties.map { $0.identifier.trimmingBackticks }.joined(separator: ", ")
+                    return ([], Diagnostic.error(nameExpression, "unknownIndexAttribute", "The index names '\(name)', which is not a stored property of this record (stored properties: \(known))."))
+                }
+                if declaration.components.contains(where: { $0.identifier == property.identifier }) {
+                    return ([], Diagnostic.error(nameExpression, "duplicateIndexAttribute", "The index names '\(name)' twice; an attribute appears once in an index."))
+                }
+                declaration.components.append((property.identifier, isDescending))
+            }
+            if declaration.components.isEmpty {
+                return ([], Diagnostic.error(element.expression, "emptyIndex", "An index needs at least one attribute."))
+            }
+            result.append(declaration)
+        }
+        return (result, nil)
     }
 }
 

@@ -265,3 +265,124 @@ struct RecordExpansionTests {
             """)
     }
 }
+
+@Suite("@Record indexes")
+struct RecordIndexExpansionTests {
+    @Test func indexesBecomeKeyPathsOfTheEntity() {
+        assertExpansion(
+            """
+            @Record(indexes: [.index("species", "name"), .unique("owner", .descending("born"))])
+            struct Pet {
+                var id: Int64
+                var species: String
+                @Stored(name: "pet_name") var name: String
+                var owner: Int64
+                var born: Double
+            }
+            """,
+            expandedSource: """
+            struct Pet {
+                var id: Int64
+                var species: String
+                var name: String
+                var owner: Int64
+                var born: Double
+            }
+
+            extension Pet: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                static let entity = DepotCore.Entity<Pet>("Pet", primaryKey: \\.id, indexes: [.index(.ascending(\\.species), .ascending(\\.name)), .unique(.ascending(\\.owner), .descending(\\.born))]) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("species", \\.species)
+                    DepotCore.Attribute("pet_name", \\.name)
+                    DepotCore.Attribute("owner", \\.owner)
+                    DepotCore.Attribute("born", \\.born)
+                }
+
+                static var entityName: String {
+                    "Pet"
+                }
+
+                init(row: DepotCore.RecordReader<Pet>) throws {
+                    self.id = try row.decode(0)
+                    self.species = try row.decode(1)
+                    self.name = try row.decode(2)
+                    self.owner = try row.decode(3)
+                    self.born = try row.decode(4)
+                }
+
+                func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
+                    row.removeAll()
+                    row.append(try self.id.storedValue())
+                    row.append(try self.species.storedValue())
+                    row.append(try self.name.storedValue())
+                    row.append(try self.owner.storedValue())
+                    row.append(try self.born.storedValue())
+                }
+            }
+            """)
+    }
+
+    @Test func anIndexNamingNoStoredPropertyIsAnError() {
+        assertExpansion(
+            """
+            @Record(indexes: [.index("species", "nmae")])
+            struct Pet {
+                var id: Int64
+                var species: String
+                var name: String
+            }
+            """,
+            expandedSource: """
+            struct Pet {
+                var id: Int64
+                var species: String
+                var name: String
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(
+                    message: "The index names 'nmae', which is not a stored property of this record (stored properties: id, species, name).",
+                    line: 1, column: 37)
+            ])
+    }
+
+    @Test func indexesMustBeLiterals() {
+        assertExpansion(
+            """
+            @Record(indexes: petIndexes)
+            struct Pet {
+                var id: Int64
+            }
+            """,
+            expandedSource: """
+            struct Pet {
+                var id: Int64
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(
+                    message: "Declare indexes as a literal list such as [.index(\"species\", \"name\"), .unique(\"owner\", .descending(\"born\"))].",
+                    line: 1, column: 18)
+            ])
+    }
+
+    @Test func anAttributeTwiceInOneIndexIsAnError() {
+        assertExpansion(
+            """
+            @Record(indexes: [.index("name", .descending("name"))])
+            struct Pet {
+                var id: Int64
+                var name: String
+            }
+            """,
+            expandedSource: """
+            struct Pet {
+                var id: Int64
+                var name: String
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(message: "The index names 'name' twice; an attribute appears once in an index.", line: 1, column: 46)
+            ])
+    }
+}

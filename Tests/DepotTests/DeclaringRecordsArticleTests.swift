@@ -33,6 +33,29 @@ enum ArticleAttributeOptions {
     }
 }
 
+enum ArticleIndexes {
+    @Record(indexes: [.index("species", "name"), .unique("ownerID", .descending("born"))])
+    struct Pet {
+        var id: Int64
+        var species: String
+        var name: String
+        var ownerID: Int64
+        var born: Date
+    }
+
+    static func run(_ store: any Store) async throws -> [String] {
+        let pets = Controller<Pet, Pet>(store: store)
+        let born = Date(timeIntervalSinceReferenceDate: 0)
+        try await pets.save([
+            Pet(id: 1, species: "cat", name: "Tom", ownerID: 1, born: born),
+            Pet(id: 2, species: "dog", name: "Rex", ownerID: 1, born: born.addingTimeInterval(1)),
+            Pet(id: 3, species: "cat", name: "Ada", ownerID: 2, born: born),
+        ])
+        let page = try await pets.fetchAll(Request(\.species == "cat").sorted(by: \.name).limit(20))
+        return page.map(\.name)
+    }
+}
+
 enum ArticleEnums {
     enum Mood: String, AttributeValue { case calm, playful, grumpy }
 
@@ -126,6 +149,9 @@ struct DeclaringRecordsArticleTests {
         let store = MemoryStore()
         #expect(try await ArticleFirstRecord.run(store) == 1)
         await store.close()
+        let pets = MemoryStore()
+        #expect(try await ArticleIndexes.run(pets) == ["Ada", "Tom"])
+        await pets.close()
         let moods = MemoryStore()
         #expect(try await ArticleEnums.run(moods) == [2])
         await moods.close()

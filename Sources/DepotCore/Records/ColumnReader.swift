@@ -131,7 +131,7 @@ public final class RowColumns: ColumnReader {
 ///
 /// A key path that the entity does not declare, or whose type stores as another attribute
 /// type than the declared one, throws ``DepotError/Code/conversionFailed`` naming it, so a
-/// wrong mapping fails loudly instead of swapping values. ``Record(name:)`` generates reads
+/// wrong mapping fails loudly instead of swapping values. ``Record(name:indexes:)`` generates reads
 /// by position (``decode(_:as:)``), which it keeps in step with the entity it generates.
 public struct RecordReader<Record: ManagedRecord> {
     /// The backend's reader.
@@ -171,7 +171,7 @@ public struct RecordReader<Record: ManagedRecord> {
         return try V.read(from: columns, at: position)
     }
 
-    /// The value at an attribute position, in declaration order: what ``Record(name:)``
+    /// The value at an attribute position, in declaration order: what ``Record(name:indexes:)``
     /// generates. By hand, read by key path instead, so the mapping cannot drift from the
     /// entity.
     @inlinable

@@ -138,9 +138,18 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     /// The record types this entity's references name.
     let referencedTypes: [any ManagedRecord.Type]
 
-    /// An entity named `name`, keyed by `primaryKey`, with the attributes listed in the builder.
+    /// An entity named `name`, keyed by `primaryKey`, with the attributes listed in the
+    /// builder and the indexes that span them.
+    ///
+    /// ```swift
+    /// static let entity = Entity<PetRecord>("Pet", primaryKey: \.id, indexes: [.index(\.species, \.name)]) {
+    ///     Attribute("id", \.id)
+    ///     Attribute("species", \.species)
+    ///     Attribute("name", \.name)
+    /// }
+    /// ```
     public init(
-        _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable,
+        _ name: String, primaryKey: KeyPath<Record, Record.ID> & Sendable, indexes: [EntityIndex<Record>] = [],
         @AttributeListBuilder<Record> attributes: () -> [Attribute<Record>]
     ) {
         var list = attributes()
@@ -156,12 +165,25 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         self.referencedTypes = list.compactMap { $0.referenceTarget?.type }
         self.jsonAttributes = Set(list.filter(\.isJSON).map(\.description.name))
         self.indexByKeyPath = KeyPathIndex(byKeyPath)
+        var indexDescriptions: [IndexDescription] = []
+        var indexProblem: DepotError?
+        for index in indexes {
+            var components: [IndexDescription.Component] = []
+            for key in index.keys {
+                guard let position = byKeyPath[key.keyPath] else {
+                    indexProblem = indexProblem ?? DepotError(.invalidSchema, "An index of entity \(name) names a key path that is not one of its attributes; declare an Attribute for it or leave it out of the index.")
+                    continue
+                }
+                components.append(IndexDescription.Component(list[position].description.name, descending: key.isDescending))
+            }
+            indexDescriptions.append(IndexDescription(components, unique: index.isUnique))
+        }
         self.description = EntityDescription(
-            name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1)
+            name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1, indexes: indexDescriptions)
         self.declarationProblem =
             keyIndex == nil
             ? DepotError(.invalidSchema, "Entity \(name) names a primary key path that is not one of its attributes; declare an Attribute for it.")
-            : list.lazy.compactMap(\.problem).first
+            : indexProblem ?? list.lazy.compactMap(\.problem).first
     }
 
     /// The entity name.
@@ -234,6 +256,53 @@ public struct Entity<Record: ManagedRecord>: Sendable {
     public func primaryKey(of record: Record) -> Value {
         guard attributes.indices.contains(description.primaryKeyIndex) else { return .null }
         return attributes[description.primaryKeyIndex].read(record)
+    }
+}
+
+/// An index of an ``Entity`` declared with key paths: see ``IndexDescription``.
+///
+/// ```swift
+/// indexes: [.index(\.species, \.name), .unique(.ascending(\.ownerID), .descending(\.born))]
+/// ```
+public struct EntityIndex<Record>: Sendable {
+    /// One indexed key path and its direction.
+    public struct Key: Sendable {
+        let keyPath: PartialKeyPath<Record> & Sendable
+        let isDescending: Bool
+
+        /// The attribute at `keyPath`, smallest value first.
+        public static func ascending(_ keyPath: PartialKeyPath<Record> & Sendable) -> Key {
+            Key(keyPath: keyPath, isDescending: false)
+        }
+
+        /// The attribute at `keyPath`, largest value first.
+        public static func descending(_ keyPath: PartialKeyPath<Record> & Sendable) -> Key {
+            Key(keyPath: keyPath, isDescending: true)
+        }
+    }
+
+    let keys: [Key]
+    let isUnique: Bool
+
+    /// An index over the attributes at `keyPaths`, each ascending, most significant first.
+    public static func index(_ keyPaths: (PartialKeyPath<Record> & Sendable)...) -> EntityIndex {
+        EntityIndex(keys: keyPaths.map { Key.ascending($0) }, isUnique: false)
+    }
+
+    /// An index over `keys`, each in its own direction.
+    public static func index(_ keys: Key...) -> EntityIndex {
+        EntityIndex(keys: keys, isUnique: false)
+    }
+
+    /// A unique index over the attributes at `keyPaths`: no two records share all their
+    /// values.
+    public static func unique(_ keyPaths: (PartialKeyPath<Record> & Sendable)...) -> EntityIndex {
+        EntityIndex(keys: keyPaths.map { Key.ascending($0) }, isUnique: true)
+    }
+
+    /// A unique index over `keys`, each in its own direction.
+    public static func unique(_ keys: Key...) -> EntityIndex {
+        EntityIndex(keys: keys, isUnique: true)
     }
 }
 

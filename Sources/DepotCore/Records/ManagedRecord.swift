@@ -1,7 +1,7 @@
 /// A struct that a store can hold: described by an ``Entity``, read from a backend's stored
 /// record through a ``RecordReader``, and written back as a ``Row``.
 ///
-/// ``Record(name:)`` writes the whole conformance from a struct's stored properties. By
+/// ``Record(name:indexes:)`` writes the whole conformance from a struct's stored properties. By
 /// hand, declaring one takes the entity and an initializer that reads each attribute by
 /// key path; writing the record back comes for free from the entity's key paths. The
 /// record is `Identifiable`: its `id` is the primary key (add a computed `id` when the key

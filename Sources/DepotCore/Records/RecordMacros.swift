@@ -22,13 +22,28 @@
 /// application type: when its declaration names ``ObjectConvertible`` or it declares
 /// `toObject()`, it only becomes a ``ManagedRecord``, for `Controller<Cat, CatRecord>`.
 ///
-/// - Parameter name: The stored entity name; the struct's name when omitted.
+/// Indexes over several attributes, for requests that filter on some and sort by others,
+/// are listed on the macro by property name (see ``IndexDescription``):
+///
+/// ```swift
+/// @Record(indexes: [.index("species", "name")])
+/// struct Pet {
+///     var id: Int64
+///     var species: String
+///     var name: String
+/// }
+/// ```
+///
+/// - Parameters:
+///   - name: The stored entity name; the struct's name when omitted.
+///   - indexes: Indexes over one or more stored properties, named by string literals that
+///     the macro checks against the struct's stored properties.
 @attached(
     extension, conformances: ManagedRecord, ObjectConvertible, ManagedConvertible, StoredObject,
     names: named(entity), named(entityName), named(id), named(init(row:)), named(encode(into:)))
-public macro Record(name: String? = nil) = #externalMacro(module: "DepotMacros", type: "RecordMacro")
+public macro Record(name: String? = nil, indexes: [IndexDescription] = []) = #externalMacro(module: "DepotMacros", type: "RecordMacro")
 
-/// Options for a stored property of a ``Record(name:)`` struct: how it is stored.
+/// Options for a stored property of a ``Record(name:indexes:)`` struct: how it is stored.
 ///
 /// ```swift
 /// @Stored(.indexed) var age: Int
@@ -51,14 +66,14 @@ public macro Record(name: String? = nil) = #externalMacro(module: "DepotMacros",
 public macro Stored(_ options: AttributeOption..., name: String? = nil) =
     #externalMacro(module: "DepotMacros", type: "StoredMacro")
 
-/// Marks the primary key of a ``Record(name:)`` struct whose key is not named `id`.
+/// Marks the primary key of a ``Record(name:indexes:)`` struct whose key is not named `id`.
 ///
 /// The macro then adds `var id` returning the key, so the record stays `Identifiable`.
 /// Combine it with ``Stored(_:name:)`` to give the key a stored name.
 @attached(peer)
 public macro PrimaryKey() = #externalMacro(module: "DepotMacros", type: "PrimaryKeyMacro")
 
-/// Leaves a property of a ``Record(name:)`` struct out of the store: a cache, a value
+/// Leaves a property of a ``Record(name:indexes:)`` struct out of the store: a cache, a value
 /// derived when the record is used. It needs an initial value (optional `var`s start as
 /// `nil`), which records read from the store get.
 @attached(peer)

@@ -38,7 +38,8 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     }
 }
 
-/// The backend-neutral schema of one entity: its name, attributes and primary key.
+/// The backend-neutral schema of one entity: its name, attributes, primary key and the
+/// indexes that span attributes.
 ///
 /// Stores receive this type; applications normally declare an ``Entity`` on their record
 /// and never build one by hand.
@@ -49,22 +50,52 @@ public struct EntityDescription: Sendable, Hashable, Codable {
     public var attributes: [AttributeDescription]
     /// The position of the primary key in ``attributes``.
     public var primaryKeyIndex: Int
+    /// Indexes over several attributes (or one, in descending order), beside the
+    /// single-attribute indexes that ``AttributeDescription/isIndexed`` asks for.
+    public var indexes: [IndexDescription]
 
     /// An entity named `name` with `attributes`, keyed by the one at `primaryKeyIndex`.
-    public init(name: String, attributes: [AttributeDescription], primaryKeyIndex: Int) {
+    public init(name: String, attributes: [AttributeDescription], primaryKeyIndex: Int, indexes: [IndexDescription] = []) {
         self.name = name
         self.attributes = attributes
         self.primaryKeyIndex = primaryKeyIndex
+        self.indexes = indexes
     }
 
     /// Builds a description naming the primary key by attribute name.
     ///
     /// - Throws: ``DepotError/Code/invalidSchema`` when no attribute has that name.
-    public init(name: String, attributes: [AttributeDescription], primaryKey: String) throws(DepotError) {
+    public init(name: String, attributes: [AttributeDescription], primaryKey: String, indexes: [IndexDescription] = []) throws(DepotError) {
         guard let index = attributes.firstIndex(where: { $0.name == primaryKey }) else {
             throw DepotError(.invalidSchema, "Entity \(name) names primary key '\(primaryKey)', but has no attribute of that name. Declare the attribute or name another primary key.")
         }
-        self.init(name: name, attributes: attributes, primaryKeyIndex: index)
+        self.init(name: name, attributes: attributes, primaryKeyIndex: index, indexes: indexes)
+    }
+
+    private enum CodingKeys: String, CodingKey { case name, attributes, primaryKeyIndex, indexes }
+
+    /// Decodes a description; one stored before indexes existed has none.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        attributes = try c.decode([AttributeDescription].self, forKey: .attributes)
+        primaryKeyIndex = try c.decode(Int.self, forKey: .primaryKeyIndex)
+        indexes = try c.decodeIfPresent([IndexDescription].self, forKey: .indexes) ?? []
+    }
+
+    /// Encodes the description, leaving out an empty index list, so an entity without
+    /// indexes is stored exactly as versions before them stored it (and they can read it).
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(attributes, forKey: .attributes)
+        try c.encode(primaryKeyIndex, forKey: .primaryKeyIndex)
+        if !indexes.isEmpty { try c.encode(indexes, forKey: .indexes) }
+    }
+
+    /// The index over exactly these components, if the entity declares it.
+    public func index(over components: [IndexDescription.Component]) -> IndexDescription? {
+        indexes.first { $0.components == components }
     }
 
     /// The primary key attribute.
@@ -106,6 +137,13 @@ public struct EntityDescription: Sendable, Hashable, Codable {
             }
             if let reference = attribute.reference {
                 try reference.validate(attribute, in: name)
+            }
+        }
+        var indexNames = Set<String>()
+        for index in indexes {
+            try index.validate(in: self)
+            guard indexNames.insert(index.name.lowercased()).inserted else {
+                throw DepotError(.invalidSchema, "Entity \(name) declares the index (\(index.summary)) twice (attribute names are compared without case); declare it once, unique or not.")
             }
         }
         let key = primaryKey

@@ -89,6 +89,12 @@ public struct Migrator: Sendable {
             var description = description
             guard let index = description.index(of: old) else { throw Self.noAttribute(old, in: description, step: name) }
             description.attributes[index].name = new
+            // The entity's indexes follow the attribute under its new name.
+            for i in description.indexes.indices {
+                for j in description.indexes[i].components.indices where description.indexes[i].components[j].attribute == old {
+                    description.indexes[i].components[j].attribute = new
+                }
+            }
             return description
         } row: { row, _, _ in row }
     }
@@ -104,6 +110,8 @@ public struct Migrator: Sendable {
             }
             description.attributes.remove(at: index)
             if description.primaryKeyIndex > index { description.primaryKeyIndex -= 1 }
+            // An index over the dropped attribute goes with it.
+            description.indexes.removeAll { $0.components.contains { $0.attribute == attribute } }
             return description
         } row: { row, from, _ in
             var out = Row(capacity: row.count - 1)
@@ -342,6 +350,10 @@ public struct Migrator: Sendable {
                 }
                 for attribute in migration.addedIndexes { changes.append("index \(declared.name).\(attribute.name)") }
                 for attribute in migration.droppedIndexes { changes.append("drop the index of \(declared.name).\(attribute.name)") }
+                for index in migration.addedCompositeIndexes {
+                    changes.append("\(index.isUnique ? "unique index" : "index") \(declared.name) (\(index.summary))")
+                }
+                for index in migration.droppedCompositeIndexes { changes.append("drop the index \(declared.name) (\(index.summary))") }
             }
         }
         return Plan(applied: applied, pending: pending.map(\.name), automaticChanges: changes)

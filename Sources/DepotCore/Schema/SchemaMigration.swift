@@ -18,10 +18,18 @@ public struct SchemaMigration: Sendable, Hashable {
     public let addedIndexes: [AttributeDescription]
     /// Attributes that lost their index (the index is dropped; no record is touched).
     public let droppedIndexes: [AttributeDescription]
+    /// Declared indexes over several attributes (or one, descending) that the store does
+    /// not have yet: built from the existing records. A new unique index is refused with
+    /// ``DepotError/Code/schemaMismatch`` when existing records already share its values.
+    public let addedCompositeIndexes: [IndexDescription]
+    /// Stored indexes the declaration no longer has (dropped before any is added, so an
+    /// index that changes only whether it is unique is rebuilt; no record is touched).
+    public let droppedCompositeIndexes: [IndexDescription]
 
     /// Whether there is nothing to do.
     public var isEmpty: Bool {
         addedAttributes.isEmpty && addedIndexes.isEmpty && droppedIndexes.isEmpty
+            && addedCompositeIndexes.isEmpty && droppedCompositeIndexes.isEmpty
             && sourceIndex.enumerated().allSatisfy { $0.element == $0.offset }
             && stored.attributes.count == declared.attributes.count
     }
@@ -88,7 +96,9 @@ public struct SchemaMigration: Sendable, Hashable {
         }
         return SchemaMigration(
             stored: stored, declared: declared, sourceIndex: sourceIndex, addedAttributes: added,
-            addedIndexes: addedIndexes, droppedIndexes: droppedIndexes)
+            addedIndexes: addedIndexes, droppedIndexes: droppedIndexes,
+            addedCompositeIndexes: declared.indexes.filter { !stored.indexes.contains($0) },
+            droppedCompositeIndexes: stored.indexes.filter { !declared.indexes.contains($0) })
     }
 
     /// New reference attributes with a default other than nil: existing records take the

@@ -93,7 +93,22 @@ public struct StoreLog: Sendable {
                 "depot.added": .array(migration.addedAttributes.map { .string($0.name) }),
                 "depot.indexesAdded": .array(migration.addedIndexes.map { .string($0.name) }),
                 "depot.indexesDropped": .array(migration.droppedIndexes.map { .string($0.name) }),
+                "depot.compositeIndexesAdded": .array(migration.addedCompositeIndexes.map { .string($0.summary) }),
+                "depot.compositeIndexesDropped": .array(migration.droppedCompositeIndexes.map { .string($0.summary) }),
             ])
+    }
+
+    /// Logs at `info` that building `index` over an entity's existing records starts, so
+    /// that a long start-up says what it is waiting for.
+    public func indexBuildStarted(_ index: IndexDescription, of entity: String) {
+        logger.info("Depot index build started", metadata: ["depot.entity": .string(entity), "depot.index": .string(index.summary)])
+    }
+
+    /// Logs at `info` that `index` was built over `records` existing records.
+    public func indexBuilt(_ index: IndexDescription, of entity: String, records: Int) {
+        logger.info(
+            "Depot index built",
+            metadata: ["depot.entity": .string(entity), "depot.index": .string(index.summary), "depot.records": .stringConvertible(records)])
     }
 
     /// Logs `message` at `trace` (SQL statements, LMDB transaction events).
