@@ -202,6 +202,24 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         }
     }
 
+    /// How the store runs `request`: which index (if any) it reads, which ranges, whether it
+    /// sorts afterwards; see ``QueryPlan``. With `analyze` the request runs, and the plan
+    /// says how many records were actually read.
+    ///
+    /// ```swift
+    /// let plan = try await pets.explain(Request(\.species == "cat").sorted(by: \.name).limit(20))
+    /// if plan.sortsAfterwards { logger.warning("list page sorts: \(plan)") }
+    /// ```
+    public func explain(_ request: Request<Managed> = .all, analyze: Bool = false) async throws -> QueryPlan {
+        let entity = try await registeredEntity()
+        let query = try request.resolved(for: entity)
+        let logger = callLogger
+        return try await access.read(DatabaseCall("explain", entity.name), rows: { _ in 1 }) {
+            CallLogger.adopt(logger)
+            return try $0.explain(query, analyze: analyze)
+        }
+    }
+
     /// Whether a record with primary key `id` exists.
     @inlinable
     public func exists(id: Managed.ID) async throws -> Bool {

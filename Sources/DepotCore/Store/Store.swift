@@ -28,6 +28,18 @@ public protocol ReadTransaction {
     /// reads the rows and computes in Swift (``AggregateQuery/evaluate(_:)``); a backend
     /// that aggregates natively must return the same rows and values.
     func aggregate(_ query: AggregateQuery) throws -> [AggregateRow]
+
+    /// How this backend runs `query` (see ``QueryPlan``); with `analyze`, runs it and says
+    /// how many records it read. The default refuses with ``DepotError/Code/backend``: a
+    /// backend outside Depot explains its plans by implementing this.
+    func explain(_ query: Query, analyze: Bool) throws -> QueryPlan
+}
+
+extension ReadTransaction {
+    /// Refuses: this backend does not say how it runs a query.
+    public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
+        throw DepotError(.backend, "This backend does not explain how it runs a query of \(query.entity.name).")
+    }
 }
 
 /// Reads and writes inside one write transaction. Reads see the transaction's own writes.
