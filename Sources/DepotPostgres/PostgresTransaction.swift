@@ -183,6 +183,10 @@ final class PostgresTransaction: WriteTransaction {
     }
 
     private func params(_ row: Row, table: RegisteredEntity) throws(DepotError) -> [PGParam] {
+        try Self.params(row, table: table)
+    }
+
+    static func params(_ row: Row, table: RegisteredEntity) throws(DepotError) -> [PGParam] {
         _ = try table.entity.check(row)
         var params: [PGParam] = []
         params.reserveCapacity(row.count)
