@@ -254,7 +254,7 @@ final class PGConnection: @unchecked Sendable {
     func readRecoveryState() throws(DepotError) {
         let result = try query("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text", [], "Asking whether the server is a standby")
         guard result.rowCount == 1 else { return }
-        onStandby = result.bytes(0, 0).first == 1
+        onStandby = result.bool(0, 0)
         replayed = result.isNull(0, 1) ? 0 : (Self.lsn(String(decoding: result.bytes(0, 1), as: UTF8.self)) ?? 0)
     }
 

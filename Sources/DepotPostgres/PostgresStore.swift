@@ -280,7 +280,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do throws(DepotError) {
             try connection.query("SELECT pg_advisory_xact_lock($1)", [.int(lockKey(options.schema))], "Locking the schema \(options.schema)")
             let encoding = try connection.query("SELECT current_setting('server_encoding')", [], "Reading the database's encoding")
-            let serverEncoding = encoding.rowCount > 0 ? String(decoding: encoding.bytes(0, 0), as: UTF8.self) : ""
+            let serverEncoding = encoding.text(0, 0)
             guard serverEncoding == "UTF8" else {
                 throw DepotError(.invalidConfiguration, "The PostgreSQL database uses the encoding \(serverEncoding), which cannot hold every string; Depot needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8').")
             }
@@ -293,7 +293,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             }
             try connection.execute("SET LOCAL search_path TO \(quoted(options.schema))")
             func exists(_ table: String) throws(DepotError) -> Bool {
-                try connection.query("SELECT to_regclass($1) IS NOT NULL", [.text("\(quoted(options.schema)).\(table)")], "Looking up \(table)").bytes(0, 0).first == 1
+                try connection.query("SELECT to_regclass($1) IS NOT NULL", [.text("\(quoted(options.schema)).\(table)")], "Looking up \(table)").bool(0, 0)
             }
             if try !exists("depot_meta") {
                 try connection.execute("CREATE TABLE depot_meta (key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)", "Creating depot_meta")
@@ -303,7 +303,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 try connection.execute("CREATE TABLE depot_entities (name text COLLATE \"C\" PRIMARY KEY, description text NOT NULL)", "Creating depot_entities")
             }
             let format = try connection.query("SELECT value FROM depot_meta WHERE key = 'format'", [], "Reading the store's format")
-            let version = format.rowCount > 0 ? String(decoding: format.bytes(0, 0), as: UTF8.self) : ""
+            let version = format.text(0, 0)
             guard version == String(formatVersion) else {
                 throw DepotError(.storeCorrupted, "The Depot tables in the PostgreSQL schema \(options.schema) have format \(version.debugDescription), which this version of Depot does not know (it writes \(formatVersion)).")
             }
