@@ -82,11 +82,15 @@ extension PostgresStore {
 
     /// Runs `body` in a transaction holding the schema's advisory lock.
     func lockedTransaction<T>(_ what: String, _ body: () throws -> T) throws -> T {
-        try writer.execute("BEGIN", what)
+        // Read committed, as before the writer's sessions defaulted to serializable: DDL
+        // and the advisory lock serialize schema changes already.
+        try writer.execute("BEGIN ISOLATION LEVEL READ COMMITTED", what)
         do {
             try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], name: "depot_lock", "Locking the schema \(options.schema)")
             let result = try body()
             try writer.execute("COMMIT", what)
+            // Standbys serve no read before they replayed the change.
+            noteSchemaChange()
             return result
         } catch {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
