@@ -152,7 +152,7 @@ extension PGConnection {
         if let probeAt, let schemaCheck, results.count > probeAt, PQresultStatus(results[probeAt].handle) == PGRES_TUPLES_OK {
             let probed = results[probeAt]
             do throws(DepotError) {
-                try schemaCheck(self, probed.rowCount > 0 ? String(decoding: probed.bytes(0, 0), as: UTF8.self) : nil)
+                try schemaCheck(self, probed.rowCount > 0 ? probed.text(0, 0) : nil)
             } catch {
                 failure = error
             }

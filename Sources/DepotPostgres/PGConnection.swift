@@ -255,7 +255,7 @@ final class PGConnection: @unchecked Sendable {
         let result = try query("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text", [], "Asking whether the server is a standby")
         guard result.rowCount == 1 else { return }
         onStandby = result.bool(0, 0)
-        replayed = result.isNull(0, 1) ? 0 : (Self.lsn(String(decoding: result.bytes(0, 1), as: UTF8.self)) ?? 0)
+        replayed = result.isNull(0, 1) ? 0 : (Self.lsn(result.text(0, 1)) ?? 0)
     }
 
     /// A write-ahead log position as PostgreSQL prints it (`16/B374D848`), as a number.

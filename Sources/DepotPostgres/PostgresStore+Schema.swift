@@ -172,7 +172,7 @@ extension PostgresStore {
     func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
         let result = try writer.query("SELECT description FROM depot_entities WHERE name = $1", [.text(name)], "Reading the description of \(name)")
         guard result.rowCount > 0 else { return nil }
-        return try Self.decodeDescription(result.bytes(0, 0), name: name)
+        return try Self.decodeDescription(result, 0, 0, name: name)
     }
 
     func storeDescription(_ entity: EntityDescription) throws(DepotError) {
@@ -256,9 +256,9 @@ extension PostgresStore: SchemaRewritingStore {
                 [.text(quoted(name))], "Reading the references to \(name)")
             var recreate: [String] = []
             for row in 0..<incomingKeys.rowCount {
-                let table = String(decoding: incomingKeys.bytes(row, 0), as: UTF8.self)
-                let constraint = quoted(String(decoding: incomingKeys.bytes(row, 1), as: UTF8.self))
-                let definition = String(decoding: incomingKeys.bytes(row, 2), as: UTF8.self)
+                let table = incomingKeys.text(row, 0)
+                let constraint = quoted(incomingKeys.text(row, 1))
+                let definition = incomingKeys.text(row, 2)
                 try writer.execute("ALTER TABLE \(table) DROP CONSTRAINT \(constraint)", "Dropping a reference to \(name)")
                 recreate.append("ALTER TABLE \(table) ADD CONSTRAINT \(constraint) \(definition)")
             }

@@ -52,7 +52,7 @@ extension PostgresStore {
     }
 
     static func position(of result: PGResult) throws(DepotError) -> UInt64 {
-        guard result.rowCount == 1, !result.isNull(0, 0), let position = PGConnection.lsn(String(decoding: result.bytes(0, 0), as: UTF8.self)) else {
+        guard result.rowCount == 1, !result.isNull(0, 0), let position = PGConnection.lsn(result.text(0, 0)) else {
             throw DepotError(.backend, "PostgreSQL did not return its write-ahead log position.")
         }
         return position

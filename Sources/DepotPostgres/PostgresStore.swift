@@ -310,20 +310,21 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             let rows = try connection.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
             var stored: [EntityDescription] = []
             for row in 0..<rows.rowCount {
-                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
-                stored.append(try decodeDescription(rows.bytes(row, 1), name: name))
+                let name = rows.text(row, 0)
+                stored.append(try decodeDescription(rows, row, 1, name: name))
             }
             let schemaVersion = try connection.query(PGConnection.schemaProbe, [], "Reading the schema version")
             try connection.execute("COMMIT", "Opening the PostgreSQL store")
-            return (stored, schemaVersion.rowCount > 0 ? String(decoding: schemaVersion.bytes(0, 0), as: UTF8.self) : nil)
+            return (stored, schemaVersion.rowCount > 0 ? schemaVersion.text(0, 0) : nil)
         } catch {
             try? connection.execute("ROLLBACK")
             throw error
         }
     }
 
-    static func decodeDescription(_ bytes: UnsafeRawBufferPointer, name: String) throws(DepotError) -> EntityDescription {
-        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(bytes)), (try? entity.validate()) != nil else {
+    /// The entity description stored in `result`'s field, read while the result is alive.
+    static func decodeDescription(_ result: PGResult, _ row: Int, _ column: Int, name: String) throws(DepotError) -> EntityDescription {
+        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(result.bytes(row, column))), (try? entity.validate()) != nil else {
             throw DepotError(.storeCorrupted, "The stored description of entity \(name) cannot be read; the depot_entities table was changed outside Depot.")
         }
         return entity
@@ -585,8 +586,8 @@ extension PostgresStore: CatalogStore {
                 return s.nextSerial
             }
             for row in 0..<rows.rowCount {
-                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
-                let entity = try Self.decodeDescription(rows.bytes(row, 1), name: name)
+                let name = rows.text(row, 0)
+                let entity = try Self.decodeDescription(rows, row, 1, name: name)
                 if current[name]?.entity != entity {
                     current.set(entity, RegisteredEntity(entity: entity, serial: serial))
                     serial += 1
