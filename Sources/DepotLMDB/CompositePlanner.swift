@@ -109,8 +109,9 @@ package enum CompositePlanner {
                 var any = false
                 // Keys of the non-null values of this component: nulls are first ascending
                 // and last descending, and a comparison never matches them.
+                // (LMDB refuses to seek an empty key: no prefix means no lower bound.)
                 let nonNull: KeyRange = descending
-                    ? KeyRange(lower: prefix, upper: prefix + [~KeyEncoding.nullMarker], upperInclusive: false)
+                    ? KeyRange(lower: prefix.isEmpty ? nil : prefix, upper: prefix + [~KeyEncoding.nullMarker], upperInclusive: false)
                     : KeyRange(lower: prefix + [KeyEncoding.valueMarker])
                 for (c, conjunct) in conjuncts.enumerated() where !consumed.contains(c) {
                     let bound: KeyRange

@@ -19,7 +19,10 @@ struct IndexedAnimal: StoredObject, Hashable {
 
     static let entity = Entity<IndexedAnimal>(
         "Animal", primaryKey: \.id,
-        indexes: [.index(\.species, \.name), .index(.ascending(\.species), .descending(\.age)), .index(\.age, \.name)]
+        indexes: [
+            .index(\.species, \.name), .index(.ascending(\.species), .descending(\.age)), .index(\.age, \.name),
+            .index(.descending(\.name)),
+        ]
     ) {
         Attribute("id", \.id)
         Attribute("species", \.species)
@@ -200,6 +203,17 @@ struct LMDBCompositeIndexTests {
                 Request(\.species == "fox").sorted(by: \.age).sorted(by: \.id, ascending: false).limit(10))
             #expect(Self.components(youngest) == ["species", "age DESC"] && !youngest.sortsAfterwards, "\(youngest)")
 
+            // A range on a descending first component, read in its order.
+            let below = try await lmdb.explain(Request(\.name < "Rex").sorted(by: \.name, ascending: false).limit(5), analyze: true)
+            #expect(Self.components(below) == ["name DESC"] && !below.sortsAfterwards && below.actualRows == 5, "\(below)")
+            let belowRows = try await lmdb.fetchAll(Request(\.name < "Rex").sorted(by: \.name, ascending: false).limit(5))
+            let belowReference = animals.filter { $0.name < "Rex" }.sorted { ($1.name, $0.id) < ($0.name, $1.id) }.prefix(5)
+            #expect(belowRows.map(\.id) == belowReference.map(\.id))
+            let above = Request<IndexedAnimal>(\.name >= "Rex").sorted(by: \.name, ascending: false).limit(5)
+            #expect(Self.components(try await lmdb.explain(above)) == ["name DESC"])
+            let aboveReference = animals.filter { $0.name >= "Rex" }.sorted { ($1.name, $0.id) < ($0.name, $1.id) }.prefix(5)
+            #expect(try await lmdb.fetchAll(above).map(\.id) == aboveReference.map(\.id))
+
             // A count uses the index and reads no record.
             let counted = try await Self.plan(store, lmdb, Request(\.species == "cat" && \.name == "Tom1"), order: false)
             if case .composite(let index)? = counted?.source {
@@ -211,7 +225,7 @@ struct LMDBCompositeIndexTests {
             #expect(try await lmdb.count(Request(\.species == "cat" && \.name == "Tom1")) == reference)
 
             // Without a matching index the plan says so.
-            let scan = try await lmdb.explain(Request(\.name == "Tom1").sorted(by: \.owner))
+            let scan = try await lmdb.explain(Request(\.owner == 3).sorted(by: \.age))
             #expect(scan.sortsAfterwards && scan.filtersAfterwards && !scan.usesIndex, "\(scan)")
         }
     }
