@@ -130,28 +130,36 @@ extension LMDBTransaction {
     /// one step per entry, or per distinct key of a single-attribute index, or `mdb_stat`
     /// for a whole database), capped by ``window(_:_:needsOrder:)``. A plan with a window
     /// is costed by the window alone, unmeasured (so a list page pays no walk before its
-    /// read), and each plan is measured only up to the cost of the best one so far, so
-    /// estimating costs at most what the chosen plan reads. Unindexed conditions are
-    /// assumed to keep every row: an estimate never counts on a filter it cannot measure.
-    /// Ties go to the earlier candidate.
+    /// read), and each plan is measured only up to the cost of the best one so far, and of
+    /// reading every record, so estimating costs at most what the chosen plan reads. A
+    /// plan measured whole keeps its count in ``Plan/entries`` (a count then uses it).
+    /// Unindexed conditions are assumed to keep every row: an estimate never counts on a
+    /// filter it cannot measure. Ties go to the earlier candidate.
     func choose(_ candidates: [Plan], _ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> (plan: Plan, rows: Int?) {
         var best: (plan: Plan, rows: Int?, cost: Int)?
+        let total = try entries(handles.main)
         let windowed = candidates.filter { window($0, query, needsOrder: needsOrder) != nil }
         let others = candidates.filter { window($0, query, needsOrder: needsOrder) == nil }
         for plan in windowed + others {
             let perRow = rowCost(plan, needsOrder: needsOrder)
             let rows: Int?
             let cost: Int
+            var complete = false
             if let window = window(plan, query, needsOrder: needsOrder) {
                 rows = nil
                 cost = window.multipliedReportingOverflow(by: perRow).overflow ? Int.max : window * perRow
             } else {
-                let cap = best.map { $0.cost / perRow + 1 } ?? Int.max
+                let cap = min(best?.cost ?? Int.max, total) / perRow + 1
                 let measured = try measure(plan, handles, cap: cap)
                 rows = measured
+                complete = measured < cap
                 cost = measured.multipliedReportingOverflow(by: perRow).overflow ? Int.max : measured * perRow
             }
-            if best.map({ cost < $0.cost }) ?? true { best = (plan, rows, cost) }
+            if best.map({ cost < $0.cost }) ?? true {
+                var chosen = plan
+                if complete { chosen.entries = rows }
+                best = (chosen, rows, cost)
+            }
         }
         guard let best else { return (try singleAttributePlan(query, handles, needsOrder: needsOrder), nil) }
         return (best.plan, best.rows)
@@ -377,7 +385,10 @@ extension LMDBTransaction {
             matched = try entries(handles.main)
         } else {
             let plan = try plan(query, handles, needsOrder: false)
-            if plan.exact {
+            if plan.exact, let entries = plan.entries {
+                // Measured whole while planning.
+                matched = window.map { min(entries, $0) } ?? entries
+            } else if plan.exact {
                 matched = try countEntries(plan, handles, stopAt: window)
             } else {
                 var n = 0

@@ -81,6 +81,8 @@ package struct Plan {
     package var consumed: [Filter] = []
     /// Whether the ranges start at a cursor page's position (a keyset condition).
     package var keyset = false
+    /// The entries of the ranges, when the planner counted them all.
+    package var entries: Int?
 }
 
 /// The planner: predicates on the primary key or an indexed attribute inside a top-level
