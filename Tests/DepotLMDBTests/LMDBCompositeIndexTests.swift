@@ -483,6 +483,33 @@ struct LMDBCompositeIndexTests {
         }
     }
 
+    @Test("a migration that renames an indexed attribute rebuilds the index under its new name")
+    func renameRebuilds() async throws {
+        let animals = IndexedAnimal.generate(300, seed: 3)
+        try await withStore { store, _ in
+            try await Animals(store: store).save(animals)
+            var migrator = Migrator()
+            migrator.renameAttribute("rename", in: "Animal", from: "name", to: "title")
+            _ = try await migrator.migrate(store, registering: [])
+            let handle = try #require(try await store.storedEntities().first { $0.name == "Animal" })
+            #expect(handle.entity.indexes.contains(.index("species", "title")))
+            let query = try Query(
+                entity: handle, predicate: .compare(attribute: "species", .equal, .string("cat")), sortKeys: [SortKey("title")], limit: 6)
+            let plan = try await store.read { try $0.explain(query, analyze: true) }
+            #expect(Self.components(plan) == ["species", "title"] && !plan.sortsAfterwards && plan.actualRows == 6, "\(plan)")
+            let ids = try await store.read { transaction -> [Int64] in
+                var ids: [Int64] = []
+                try transaction.fetch(query, reserve: { _ in }) { reader in
+                    if case .int(let id) = try reader.value(handle.entity.primaryKeyIndex) { ids.append(id) }
+                }
+                return ids
+            }
+            let expected = animals.filter { $0.species == "cat" }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }.prefix(6).map(\.id)
+            #expect(ids == expected)
+            #expect(try await store.checkIntegrity() == [])
+        }
+    }
+
     @Test("the integrity check finds a missing composite index entry")
     func checkFindsMissingEntry() async throws {
         try await withStore { store, _ in
