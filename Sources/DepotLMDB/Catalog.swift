@@ -186,7 +186,27 @@ extension LMDBTransaction {
                 let dbi = try requireDatabase(name, flags: dupSort, entity: entity.name)
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
-            let composites = try entity.indexes.map { index throws(DepotError) in try openComposite(index, of: entity, create: false) }
+            var composites: [CompositeHandle] = []
+            var missing: [CompositeHandle] = []
+            for index in entity.indexes {
+                // A description stored by a version that kept composite indexes in the
+                // schema without databases (before LMDB built them): built now.
+                if writable, try openDatabase(Catalog.compositeName(entity: entity.name, index: index), flags: 0) == nil {
+                    let handle = try openComposite(index, of: entity, create: true)
+                    missing.append(handle)
+                    composites.append(handle)
+                } else {
+                    composites.append(try openComposite(index, of: entity, create: false))
+                }
+            }
+            if !missing.isEmpty {
+                let handles = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
+                for index in missing { storeLog?.indexBuildStarted(index.description, of: entity.name) }
+                let records = try rewriteRows(
+                    from: handles, to: handles, migration: try SchemaMigration.plan(from: entity, to: entity), rewrite: false,
+                    building: [], buildingComposites: missing)
+                for index in missing { storeLog?.indexBuilt(index.description, of: entity.name, records: records) }
+            }
             return RegisteredEntity(
                 entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: stored.schemaVersion)
         }

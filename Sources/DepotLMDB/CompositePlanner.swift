@@ -36,8 +36,9 @@ package enum CompositePlanner {
         }
     }
 
-    // The planner fills these in order; a helper per step would pass them all along.
-    // swiftlint:disable:next function_body_length cyclomatic_complexity
+    /// The plan reading `index`, or `nil` when the index neither narrows the candidates
+    /// nor gives the order. The steps share the prefix, the ranges and the conditions used,
+    /// so they stay in one function.
     static func candidate(
         _ index: CompositeHandle, query: Query, conjuncts: [Filter], handles: RegisteredEntity, maxKeySize: Int,
         needsOrder: Bool

@@ -510,6 +510,34 @@ struct LMDBCompositeIndexTests {
         }
     }
 
+    @Test("indexes stored in the schema without their databases are built on open")
+    func missingDatabasesAreBuilt() async throws {
+        let animals = IndexedAnimal.generate(200, seed: 9)
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        do {
+            let store = try LMDBStore(directory: directory.path)
+            try await Controller<PlainAnimal, PlainAnimal>(store: store).save(animals.map(PlainAnimal.init))
+            // What a version that stored composite indexes without building them left.
+            try await store.write { transaction in
+                guard let t = transaction as? LMDBTransaction, var stored = try t.readStoredEntity("Animal") else { return }
+                stored.entity = IndexedAnimal.entity.description
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                try t.put(t.metaDBI, Catalog.entityKey("Animal"), Array(try encoder.encode(stored)), context: "test")
+            }
+            await store.close()
+        }
+        let store = try LMDBStore(directory: directory.path)
+        let lmdb = Animals(store: store)
+        let request = Request<IndexedAnimal>(\.species == "dog").sorted(by: \.name).limit(7)
+        #expect(Self.components(try await lmdb.explain(request)) == ["species", "name"])
+        let expected = animals.filter { $0.species == "dog" }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }.prefix(7)
+        #expect(try await lmdb.fetchAll(request) == Array(expected))
+        #expect(try await store.checkIntegrity() == [])
+        await store.close()
+    }
+
     @Test("the integrity check finds a missing composite index entry")
     func checkFindsMissingEntry() async throws {
         try await withStore { store, _ in
