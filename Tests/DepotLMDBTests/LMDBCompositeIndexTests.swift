@@ -358,6 +358,19 @@ struct LMDBCompositeIndexTests {
                 let expected = try await memory.fetchAll(request).map(\.id)
                 #expect(got == expected, "round \(round): \(request)")
                 #expect(try await lmdb.count(request) == memory.count(request), "count, round \(round): \(request)")
+                if round % 8 == 0 {
+                    // Walked in cursor pages, which seek into the index where it fits.
+                    let size = 1 + Int(g.next() % 9)
+                    var cursor: PageCursor?
+                    var pages = 0
+                    repeat {
+                        let a = try await lmdb.results(request).page(size: size, after: cursor)
+                        let b = try await memory.results(request).page(size: size, after: cursor)
+                        #expect(a.items.map(\.id) == b.items.map(\.id), "page \(pages), round \(round): \(request)")
+                        cursor = a.next
+                        pages += 1
+                    } while cursor != nil && pages < 400
+                }
                 let plan = try await lmdb.explain(request, analyze: true)
                 #expect((plan.actualRows ?? 0) >= (plan.sortsAfterwards || plan.filtersAfterwards ? got.count : 0), "\(plan)")
             }

@@ -385,13 +385,15 @@ struct DifferentialTests {
 
 extension Probe {
     /// Probe's attributes with composite indexes over attributes with many ties, nils and
-    /// edge values: ascending and descending components, optional ones, three components.
+    /// edge values: ascending and descending components, optional ones, three components,
+    /// and the primary key as a component.
     static let indexedEntity = EntityDescription(
         name: "IndexedProbe", attributes: Probe.entity.description.attributes,
         primaryKeyIndex: Probe.entity.description.primaryKeyIndex,
         indexes: [
             .index("string", "int"), .index(.descending("optionalString"), "double"),
             .index("bool", "optionalInt", .descending("date")), .index(.descending("int"), "optionalDate"),
+            .index("bool", .descending("id")),
         ])
 }
 
