@@ -57,6 +57,11 @@ package enum CompositePlanner {
             return out
         }
 
+        func name(_ n: Int) -> String { entity.attributes[index.positions[n]].name }
+        /// The conditions of the equality prefix, for `explain`.
+        var prefixTexts: [String] = []
+        var rangeTexts: [String] = []
+
         // 1. The equality prefix.
         var e = 0
         componentLoop: while e < components.count {
@@ -72,6 +77,7 @@ package enum CompositePlanner {
                 guard let bytes = encode(value, e) else { continue }
                 prefix += bytes
                 fixed[position] = bytes
+                prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)")
                 consumed.insert(c)
                 e += 1
                 continue componentLoop
@@ -83,17 +89,19 @@ package enum CompositePlanner {
         let prefixRange = KeyRange(lower: prefix.isEmpty ? nil : prefix, upper: prefix.isEmpty ? nil : KeyEncoding.successor(ofPrefix: prefix), upperInclusive: false)
         var ranges: [KeyRange]? = prefix.isEmpty ? nil : [prefixRange]
         var restricted = e > 0
+        if e > 0 { rangeTexts = [prefixTexts.joined(separator: " AND ")] }
         if e < components.count {
             let position = index.positions[e]
             let descending = components[e].isDescending
-            var inList: (c: Int, keys: [[UInt8]])?
+            var inList: (c: Int, keys: [(key: [UInt8], text: String)])?
             for (c, conjunct) in conjuncts.enumerated() where !consumed.contains(c) {
                 guard case .oneOf(position, let values, let includesNil) = conjunct else { continue }
-                var keys: [[UInt8]] = []
+                var keys: [(key: [UInt8], text: String)] = []
                 var usable = true
                 for value in values + (includesNil ? [Value.null] : []) {
                     guard let bytes = encode(value, e) else { usable = false; break }
-                    keys.append(prefix + bytes)
+                    let text = "\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)"
+                    keys.append((prefix + bytes, (prefixTexts + [text]).joined(separator: " AND ")))
                 }
                 if usable {
                     inList = (c, keys)
@@ -102,12 +110,15 @@ package enum CompositePlanner {
             }
             if let inList {
                 consumed.insert(inList.c)
-                let keys = Array(Set(inList.keys)).sorted { $0.lexicographicallyPrecedes($1) }
-                ranges = keys.map { KeyRange(lower: $0, upper: KeyEncoding.successor(ofPrefix: $0), upperInclusive: false) }
+                var seen = Set<[UInt8]>()
+                let keys = inList.keys.filter { seen.insert($0.key).inserted }.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+                ranges = keys.map { KeyRange(lower: $0.key, upper: KeyEncoding.successor(ofPrefix: $0.key), upperInclusive: false) }
+                rangeTexts = keys.map(\.text)
                 restricted = true
             } else {
                 var range = prefixRange
                 var any = false
+                var texts = prefixTexts
                 // Keys of the non-null values of this component: nulls are first ascending
                 // and last descending, and a comparison never matches them.
                 // (LMDB refuses to seek an empty key: no prefix means no lower bound.)
@@ -140,10 +151,12 @@ package enum CompositePlanner {
                     }
                     range = range.intersection(bound).intersection(nonNull)
                     consumed.insert(c)
+                    texts.append(describe(conjunct, entity))
                     any = true
                 }
                 if any {
                     ranges = range.isEmpty ? [] : [range]
+                    rangeTexts = [texts.joined(separator: " AND ")]
                     restricted = true
                 }
             }
@@ -164,6 +177,8 @@ package enum CompositePlanner {
                 let after = direction ? KeyRange(upper: bound, upperInclusive: false) : KeyRange(lower: bound, lowerInclusive: false)
                 ranges = (ranges ?? [.all]).map { $0.intersection(after) }.filter { !$0.isEmpty }
                 consumed.insert(c)
+                let text = describeKeyset(conjunct, sort: query.sort, entity)
+                rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
                 keyset = true
                 break
             }
@@ -178,7 +193,8 @@ package enum CompositePlanner {
         var plan = Plan(
             source: .composite(index), ranges: ranges, exact: consumedCount == restricting, ordered: direction != nil,
             descending: direction ?? false)
-        plan.consumed = consumed.sorted().map { conjuncts[$0] }
+        plan.consumed = consumed.count
+        plan.rangeText = rangeTexts
         plan.keyset = keyset
         return plan
     }
@@ -262,31 +278,32 @@ package enum CompositePlanner {
 
     // MARK: Describing plans
 
-    /// A filter in Depot's predicate notation, for `explain`.
+    /// A condition in the notation of plans (`species == "cat"`, `name hasPrefix "T"`),
+    /// conditions of one range joined by `AND` as the other backends write them.
     static func describe(_ filter: Filter, _ entity: EntityDescription) -> String {
         func name(_ i: Int) -> String { entity.attributes.indices.contains(i) ? entity.attributes[i].name : "#\(i)" }
+        func list(_ values: [Value]) -> String { "[" + values.map(\.debugLiteral).joined(separator: ", ") + "]" }
         switch filter {
         case .constant(let b): return b.map { String($0) } ?? "unknown"
-        case .compare(let i, let op, let v):
-            return "\(name(i)) \(op == .equal ? "=" : op.rawValue) \(v.debugLiteral)"
+        case .compare(let i, let op, let v): return "\(name(i)) \(op.rawValue) \(v.debugLiteral)"
         case .oneOf(let i, let values, let includesNil):
-            return "\(name(i)) IN (" + (values.map(\.debugLiteral) + (includesNil ? ["nil"] : [])).joined(separator: ", ") + ")"
-        case .notOneOf(let i, let values):
-            return "\(name(i)) NOT IN (" + values.map(\.debugLiteral).joined(separator: ", ") + ")"
-        case .isNil(let i): return "\(name(i)) = nil"
+            return "\(name(i)) in " + list(values) + (includesNil ? " OR \(name(i)) == nil" : "")
+        case .notOneOf(let i, let values): return "!(\(name(i)) in \(list(values)))"
+        case .isNil(let i): return "\(name(i)) == nil"
         case .isNotNil(let i): return "\(name(i)) != nil"
         case .hasPrefix(let i, let s): return "\(name(i)) hasPrefix \(Value.string(s).debugLiteral)"
         case .contains(let i, let s): return "\(name(i)) contains \(Value.string(s).debugLiteral)"
         case .and(let parts): return "(" + parts.map { describe($0, entity) }.joined(separator: " AND ") + ")"
         case .or(let parts): return "(" + parts.map { describe($0, entity) }.joined(separator: " OR ") + ")"
-        case .not(let inner): return "NOT " + describe(inner, entity)
+        case .not(let inner): return "!" + describe(inner, entity)
         }
     }
 
-    /// A keyset condition as one comparison of tuples: `(name, id) > ("Tom", 3)`.
+    /// A keyset condition as one comparison of tuples in the sort's order:
+    /// `(name, id) after ("Tom", 3)`.
     static func describeKeyset(_ conjunct: Filter, sort: [ResolvedSortKey], _ entity: EntityDescription) -> String {
         guard let values = keysetValues(conjunct, sort: sort) else { return describe(conjunct, entity) }
         let names = sort.map { entity.attributes[$0.attributeIndex].name + ($0.ascending ? "" : " DESC") }
-        return "after (" + names.joined(separator: ", ") + ") = (" + values.map(\.debugLiteral).joined(separator: ", ") + ")"
+        return "(" + names.joined(separator: ", ") + ") after (" + values.map(\.debugLiteral).joined(separator: ", ") + ")"
     }
 }

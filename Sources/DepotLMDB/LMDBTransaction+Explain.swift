@@ -27,12 +27,24 @@ extension LMDBTransaction {
         var ranges: [String] = []
         var detail: String
         let conjuncts = CompositePlanner.conjuncts(of: query.filter)
-        func simple(_ filter: Filter, on position: Int) -> Bool {
-            switch filter {
-            case .compare(position, let op, _): op != .notEqual
-            case .oneOf(position, _, _), .isNil(position), .hasPrefix(position, _): true
-            default: false
+        /// The conditions on one attribute a single-attribute plan's ranges come from: one
+        /// line per value of an `in` read as points, else one line.
+        func lines(on position: Int) -> [String] {
+            let name = entity.attributes[position].name
+            var texts: [String] = []
+            for conjunct in conjuncts {
+                switch conjunct {
+                case .oneOf(position, let values, let includesNil) where (plan.ranges?.count ?? 0) > 1:
+                    return values.map { "\(name) == \($0.debugLiteral)" } + (includesNil ? ["\(name) == nil"] : [])
+                case .compare(position, let op, _) where op != .notEqual:
+                    texts.append(CompositePlanner.describe(conjunct, entity))
+                case .oneOf(position, _, _), .isNil(position), .hasPrefix(position, _):
+                    texts.append(CompositePlanner.describe(conjunct, entity))
+                default:
+                    continue
+                }
             }
+            return texts.isEmpty ? [] : [texts.joined(separator: " AND ")]
         }
         switch plan.source {
         case .primary:
@@ -42,20 +54,17 @@ extension LMDBTransaction {
                 detail = "every record of the \(entity.name) database"
             } else {
                 access = .primaryKey
-                ranges = conjuncts.filter { simple($0, on: pk) }.map { CompositePlanner.describe($0, entity) }
+                ranges = lines(on: pk)
                 detail = "\(plan.ranges?.count ?? 0) key ranges of the \(entity.name) database"
             }
         case .index(let index):
             let name = entity.attributes[index.position].name
             access = .index([IndexDescription.Component(name)])
-            ranges = conjuncts.filter { simple($0, on: index.position) }.map { CompositePlanner.describe($0, entity) }
+            ranges = lines(on: index.position)
             detail = (plan.ranges.map { "\($0.count) ranges" } ?? "every entry") + " of \(Catalog.indexName(entity: entity.name, attribute: name))"
         case .composite(let index):
             access = .index(index.description.components)
-            ranges = plan.consumed.map {
-                plan.keyset && CompositePlanner.keysetValues($0, sort: query.sort) != nil
-                    ? CompositePlanner.describeKeyset($0, sort: query.sort, entity) : CompositePlanner.describe($0, entity)
-            }
+            ranges = plan.rangeText
             detail = (plan.ranges.map { "\($0.count) ranges" } ?? "every entry")
                 + " of \(Catalog.compositeName(entity: entity.name, index: index.description))"
         }

@@ -96,7 +96,7 @@ extension LMDBTransaction {
         if composites.isEmpty { return single }
         // Most conditions expressed first: among plans of equal cost, the narrower one.
         let ordered = composites.enumerated().sorted { (a: (offset: Int, element: Plan), b: (offset: Int, element: Plan)) -> Bool in
-            let (x, y) = (a.element.consumed.count, b.element.consumed.count)
+            let (x, y) = (a.element.consumed, b.element.consumed)
             return x != y ? x > y : a.offset < b.offset
         }.map { $0.element }
         return try choose(ordered + [single], query, handles, needsOrder: needsOrder).plan

@@ -77,8 +77,10 @@ package struct Plan {
     /// Whether to scan keys from the last to the first (duplicates still ascend, which is
     /// the primary key tie-break).
     package var descending: Bool
-    /// The conjuncts of the filter the ranges express (composite plans; for `explain`).
-    package var consumed: [Filter] = []
+    /// How many conjuncts of the filter the ranges express (composite plans).
+    package var consumed = 0
+    /// The ranges as conditions, one line each (composite plans; for `explain`).
+    package var rangeText: [String] = []
     /// Whether the ranges start at a cursor page's position (a keyset condition).
     package var keyset = false
     /// The entries of the ranges, when the planner counted them all.
