@@ -552,6 +552,27 @@ struct LMDBCompositeIndexTests {
         await store.close()
     }
 
+    @Test("a store opened read-only plans over its composite indexes")
+    func readOnlyStoreUsesIndexes() async throws {
+        let animals = IndexedAnimal.generate(400, seed: 13)
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        do {
+            let store = try LMDBStore(directory: directory.path)
+            try await Animals(store: store).save(animals)
+            await store.close()
+        }
+        let store = try LMDBStore(directory: directory.path, options: .init(readOnly: true))
+        let lmdb = Animals(store: store)
+        let request = Request<IndexedAnimal>(\.species == "eel").sorted(by: \.age, ascending: false).limit(9)
+        let plan = try await lmdb.explain(request, analyze: true)
+        #expect(Self.components(plan) == ["species", "age DESC"] && !plan.sortsAfterwards && plan.actualRows == 9, "\(plan)")
+        let memory = Animals(store: MemoryStore())
+        try await memory.save(animals)
+        #expect(try await lmdb.fetchAll(request) == memory.fetchAll(request))
+        await store.close()
+    }
+
     @Test("the integrity check finds a missing composite index entry")
     func checkFindsMissingEntry() async throws {
         try await withStore { store, _ in
