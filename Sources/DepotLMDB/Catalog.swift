@@ -16,6 +16,10 @@ package enum Catalog {
 
     static func indexName(entity: String, attribute: String) -> String { "\(entity).idx.\(attribute)" }
 
+    /// The database of a composite index. `cix` rather than `idx`: an attribute may be named
+    /// like an index (`ix_1_a`), and its database must not be the index's.
+    static func compositeName(entity: String, index: IndexDescription) -> String { "\(entity).cix.\(index.name)" }
+
     /// Whether an attribute has an index database: indexed or unique, and not the primary
     /// key (the entity's own database is its index).
     static func needsIndex(_ position: Int, in entity: EntityDescription) -> Bool {
@@ -122,7 +126,7 @@ extension LMDBTransaction {
     }
 
     /// The exact stored bytes of `name`'s schema, empty when there is none.
-    func storedStamp(_ name: String) throws(DepotError) -> [UInt8] {
+    package func storedStamp(_ name: String) throws(DepotError) -> [UInt8] {
         guard let value = try get(metaDBI, Catalog.entityKey(name), context: "Reading the schema of \(name)") else { return [] }
         return Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
     }
@@ -165,8 +169,13 @@ extension LMDBTransaction {
                 try clear(dbi, name: name)
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
+            var composites: [CompositeHandle] = []
+            for index in entity.indexes {
+                // Emptied too: a database left by an index dropped earlier may hold entries.
+                composites.append(try openComposite(index, of: entity, create: true))
+            }
             try writeStoredEntity(StoredEntity(schemaVersion: 1, recordFormat: Int(RecordFormat.version), entity: entity))
-            return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: 1)
+            return RegisteredEntity(entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: 1)
         }
 
         let main = try requireDatabase(entity.name, flags: 0, entity: entity.name)
@@ -177,7 +186,29 @@ extension LMDBTransaction {
                 let dbi = try requireDatabase(name, flags: dupSort, entity: entity.name)
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
-            return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
+            var composites: [CompositeHandle] = []
+            var missing: [CompositeHandle] = []
+            for index in entity.indexes {
+                // A description stored by a version that kept composite indexes in the
+                // schema without databases (before LMDB built them): built now.
+                if writable, try openDatabase(Catalog.compositeName(entity: entity.name, index: index), flags: 0) == nil {
+                    let handle = try openComposite(index, of: entity, create: true)
+                    missing.append(handle)
+                    composites.append(handle)
+                } else {
+                    composites.append(try openComposite(index, of: entity, create: false))
+                }
+            }
+            if !missing.isEmpty {
+                let handles = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion)
+                for index in missing { storeLog?.indexBuildStarted(index.description, of: entity.name) }
+                let records = try rewriteRows(
+                    from: handles, to: handles, migration: try SchemaMigration.plan(from: entity, to: entity), rewrite: false,
+                    building: [], buildingComposites: missing)
+                for index in missing { storeLog?.indexBuilt(index.description, of: entity.name, records: records) }
+            }
+            return RegisteredEntity(
+                entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: stored.schemaVersion)
         }
 
         let migration = try SchemaMigration.plan(from: stored.entity, to: entity)
@@ -219,22 +250,64 @@ extension LMDBTransaction {
                 continue
             }
         }
+        // Composite indexes: dropped ones emptied (not deleted, as above), added ones built
+        // from the records in this transaction, so a refused build leaves nothing behind.
+        // An index that only changed whether it is unique keeps its name: it is rebuilt.
+        let declaredNames = Set(entity.indexes.map(\.name))
+        for index in migration.droppedCompositeIndexes where !declaredNames.contains(index.name) {
+            let name = Catalog.compositeName(entity: entity.name, index: index)
+            if let dbi = try openDatabase(name, flags: 0) { try clear(dbi, name: name) }
+        }
+        var composites: [CompositeHandle] = []
+        var builtComposites: [CompositeHandle] = []
+        for index in entity.indexes {
+            let isNew = migration.addedCompositeIndexes.contains(index)
+            let handle = try openComposite(index, of: entity, create: isNew)
+            if isNew { builtComposites.append(handle) }
+            composites.append(handle)
+        }
         let rewrite = stored.entity.attributes.count != entity.attributes.count
             || migration.sourceIndex.enumerated().contains { $0.element != $0.offset }
-        if rewrite || !built.isEmpty {
+        if rewrite || !built.isEmpty || !builtComposites.isEmpty {
             let storedHandles = RegisteredEntity(entity: stored.entity, main: main, indexes: [], schemaVersion: stored.schemaVersion)
-            let newHandles = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
-            try rewriteRows(from: storedHandles, to: newHandles, migration: migration, rewrite: rewrite, building: built)
+            let newHandles = RegisteredEntity(
+                entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: stored.schemaVersion + 1)
+            for index in builtComposites { storeLog?.indexBuildStarted(index.description, of: entity.name) }
+            let records = try rewriteRows(
+                from: storedHandles, to: newHandles, migration: migration, rewrite: rewrite, building: built,
+                buildingComposites: builtComposites)
+            for index in builtComposites { storeLog?.indexBuilt(index.description, of: entity.name, records: records) }
         }
         try writeStoredEntity(StoredEntity(schemaVersion: stored.schemaVersion + 1, recordFormat: Int(RecordFormat.version), entity: entity))
-        return RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: stored.schemaVersion + 1)
+        return RegisteredEntity(
+            entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: stored.schemaVersion + 1)
     }
 
-    /// Rewrites every row into the declared attribute order and fills new indexes.
+    /// Opens the database of the composite `index` of `entity`; with `create`, creates it
+    /// when missing and empties it (a database left by an index dropped earlier may still
+    /// hold entries).
+    func openComposite(_ index: IndexDescription, of entity: EntityDescription, create: Bool) throws(DepotError) -> CompositeHandle {
+        let name = Catalog.compositeName(entity: entity.name, index: index)
+        let dbi = try requireDatabase(name, flags: create ? Int32(MDB_CREATE) : 0, entity: entity.name)
+        if create { try clear(dbi, name: name) }
+        guard let handle = CompositeHandle(index, of: entity, dbi: dbi) else {
+            throw corrupted("The index (\(index.summary)) names an attribute the entity does not have", entity: entity.name)
+        }
+        return handle
+    }
+
+    /// Rewrites every row into the declared attribute order and fills new indexes; returns
+    /// the number of records.
+    ///
+    /// - Throws: `DepotError.Code.schemaMismatch` when two records share the values of a
+    ///   new unique composite index; `DepotError.Code.invalidValue` when a value is too
+    ///   long for a new index.
+    @discardableResult
     private func rewriteRows(
         from stored: RegisteredEntity, to declared: RegisteredEntity, migration: SchemaMigration, rewrite: Bool,
-        building: [IndexHandle]
-    ) throws {
+        building: [IndexHandle], buildingComposites: [CompositeHandle]
+    ) throws -> Int {
+        var records = 0
         let entity = declared.entity
         let context = "Migrating \(entity.name) in \(storeName)"
         var row = Row()
@@ -259,6 +332,22 @@ extension LMDBTransaction {
                     }
                     try put(index.dbi, indexKey, key, context: context)
                 }
+                for index in buildingComposites {
+                    indexKey.removeAll(keepingCapacity: true)
+                    index.appendComponents(of: migrated, to: &indexKey)
+                    let prefixLength = indexKey.count
+                    indexKey.append(contentsOf: key)
+                    if indexKey.count > maxKeySize {
+                        throw DepotError(.invalidValue, "Cannot build the index (\(index.description.summary)) of \(entity.name): the record with key \(migrated[value: entity.primaryKeyIndex].debugLiteral) has values \(Self.describeTuple(index, migrated)) that take \(indexKey.count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Nothing was changed.")
+                    }
+                    if index.isUnique, index.positions.allSatisfy({ !migrated[value: $0].isNull }),
+                        try otherOwner(index, prefix: Array(indexKey[..<prefixLength]), own: key) != nil
+                    {
+                        throw DepotError(.schemaMismatch, "Cannot add the unique index (\(index.description.summary)) to \(entity.name): more than one record has \(Self.describeTuple(index, migrated)). Make the values unique first, or declare the index without unique; nothing was changed.")
+                    }
+                    try put(index.dbi, indexKey, key, context: context)
+                }
+                records += 1
                 if rewrite {
                     RecordFormat.encode(migrated, into: &value)
                     let rc = Self.withVal(key) { kv in Self.withVal(value) { vv in mdb_cursor_put(cursor, &kv, &vv, UInt32(MDB_CURRENT)) } }
@@ -268,5 +357,6 @@ extension LMDBTransaction {
             }
             if rc != MDB_NOTFOUND { throw fail(rc, context) }
         }
+        return records
     }
 }

@@ -59,6 +59,67 @@ package enum KeyEncoding {
         }
     }
 
+    /// One component of a composite index key. Unlike ``appendIndexKey(_:to:)`` the bytes
+    /// must be self-delimiting, because more components and the primary key follow: strings
+    /// and data have every 0x00 byte written as 0x00 0xFF and end with 0x00 0x00, which keeps
+    /// their order (a shorter value's terminator sorts before any byte of a longer one).
+    /// Other values have a fixed width. A descending component has every byte inverted, so
+    /// its order is reversed: nulls, first ascending, come last descending, as a descending
+    /// sort puts them.
+    @inline(__always)
+    static func appendTupleComponent(_ value: Value, descending: Bool, to out: inout [UInt8]) {
+        let start = out.count
+        if value.isNull {
+            out.append(nullMarker)
+        } else {
+            out.append(valueMarker)
+            switch value {
+            case .string(var s):
+                s.withUTF8 { appendEscaped($0, to: &out) }
+            case .data(let d):
+                d.withUnsafeBytes { appendEscaped($0, to: &out) }
+            default:
+                appendOrdered(value, to: &out)
+            }
+        }
+        if descending { invert(&out, from: start) }
+    }
+
+    /// The bytes of a string prefix as they begin the component of every string that starts
+    /// with it (the marker and the escaped bytes, without the terminator).
+    static func tuplePrefix(_ prefix: String, descending: Bool) -> [UInt8] {
+        var out: [UInt8] = [valueMarker]
+        var s = prefix
+        s.withUTF8 { bytes in
+            for byte in bytes {
+                out.append(byte)
+                if byte == 0 { out.append(0xFF) }
+            }
+        }
+        if descending { invert(&out, from: 0) }
+        return out
+    }
+
+    @inline(__always)
+    static func appendEscaped(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        for byte in bytes {
+            out.append(byte)
+            if byte == 0 { out.append(0xFF) }
+        }
+        out.append(0)
+        out.append(0)
+    }
+
+    @inline(__always)
+    static func appendEscaped(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        appendEscaped(UnsafeRawBufferPointer(bytes), to: &out)
+    }
+
+    @inline(__always)
+    static func invert(_ out: inout [UInt8], from start: Int) {
+        for i in start..<out.count { out[i] = ~out[i] }
+    }
+
     package static func primaryKey(_ value: Value) -> [UInt8] {
         var out: [UInt8] = []
         appendPrimaryKey(value, to: &out)

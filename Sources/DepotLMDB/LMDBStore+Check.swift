@@ -8,6 +8,9 @@ extension LMDBStore: IntegrityCheckingStore {
     /// of the records counts. An index entry missing, extra or pointing to the wrong record
     /// shows as a difference.
     ///
+    /// Each composite index is compared entry by entry with the entries its records need:
+    /// an entry missing, extra, or pointing to another record is a problem.
+    ///
     /// First every record is checked to decode as its entity: each damaged record (bytes
     /// another program wrote, a torn copy) is a problem naming the entity and the key, and
     /// the index checks of that entity are skipped (they read every record).
@@ -44,12 +47,63 @@ extension LMDBStore: IntegrityCheckingStore {
                 }
                 problems += differences.prefix(20)
             }
+            let compositeProblems = try await read { transaction in
+                guard let transaction = transaction as? LMDBTransaction else { return [String]() }
+                return try transaction.compositeIndexProblems(handle)
+            }
+            problems += compositeProblems
         }
         return problems
     }
 }
 
 extension LMDBTransaction {
+    /// For each composite index of `entity`: the entries its records need (computed from
+    /// every record) against the entries it holds.
+    func compositeIndexProblems(_ entity: EntityHandle) throws -> [String] {
+        let handles = try handles(for: entity)
+        var problems: [String] = []
+        for index in handles.composites {
+            // Entry key → the primary key it must point to.
+            var expected: [[UInt8]: [UInt8]] = [:]
+            var row = Row()
+            try withCursor(handles.main) { cursor in
+                _ = try scan(cursor, dupSort: false, range: .all, descending: false) { key, data in
+                    try decode(data, handles, into: &row)
+                    let primaryKey = Array(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size))
+                    var entry: [UInt8] = []
+                    index.appendComponents(of: row, to: &entry)
+                    entry += primaryKey
+                    expected[entry] = primaryKey
+                    return true
+                }
+            }
+            var extra = 0
+            var misdirected = 0
+            try withCursor(index.dbi) { cursor in
+                _ = try scan(cursor, dupSort: false, range: .all, descending: false) { key, data in
+                    let entry = Array(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size))
+                    guard let primaryKey = expected.removeValue(forKey: entry) else {
+                        extra += 1
+                        return true
+                    }
+                    if Self.compare(data, primaryKey) != 0 { misdirected += 1 }
+                    return true
+                }
+            }
+            let name = "\(handles.entity.name) index (\(index.description.summary))"
+            if !expected.isEmpty {
+                let keys = expected.values.prefix(5).map {
+                    $0.withUnsafeBytes { Self.describeKey($0, type: handles.entity.primaryKey.type) }
+                }
+                problems.append("\(name) has no entry for \(expected.count) records (keys \(keys.joined(separator: ", "))\(expected.count > 5 ? ", …" : "")).")
+            }
+            if extra > 0 { problems.append("\(name) has \(extra) entries that match no record.") }
+            if misdirected > 0 { problems.append("\(name) has \(misdirected) entries that point to the wrong record.") }
+        }
+        return problems
+    }
+
     /// The keys (as text) of the records of `entity` whose stored values do not decode as
     /// the entity, found by walking its database: a damaged record does not end the walk.
     func damagedRecords(_ entity: EntityHandle) throws -> [String] {

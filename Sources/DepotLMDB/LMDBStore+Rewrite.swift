@@ -38,6 +38,9 @@ extension LMDBStore: SchemaRewritingStore {
             for index in old.indexes {
                 try transaction.clear(index.dbi, name: Catalog.indexName(entity: name, attribute: old.entity.attributes[index.position].name))
             }
+            for index in old.composites {
+                try transaction.clear(index.dbi, name: Catalog.compositeName(entity: name, index: index.description))
+            }
             let version = (try transaction.readStoredEntity(name)?.schemaVersion ?? 0) + 1
             if name != entity.name {
                 _ = try transaction.del(transaction.metaDBI, Catalog.entityKey(name), nil, context: "Forgetting the schema of \(name)")
@@ -52,8 +55,12 @@ extension LMDBStore: SchemaRewritingStore {
                 try transaction.clear(dbi, name: indexName)
                 indexes.append(IndexHandle(position: i, dbi: dbi, isUnique: attribute.isUnique))
             }
+            // Filled by the inserts below, which refuse a duplicate of a unique one.
+            let composites = try entity.indexes.map { index throws(DepotError) in
+                try transaction.openComposite(index, of: entity, create: true)
+            }
             try transaction.writeStoredEntity(StoredEntity(schemaVersion: version, recordFormat: Int(RecordFormat.version), entity: entity))
-            let registered = RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: version)
+            let registered = RegisteredEntity(entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: version)
                 .stamped(try transaction.storedStamp(entity.name))
             for row in transformed { _ = try transaction.write(row, registered, mode: .insert) }
             for (position, attribute) in entity.attributes.enumerated() {

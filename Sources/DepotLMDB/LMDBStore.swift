@@ -598,6 +598,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             if options.readOnly, try !entities.allSatisfy({ try transaction.readStoredEntity($0.name)?.entity == $0 }) {
                 throw DepotError.readOnly("LMDB store at \(directory)")
             }
+            transaction.storeLog = log
             for entity in entities {
                 updated[entity.name] = try transaction.registerStamped(entity, current: updated[entity.name] ?? registered[entity.name]?.entry)
             }

@@ -19,9 +19,11 @@ extension LMDBTransaction {
     func visitValues(_ plan: Plan, _ handles: RegisteredEntity, _ body: (MDB_val) throws -> Bool) throws {
         let dbi: MDB_dbi
         let dupSort: Bool
+        let lookup: Bool
         switch plan.source {
-        case .primary: (dbi, dupSort) = (handles.main, false)
-        case .index(let index): (dbi, dupSort) = (index.dbi, true)
+        case .primary: (dbi, dupSort, lookup) = (handles.main, false, false)
+        case .index(let index): (dbi, dupSort, lookup) = (index.dbi, true, true)
+        case .composite(let index): (dbi, dupSort, lookup) = (index.dbi, false, true)
         }
         let ranges = plan.ranges ?? [.all]
         // Plain values only in the per-record closure: capturing the handles or the plan
@@ -33,7 +35,7 @@ extension LMDBTransaction {
         try withCursor(dbi) { cursor in
             for range in (descending ? ranges.reversed() : ranges) {
                 let more = try scan(cursor, dupSort: dupSort, range: range, descending: descending) { _, data in
-                    if dupSort {
+                    if lookup {
                         var primaryKey = data
                         var value = MDB_val()
                         let rc = mdb_get(txn, main, &primaryKey, &value)
@@ -65,6 +67,7 @@ extension LMDBTransaction {
         switch plan.source {
         case .primary: (dbi, dupSort) = (handles.main, false)
         case .index(let index): (dbi, dupSort) = (index.dbi, true)
+        case .composite(let index): (dbi, dupSort) = (index.dbi, false)
         }
         var n = 0
         try withCursor(dbi) { cursor in
@@ -84,13 +87,97 @@ extension LMDBTransaction {
     /// when the range holds a large share of the records, reading the main database in
     /// order is cheaper. The range is measured by distinct keys, counting each key's
     /// duplicates, and only up to that share.
+    ///
+    /// When composite indexes fit the query too, the plan of least estimated cost wins (see
+    /// ``choose(_:_:_:needsOrder:)``).
     package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
+        let single = try singleAttributePlan(query, handles, needsOrder: needsOrder)
+        let composites = CompositePlanner.candidates(query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
+        if composites.isEmpty { return single }
+        // Most conditions expressed first: among plans of equal cost, the narrower one.
+        let ordered = composites.enumerated().sorted { (a: (offset: Int, element: Plan), b: (offset: Int, element: Plan)) -> Bool in
+            let (x, y) = (a.element.consumed, b.element.consumed)
+            return x != y ? x > y : a.offset < b.offset
+        }.map { $0.element }
+        return try choose(ordered + [single], query, handles, needsOrder: needsOrder).plan
+    }
+
+    func singleAttributePlan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
         let plan = QueryPlanner.plan(query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
         guard case .index(let index) = plan.source, !plan.ordered, let ranges = plan.ranges else { return plan }
         let total = try entries(handles.main)
         let share = total / Self.indexLookupCost
         guard share > 0, try countIndexEntries(index, ranges, reaching: share) >= share else { return plan }
         return QueryPlanner.fullScan(query, handles: handles, needsOrder: needsOrder)
+    }
+
+    /// The cost of one row read through `plan`: a step in the main database, or a lookup in
+    /// it through an index entry (a count of an exact plan reads no record).
+    func rowCost(_ plan: Plan, needsOrder: Bool) -> Int {
+        if case .primary = plan.source { return 1 }
+        return !needsOrder && plan.exact ? 1 : Self.indexLookupCost
+    }
+
+    /// The most rows `plan` reads before the query is answered, whatever its ranges hold:
+    /// `offset + limit` when it is exact and in order (or counts), else none.
+    func window(_ plan: Plan, _ query: Query, needsOrder: Bool) -> Int? {
+        plan.exact && (plan.ordered || !needsOrder) ? query.end : nil
+    }
+
+    /// The plan of least estimated cost, in rows read times ``rowCost(_:needsOrder:)``.
+    ///
+    /// The rows a plan reads are its ranges' entries (their size measured by a cursor walk,
+    /// one step per entry, or per distinct key of a single-attribute index, or `mdb_stat`
+    /// for a whole database), capped by ``window(_:_:needsOrder:)``. A plan with a window
+    /// is costed by the window alone, unmeasured (so a list page pays no walk before its
+    /// read), and each plan is measured only up to the cost of the best one so far, and of
+    /// reading every record, so estimating costs at most what the chosen plan reads. A
+    /// plan measured whole keeps its count in ``Plan/entries`` (a count then uses it).
+    /// Unindexed conditions are assumed to keep every row: an estimate never counts on a
+    /// filter it cannot measure. Ties go to the earlier candidate.
+    func choose(_ candidates: [Plan], _ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> (plan: Plan, rows: Int?) {
+        var best: (plan: Plan, rows: Int?, cost: Int)?
+        let total = try entries(handles.main)
+        let windowed = candidates.filter { window($0, query, needsOrder: needsOrder) != nil }
+        let others = candidates.filter { window($0, query, needsOrder: needsOrder) == nil }
+        for plan in windowed + others {
+            let perRow = rowCost(plan, needsOrder: needsOrder)
+            let rows: Int?
+            let cost: Int
+            var complete = false
+            if let window = window(plan, query, needsOrder: needsOrder) {
+                rows = nil
+                cost = window.multipliedReportingOverflow(by: perRow).overflow ? Int.max : window * perRow
+            } else {
+                let cap = min(best?.cost ?? Int.max, total) / perRow + 1
+                let measured = try measure(plan, handles, cap: cap)
+                rows = measured
+                complete = measured < cap
+                cost = measured.multipliedReportingOverflow(by: perRow).overflow ? Int.max : measured * perRow
+            }
+            if best.map({ cost < $0.cost }) ?? true {
+                var chosen = plan
+                if complete { chosen.entries = rows }
+                best = (chosen, rows, cost)
+            }
+        }
+        guard let best else { return (try singleAttributePlan(query, handles, needsOrder: needsOrder), nil) }
+        return (best.plan, best.rows)
+    }
+
+    /// The entries in the ranges of `plan`, counted up to `cap`.
+    func measure(_ plan: Plan, _ handles: RegisteredEntity, cap: Int) throws -> Int {
+        guard let ranges = plan.ranges else {
+            switch plan.source {
+            case .primary: return try entries(handles.main)
+            case .index(let index): return try entries(index.dbi)
+            case .composite(let index): return try entries(index.dbi)
+            }
+        }
+        if case .index(let index) = plan.source { return try countIndexEntries(index, ranges, reaching: cap) }
+        var counted = plan
+        counted.ranges = ranges
+        return try countEntries(counted, handles, stopAt: cap)
     }
 
     /// How many records in main-database order cost as much as one lookup through an index
@@ -298,7 +385,10 @@ extension LMDBTransaction {
             matched = try entries(handles.main)
         } else {
             let plan = try plan(query, handles, needsOrder: false)
-            if plan.exact {
+            if plan.exact, let entries = plan.entries {
+                // Measured whole while planning.
+                matched = window.map { min(entries, $0) } ?? entries
+            } else if plan.exact {
                 matched = try countEntries(plan, handles, stopAt: window)
             } else {
                 var n = 0

@@ -36,6 +36,51 @@ extension LMDBTransaction {
                 throw DepotError(.invalidValue, "\(entity.name).\(name) is indexed, and its value \(value.debugLiteral) takes \(indexKeys[n].count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Store a shorter value or remove the index; nothing was written.")
             }
         }
+        if handles.composites.isEmpty { return }
+        while compositeKeys.count < handles.composites.count {
+            compositeKeys.append([])
+            compositePrefixLengths.append(0)
+        }
+        for (n, index) in handles.composites.enumerated() {
+            compositeKeys[n].removeAll(keepingCapacity: true)
+            index.appendComponents(of: row, to: &compositeKeys[n])
+            compositePrefixLengths[n] = compositeKeys[n].count
+            compositeKeys[n].append(contentsOf: keyBuffer)
+            if compositeKeys[n].count > maxKeySize {
+                throw DepotError(.invalidValue, "\(entity.name) has the index (\(index.description.summary)), and the values \(Self.describeTuple(index, row)) with the primary key take \(compositeKeys[n].count) bytes as an index key, over LMDB's key limit of \(maxKeySize) bytes. Store shorter values or remove the index; nothing was written.")
+            }
+        }
+    }
+
+    /// The values of `row` in the components of `index`, as a reader would write them:
+    /// `(species, name) = ("cat", "Tom")`.
+    static func describeTuple(_ index: CompositeHandle, _ row: Row) -> String {
+        "(" + index.description.components.map(\.attribute).joined(separator: ", ") + ") = ("
+            + index.positions.map { row[value: $0].debugLiteral }.joined(separator: ", ") + ")"
+    }
+
+    /// The primary key (stored bytes) of a record other than `own` whose entry in `index`
+    /// starts with `prefix` (the components' encoding), or `nil` when there is none.
+    func otherOwner(_ index: CompositeHandle, prefix: [UInt8], own: [UInt8]) throws -> [UInt8]? {
+        try withCursor(index.dbi) { cursor in
+            var key = MDB_val()
+            var data = MDB_val()
+            var rc = Self.withVal(prefix) { k in
+                key = k
+                return mdb_cursor_get(cursor, &key, &data, MDB_SET_RANGE)
+            }
+            while rc == 0 {
+                let starts = prefix.withUnsafeBytes { p -> Bool in
+                    guard key.mv_size >= p.count, let base = key.mv_data, let other = p.baseAddress else { return false }
+                    return memcmp(base, other, p.count) == 0
+                }
+                if !starts { return nil }
+                if Self.compare(data, own) != 0 { return Array(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)) }
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
+            }
+            if rc != MDB_NOTFOUND { throw fail(rc, "Reading the index (\(index.description.summary)) in \(storeName)") }
+            return nil
+        }
     }
 
     /// Built only when an error needs it, so a write allocates no text.
@@ -54,7 +99,7 @@ extension LMDBTransaction {
         var existed = false
         if let old = try get(handles.main, keyBuffer, context: self.writeContext(handles.entity)) {
             existed = true
-            if !handles.indexes.isEmpty { try decode(old, handles, into: &oldRow) }
+            if !handles.indexes.isEmpty || !handles.composites.isEmpty { try decode(old, handles, into: &oldRow) }
         }
         if mode == .insert && existed { throw DepotError.duplicateKey(entity: entity.name, key: key) }
         if mode == .update && !existed { throw DepotError.notFound(entity: entity.name, key: key) }
@@ -63,6 +108,13 @@ extension LMDBTransaction {
             if value.isNull { continue }
             if let owner = try get(index.dbi, indexKeys[n], context: self.writeContext(handles.entity)), Self.compare(owner, keyBuffer) != 0 {
                 throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[index.position].name, value: value)
+            }
+        }
+        for (n, index) in handles.composites.enumerated() where index.isUnique {
+            // Records with nil in a component never conflict, as with a unique attribute.
+            if index.positions.contains(where: { row[value: $0].isNull }) { continue }
+            if try otherOwner(index, prefix: Array(compositeKeys[n][..<compositePrefixLengths[n]]), own: keyBuffer) != nil {
+                throw DepotError(.duplicateKey, "Another \(entity.name) already has \(Self.describeTuple(index, row)), and the index (\(index.description.summary)) is declared unique.")
             }
         }
         RecordFormat.encode(row, into: &valueBuffer)
@@ -75,6 +127,16 @@ extension LMDBTransaction {
                 try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(handles.entity))
             }
             try put(index.dbi, indexKeys[n], keyBuffer, context: self.writeContext(handles.entity))
+        }
+        for (n, index) in handles.composites.enumerated() {
+            if existed {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                index.appendComponents(of: oldRow, to: &oldIndexKey)
+                oldIndexKey.append(contentsOf: keyBuffer)
+                if oldIndexKey == compositeKeys[n] { continue }
+                try del(index.dbi, oldIndexKey, nil, context: self.writeContext(handles.entity))
+            }
+            try put(index.dbi, compositeKeys[n], keyBuffer, context: self.writeContext(handles.entity))
         }
         recorder.record(entity: entity.name, key: key, existedBefore: existed, existsAfter: true)
         return existed
@@ -103,12 +165,18 @@ extension LMDBTransaction {
         KeyEncoding.appendPrimaryKey(key, to: &keyBuffer)
         guard keyBuffer.count <= maxKeySize else { return false }
         guard let old = try get(handles.main, keyBuffer, context: self.writeContext(handles.entity)) else { return false }
-        if !handles.indexes.isEmpty {
+        if !handles.indexes.isEmpty || !handles.composites.isEmpty {
             try decode(old, handles, into: &oldRow)
             for index in handles.indexes {
                 oldIndexKey.removeAll(keepingCapacity: true)
                 KeyEncoding.appendIndexKey(oldRow[value: index.position], to: &oldIndexKey)
                 try del(index.dbi, oldIndexKey, keyBuffer, context: self.writeContext(handles.entity))
+            }
+            for index in handles.composites {
+                oldIndexKey.removeAll(keepingCapacity: true)
+                index.appendComponents(of: oldRow, to: &oldIndexKey)
+                oldIndexKey.append(contentsOf: keyBuffer)
+                try del(index.dbi, oldIndexKey, nil, context: self.writeContext(handles.entity))
             }
         }
         try del(handles.main, keyBuffer, nil, context: self.writeContext(handles.entity))

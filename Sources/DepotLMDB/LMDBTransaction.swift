@@ -42,6 +42,11 @@ package final class LMDBTransaction: WriteTransaction {
     @exclusivity(unchecked) var indexKeys: [[UInt8]] = []
     @exclusivity(unchecked) var oldIndexKey: [UInt8] = []
     @exclusivity(unchecked) var oldRow = Row()
+    @exclusivity(unchecked) var compositeKeys: [[UInt8]] = []
+    @exclusivity(unchecked) var compositePrefixLengths: [Int] = []
+    /// Where a registration logs the composite indexes it builds (set by the store for the
+    /// transaction that registers).
+    var storeLog: StoreLog?
     /// The handles the last ``handles(for:)`` resolved, and the handle it resolved them
     /// for. Unretained: ``snapshot``, which never changes, holds them.
     @exclusivity(unchecked) var resolved: Unmanaged<RegisteredEntity>?

@@ -61,6 +61,9 @@ package struct Plan {
         case primary
         /// An index database: each entry is (index key, primary key).
         case index(IndexHandle)
+        /// A composite index database: each entry is (components and primary key, primary
+        /// key).
+        case composite(CompositeHandle)
     }
 
     package var source: Source
@@ -74,6 +77,14 @@ package struct Plan {
     /// Whether to scan keys from the last to the first (duplicates still ascend, which is
     /// the primary key tie-break).
     package var descending: Bool
+    /// How many conjuncts of the filter the ranges express (composite plans).
+    package var consumed = 0
+    /// The ranges as conditions, one line each (composite plans; for `explain`).
+    package var rangeText: [String] = []
+    /// Whether the ranges start at a cursor page's position (a keyset condition).
+    package var keyset = false
+    /// The entries of the ranges, when the planner counted them all.
+    package var entries: Int?
 }
 
 /// The planner: predicates on the primary key or an indexed attribute inside a top-level

@@ -16,6 +16,44 @@ package struct IndexHandle: Sendable, Equatable {
     }
 }
 
+/// A composite index database (an ``IndexDescription``): not `MDB_DUPSORT`; each key is the
+/// components' tuple encoding (see ``KeyEncoding/appendTupleComponent(_:descending:to:)``)
+/// followed by the primary key's, so entries of equal components sort by primary key and
+/// every key is unique; each value is the primary key.
+package struct CompositeHandle: Sendable, Equatable {
+    package let description: IndexDescription
+    /// The position of each component's attribute in the entity.
+    package let positions: [Int]
+    package let dbi: MDB_dbi
+
+    package init(description: IndexDescription, positions: [Int], dbi: MDB_dbi) {
+        self.description = description
+        self.positions = positions
+        self.dbi = dbi
+    }
+
+    var isUnique: Bool { description.isUnique }
+
+    /// The handle of `index` of `entity`, or `nil` when a component names no attribute
+    /// (a validated description never does).
+    init?(_ index: IndexDescription, of entity: EntityDescription, dbi: MDB_dbi) {
+        var positions: [Int] = []
+        for component in index.components {
+            guard let position = entity.index(of: component.attribute) else { return nil }
+            positions.append(position)
+        }
+        self.init(description: index, positions: positions, dbi: dbi)
+    }
+
+    /// Appends the components of `row` (without the primary key) to `out`.
+    @inline(__always)
+    func appendComponents(of row: Row, to out: inout [UInt8]) {
+        for (n, position) in positions.enumerated() {
+            KeyEncoding.appendTupleComponent(row[value: position], descending: description.components[n].isDescending, to: &out)
+        }
+    }
+}
+
 /// A registered entity (every backend calls its per-entity state by this name): its open
 /// databases. A class: every read resolves it, and handing out one reference is cheaper
 /// than copying five arrays' worth of references.
@@ -23,6 +61,8 @@ package final class RegisteredEntity: Sendable {
     let entity: EntityDescription
     let main: MDB_dbi
     let indexes: [IndexHandle]
+    /// The composite index databases, in the entity's declaration order.
+    package let composites: [CompositeHandle]
     let schemaVersion: Int
     /// The attribute types in order, so decoding a record does not copy descriptions.
     let types: [AttributeType]
@@ -39,10 +79,14 @@ package final class RegisteredEntity: Sendable {
     /// of its own then costs one B-tree search, not two.
     let verifiedSnapshot = Atomic<UInt64>(0)
 
-    package init(entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], schemaVersion: Int, stamp: [UInt8] = []) {
+    package init(
+        entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], composites: [CompositeHandle] = [], schemaVersion: Int,
+        stamp: [UInt8] = []
+    ) {
         self.entity = entity
         self.main = main
         self.indexes = indexes
+        self.composites = composites
         self.schemaVersion = schemaVersion
         self.types = entity.attributes.map(\.type)
         self.primaryKeyType = entity.primaryKey.type
@@ -51,7 +95,8 @@ package final class RegisteredEntity: Sendable {
 
     /// The same handles, stamped with the stored schema they belong to.
     func stamped(_ stamp: [UInt8]) -> RegisteredEntity {
-        RegisteredEntity(entity: entity, main: main, indexes: indexes, schemaVersion: schemaVersion, stamp: stamp)
+        RegisteredEntity(
+            entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: schemaVersion, stamp: stamp)
     }
 
     @inline(__always)

@@ -208,22 +208,35 @@ final class DifferentialStores: Sendable {
     let directory = TemporaryDirectory("diff")
     let stores: [(name: String, store: any Store)]
     let selective = Counter()
+    /// The entity the cases are stored in: Probe's description, or a variant of it.
+    let entity: EntityDescription
 
-    init() async throws {
+    /// Every backend, the cases stored as `Probe`.
+    convenience init() async throws {
+        try await self.init(entity: Probe.entity.description, backends: nil)
+    }
+
+    /// The backends named in `backends` (all when `nil`), the cases stored as `entity`
+    /// (Probe's attributes in Probe's order).
+    init(entity: EntityDescription, backends: Set<String>?) async throws {
+        self.entity = entity
         var stores: [(name: String, store: any Store)] = [("memory", MemoryStore())]
+        func wanted(_ name: String) -> Bool { backends?.contains(name) ?? true }
         do {
-            stores.append(("sqlite", try await openStore(url: Backend.sqlite.url(in: directory))))
-            stores.append(("sqlite::memory:", try await openStore(url: "sqlite::memory:")))
-            stores.append(("lmdb", try await openStore(url: Backend.lmdb.url(in: directory))))
+            if wanted("sqlite") { stores.append(("sqlite", try await openStore(url: Backend.sqlite.url(in: directory)))) }
+            if wanted("sqlite::memory:") { stores.append(("sqlite::memory:", try await openStore(url: "sqlite::memory:"))) }
+            if wanted("lmdb") { stores.append(("lmdb", try await openStore(url: Backend.lmdb.url(in: directory)))) }
             // PostgreSQL where a server runs (`make test`, `make stress`): its filters, order,
             // pages and aggregates are SQL of Depot's, compared case by case like the others.
-            if let url = Stress.postgresURL {
+            if !wanted("postgres") {
+                // Not compared in this run.
+            } else if let url = Stress.postgresURL {
                 let schema = "diff_\(UUID().uuidString.prefix(8).lowercased())"
                 stores.append(("postgres", try await openStore(url: "\(url)&schema=\(schema)")))
             } else if Stress.postgresRequired {
                 throw DepotError(.invalidConfiguration, "DEPOT_REQUIRE_POSTGRES=1 but DEPOT_TEST_POSTGRES_URL is not set: start a server with scripts/postgres-test-server.sh (make test does).")
             }
-            for (_, store) in stores { try await store.register(Probe.self) }
+            for (_, store) in stores { _ = try await store.register(entity) }
         } catch {
             // The stores opened so far would otherwise keep their threads and files.
             for (_, store) in stores { await store.close() }
@@ -276,9 +289,9 @@ final class DifferentialStores: Sendable {
         }
     }
 
-    static func answer(_ store: any Store, _ testCase: DifferentialCase) async throws -> Answer {
+    static func answer(_ store: any Store, _ testCase: DifferentialCase, as description: EntityDescription) async throws -> Answer {
         // Registered already: this returns the store's handle.
-        let entity = try await store.register(Probe.entity.description)
+        let entity = try await store.register(description)
         let query = try testCase.query(for: entity)
         let records = testCase.records
         try await store.write { transaction in
@@ -303,12 +316,12 @@ final class DifferentialStores: Sendable {
     /// Checks every backend against the reference for one case; returns whether all agree.
     @discardableResult
     func check(_ testCase: DifferentialCase, sourceLocation: SourceLocation = #_sourceLocation) async throws -> Bool {
-        let reference = try await Self.answer(stores[0].store, testCase)
+        let reference = try await Self.answer(stores[0].store, testCase, as: entity)
         // A case that selects some but not all records tells the backends apart best.
         if !reference.rows.isEmpty && reference.rows.count < testCase.records.count { selective.increment() }
         var agree = true
         for (name, store) in stores.dropFirst() {
-            let answer = try await Self.answer(store, testCase)
+            let answer = try await Self.answer(store, testCase, as: entity)
             if answer != reference {
                 agree = false
                 Issue.record("""
@@ -345,6 +358,88 @@ struct DifferentialTests {
         }
         await stores.close()
         report("differential: \(checked.value) cases checked against memory on \(stores.comparedNames) (fetch, count, aggregates, delete), \(stores.selective.value) selecting some but not all records; mismatches fail the test")
+    }
+
+    /// Requests shaped for composite indexes, over an entity that declares them, on the
+    /// backends that plan with them (the others scan and are compared by the test above).
+    @Test("random records and requests shaped for composite indexes", .shrinking)
+    func compositeIndexCases() async throws {
+        let stores = try await DifferentialStores(entity: Probe.indexedEntity, backends: ["lmdb"])
+        let checked = Counter()
+        let indexed = Counter()
+        await propertyCheck(count: Self.cases, input: Self.recordsGenerator, Self.requestGenerator) { records, request in
+            let testCase = DifferentialCase(indexShaped: records, request: request)
+            try await stores.check(testCase)
+            checked.increment()
+            // The plans compared: how many read an index (so the test is not all scans).
+            let store = stores.stores[1].store
+            let entity = try await store.register(Probe.indexedEntity)
+            let query = try testCase.query(for: entity)
+            if try await store.read({ try $0.explain(query, analyze: false) }).usesIndex { indexed.increment() }
+        }
+        await stores.close()
+        #expect(indexed.value > 0)
+        report("differential, composite indexes: \(checked.value) cases checked against memory on \(stores.comparedNames), \(indexed.value) planned over an index, \(stores.selective.value) selecting some but not all records; mismatches fail the test")
+    }
+}
+
+extension Probe {
+    /// Probe's attributes with composite indexes over attributes with many ties, nils and
+    /// edge values: ascending and descending components, optional ones, three components,
+    /// and the primary key as a component.
+    static let indexedEntity = EntityDescription(
+        name: "IndexedProbe", attributes: Probe.entity.description.attributes,
+        primaryKeyIndex: Probe.entity.description.primaryKeyIndex,
+        indexes: [
+            .index("string", "int"), .index(.descending("optionalString"), "double"),
+            .index("bool", "optionalInt", .descending("date")), .index(.descending("int"), "optionalDate"),
+            .index("bool", .descending("id")),
+        ])
+}
+
+extension DifferentialCase {
+    /// A case shaped for one of ``Probe/indexedEntity``'s indexes: equality on a prefix of
+    /// its components, maybe `IN` or a comparison on the next, sorted by the rest (each
+    /// direction as declared or all reversed, or sorted otherwise), and maybe another
+    /// random condition.
+    init(indexShaped records: [[Int]], request requestChoices: [Int]) {
+        self.init(records: records, request: [])
+        var c = Choices(requestChoices)
+        let index = Probe.indexedEntity.indexes[c.next(Probe.indexedEntity.indexes.count)]
+        let components = index.components
+        let fixed = c.next(components.count + 1)
+        var parts: [DepotPredicate] = []
+        for component in components.prefix(fixed) {
+            let value = Self.value(&c, for: component.attribute)
+            parts.append(value.isNull ? .isNil(attribute: component.attribute) : .compare(attribute: component.attribute, .equal, value))
+        }
+        if fixed < components.count {
+            let next = components[fixed].attribute
+            switch c.next(4) {
+            case 0:
+                var values: [Value] = []
+                for _ in 0..<(1 + c.next(3)) { values.append(Self.value(&c, for: next)) }
+                parts.append(.oneOf(attribute: next, values))
+            case 1, 2:
+                parts.append(.compare(attribute: next, [.less, .lessOrEqual, .greater, .greaterOrEqual][c.next(4)], Self.value(&c, for: next)))
+            default:
+                break
+            }
+        }
+        if c.next(3) == 0 { parts.append(Self.predicate(&c, depth: 1)) }
+        predicate = parts.isEmpty ? .constant(true) : .and(parts)
+        let flip = c.next(2) == 1
+        switch c.next(4) {
+        case 0:
+            sortKeys = []
+        case 1:
+            sortKeys = [SortKey(Pool.attributes[c.next(Pool.attributes.count)], ascending: c.next(2) == 0)]
+        default:
+            sortKeys = components.dropFirst(c.next(2) == 0 ? fixed : 0).map { SortKey($0.attribute, ascending: $0.isDescending == flip) }
+            if flip { sortKeys.append(SortKey("id", ascending: false)) }
+        }
+        limit = [nil, 0, 1, 3, 5, 10][c.next(6)]
+        offset = [0, 0, 1, 4][c.next(4)]
     }
 }
 
