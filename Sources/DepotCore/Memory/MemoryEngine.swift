@@ -13,6 +13,12 @@ import NIOConcurrencyHelpers
 /// and a write copies only the nodes on its path) and swaps them in only when its closure
 /// returns, so a throw leaves nothing behind.
 ///
+/// Indexed attributes and declared ``IndexDescription``s are ordered secondary indexes in
+/// the same persistent trees, kept by the writer and shared by snapshots: a read whose
+/// filter fixes an index's leading attributes and whose sort follows the rest reads that
+/// index range in order and stops at its limit, as on the other backends (see
+/// ``Controller/explain(_:analyze:)``).
+///
 /// ```swift
 /// let store = MemoryStore()
 /// let cats = Controller<Cat, CatRecord>(store: store)
@@ -52,10 +58,30 @@ public final class MemoryEngine: StorageEngine {
         var rows = RowTree()
         /// For each unique attribute position: value → primary key.
         var unique: [Int: TreeDictionary<Value, Value>] = [:]
+        /// The ordered secondary indexes: one per indexed attribute, then the declared ones.
+        var indexes: [MemoryIndex]
 
         init(entity: EntityDescription) {
             self.entity = entity
+            self.indexes = MemoryIndex.all(for: entity)
             for (i, a) in entity.attributes.enumerated() where a.isUnique { unique[i] = [:] }
+        }
+
+        /// Adds a row to a table being built (a migration, a rewrite), refusing one that
+        /// repeats a key, a unique value or a unique index's values.
+        mutating func build(_ row: Row, key: Value) throws(DepotError) {
+            if rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
+            for position in unique.keys where !row[value: position].isNull {
+                if unique[position]?[row[value: position]] != nil {
+                    throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[position].name, value: row[value: position])
+                }
+                unique[position]?[row[value: position]] = key
+            }
+            for i in indexes.indices {
+                if indexes[i].conflict(with: row, key: key) != nil { throw indexes[i].duplicate(row, entity: entity) }
+                indexes[i].insert(row)
+            }
+            rows.updateValue(row, forKey: key)
         }
     }
 
@@ -125,17 +151,25 @@ public final class MemoryEngine: StorageEngine {
                     }
                 }
                 log.schemaMigrated(migration)
+                for index in migration.addedCompositeIndexes { log.indexBuildStarted(index, of: entity.name) }
                 var table = RegisteredEntity(entity: entity)
                 let keyIndex = entity.primaryKeyIndex
+                var problem: DepotError?
                 existing.rows.forEach { row in
                     let migrated = migration.migrate(row)
-                    let key = migrated[value: keyIndex]
-                    table.rows.updateValue(migrated, forKey: key)
-                    for position in table.unique.keys where !migrated[value: position].isNull {
-                        table.unique[position]?[migrated[value: position]] = key
+                    do throws(DepotError) {
+                        try table.build(migrated, key: migrated[value: keyIndex])
+                        return true
+                    } catch {
+                        problem = error
+                        return false
                     }
-                    return true
                 }
+                if let problem {
+                    // Only a new unique index can refuse rows the store already held.
+                    throw DepotError(.schemaMismatch, "The stored records of \(entity.name) do not fit a new unique index: \(problem.message) Remove the duplicates first, or declare the index without unique.")
+                }
+                for index in migration.addedCompositeIndexes { log.indexBuilt(index, of: entity.name, records: table.rows.count) }
                 handles.append(s.snapshot.tables.set(entity, table))
             }
             return handles
@@ -212,15 +246,7 @@ public final class MemoryEngine: StorageEngine {
             var table = RegisteredEntity(entity: entity)
             for row in rows {
                 let new = try transform(row)
-                let key = try entity.check(new)
-                if table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
-                for position in table.unique.keys where !new[value: position].isNull {
-                    if table.unique[position]?[new[value: position]] != nil {
-                        throw DepotError.duplicateUnique(entity: entity.name, attribute: entity.attributes[position].name, value: new[value: position])
-                    }
-                    table.unique[position]?[new[value: position]] = key
-                }
-                _ = table.rows.updateValue(new, forKey: key)
+                try table.build(new, key: try entity.check(new))
             }
             for (position, attribute) in entity.attributes.enumerated() {
                 guard let target = attribute.reference?.entity else { continue }
@@ -239,9 +265,7 @@ public final class MemoryEngine: StorageEngine {
             if entity.name != name { tables.remove(named: name) }
             let handle = tables.set(entity, table)
             guard var ledgerTable = tables[ledger.name]?.entry else { throw DepotError.notRegistered(ledger.name) }
-            let key = try ledgerTable.entity.check(ledgerRow)
-            if ledgerTable.rows[key] != nil { throw DepotError.duplicateKey(entity: ledger.name, key: key) }
-            _ = ledgerTable.rows.updateValue(ledgerRow, forKey: key)
+            try ledgerTable.build(ledgerRow, key: try ledgerTable.entity.check(ledgerRow))
             tables.set(ledgerTable.entity, ledgerTable)
             s.snapshot.tables = tables
             return handle

@@ -7,7 +7,8 @@ extension MemoryStore {
 extension MemoryEngine {
     /// Checks the committed state's internal consistency, for tests: every row fits its
     /// entity and is stored under its own primary key, each unique map holds exactly the
-    /// rows' non-nil unique values, and each table's B+ tree is well formed (keys ascending,
+    /// rows' non-nil unique values, each secondary index has exactly one entry per row, and
+    /// each table's B+ tree is well formed (keys ascending,
     /// balanced, counts adding up, no node over capacity).
     ///
     /// - Throws: ``DepotError/Code/storeCorrupted`` naming the first inconsistency.
@@ -28,6 +29,18 @@ extension MemoryEngine {
                 for position in table.unique.keys where !row[value: position].isNull {
                     guard expectedUnique[position]?.updateValue(key, forKey: row[value: position]) == nil else {
                         throw broken("two rows share the unique value \(row[value: position].debugLiteral)")
+                    }
+                }
+            }
+            for index in table.indexes {
+                let name = index.components.map(\.attribute).joined(separator: ", ")
+                if let problem = index.entries.structuralProblem() { throw broken("the tree of index (\(name)) is malformed: \(problem)") }
+                guard index.entries.count == table.rows.count else {
+                    throw broken("index (\(name)) has \(index.entries.count) entries for \(table.rows.count) rows")
+                }
+                for (key, row) in table.rows.entries {
+                    guard index.entries[index.entryKey(of: row)]?[value: 0] == key else {
+                        throw broken("index (\(name)) has no entry for the row with key \(key.debugLiteral)")
                     }
                 }
             }

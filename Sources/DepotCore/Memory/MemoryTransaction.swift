@@ -1,3 +1,4 @@
+import Foundation
 import HashTreeCollections
 
 /// A transaction over a ``MemoryEngine`` snapshot. Writes change working copies of the
@@ -42,6 +43,12 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             _modify { yield &stored.unique }
         }
 
+        /// The secondary indexes, which pending rows have already updated.
+        var indexes: [MemoryIndex] {
+            get { stored.indexes }
+            _modify { yield &stored.indexes }
+        }
+
         var entityName: String { stored.entity.name }
 
         /// Whether `key` is above every key of the table, pending rows included.
@@ -80,6 +87,10 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         let handle: EntityHandle
         /// Whether the entity has unique attributes to keep maps for.
         let hasUnique: Bool
+        /// Whether the entity has secondary indexes to keep.
+        let hasIndexes: Bool
+        /// Whether one of them is unique.
+        let hasUniqueIndexes: Bool
         /// Every key written, in write order (with repeats), for the change feed; kept only
         /// when the feed was observed as the transaction began (``recordsKeys``).
         @exclusivity(unchecked) var written: [Value] = []
@@ -91,6 +102,8 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             self.slot = handle.slot
             self.handle = handle
             self.hasUnique = !table.unique.isEmpty
+            self.hasIndexes = !table.indexes.isEmpty
+            self.hasUniqueIndexes = table.indexes.contains(where: \.isUnique)
         }
     }
 
@@ -183,6 +196,13 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
 
     private func fetchStored(_ query: Query, reserve: (Int) -> Void, _ body: (Row) throws -> Void) throws {
         let table = try table(query.handle)
+        if !table.indexes.isEmpty {
+            let plan = MemoryPlan.plan(query, in: table)
+            if case .index(let number, let ranges) = plan.access {
+                _ = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, in: table, reserve: reserve, body)
+                return
+            }
+        }
         let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == query.entity.primaryKeyIndex && query.sort[0].ascending
         if inKeyOrder {
             // The table is in key order: walk it, no sort, and a limit stops the walk early.
@@ -219,6 +239,56 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         for row in result { try body(row) }
     }
 
+    /// Reads the rows of an index plan: the entries of its ranges in index order, each
+    /// row by its key, checked against the filter unless the ranges say all it does; in
+    /// order, offset and limit apply as they come and the read stops at the limit, else
+    /// the rows are sorted afterwards. Returns the entries read.
+    private func read(
+        _ query: Query, plan: MemoryPlan, index: MemoryIndex, ranges: [(lower: [UInt8], upper: [UInt8]?)],
+        in table: MemoryEngine.RegisteredEntity, reserve: (Int) -> Void, _ body: (Row) throws -> Void
+    ) throws -> Int {
+        var entriesRead = 0
+        var skipped = 0
+        var delivered = 0
+        var page = plan.inOrder ? nil : Query.Page(query)
+        if plan.inOrder, plan.exact {
+            reserve(query.count(ofMatching: plan.estimatedRows))
+        }
+        if query.limit == 0 { return 0 }
+        rangeLoop: for range in ranges {
+            var stopped = false
+            let upper = range.upper.map { Value.data(Data($0)) }
+            try index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
+                if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
+                entriesRead += 1
+                guard let row = table.rows[entry[value: 0]] else { return true }
+                if !plan.exact && !query.filter.matches(row) { return true }
+                if page != nil {
+                    page?.add(row)
+                    return true
+                }
+                if skipped < query.offset {
+                    skipped += 1
+                    return true
+                }
+                try body(row)
+                delivered += 1
+                if let limit = query.limit, delivered >= limit {
+                    stopped = true
+                    return false
+                }
+                return true
+            }
+            if stopped { break rangeLoop }
+        }
+        if var page {
+            let rows = page.rows()
+            reserve(rows.count)
+            for row in rows { try body(row) }
+        }
+        return entriesRead
+    }
+
     /// Calls `body` with the row with primary key `key`, if there is one; returns whether there is.
     public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
@@ -230,6 +300,24 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     /// The number of rows matching `query`, honouring its offset and limit.
     public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
+        if !table.indexes.isEmpty, query.filter != .constant(true) {
+            let plan = MemoryPlan.plan(query, in: table)
+            if case .index(let number, let ranges) = plan.access {
+                // Ranges that say all the filter does are counted from the tree's counts.
+                if plan.exact { return query.count(ofMatching: plan.estimatedRows) }
+                var matched = 0
+                let index = table.indexes[number]
+                for range in ranges {
+                    let upper = range.upper.map { Value.data(Data($0)) }
+                    index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
+                        if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
+                        if let row = table.rows[entry[value: 0]], query.filter.matches(row) { matched += 1 }
+                        return true
+                    }
+                }
+                return query.count(ofMatching: matched)
+            }
+        }
         var matched = 0
         if query.filter == .constant(true) {
             matched = table.rows.count
@@ -240,6 +328,36 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             }
         }
         return query.count(ofMatching: matched)
+    }
+
+    /// The plan ``fetch(_:reserve:_:)`` follows for `query`; with `analyze`, runs it and
+    /// counts the rows (or index entries) read.
+    public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
+        let table = try table(query.handle)
+        let plan = MemoryPlan.plan(query, in: table)
+        var result = QueryPlan(
+            entity: query.entity.name, access: .scan, ranges: plan.rangeText, sortsAfterwards: !plan.inOrder,
+            filtersAfterwards: !plan.exact, estimatedRows: plan.estimatedRows)
+        switch plan.access {
+        case .scan:
+            result.ranges = []
+            if analyze {
+                var read = 0
+                let inKeyOrder = plan.inOrder
+                table.rows.forEach { row in
+                    read += 1
+                    if inKeyOrder, let end = query.end, read >= end, query.filter == .constant(true) { return false }
+                    return true
+                }
+                result.actualRows = read
+            }
+        case .index(let number, let ranges):
+            result.access = .index(table.indexes[number].components)
+            if analyze {
+                result.actualRows = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, in: table, reserve: { _ in }) { _ in }
+            }
+        }
+        return result
     }
 
     // MARK: WriteTransaction
@@ -262,6 +380,13 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         }
     }
 
+    /// Checks that no other row shares all of `row`'s components in a unique index.
+    private func checkUniqueIndexes(_ row: Row, key: Value, in w: Working, entity: EntityDescription) throws(DepotError) {
+        for index in w.indexes where index.isUnique {
+            if index.conflict(with: row, key: key) != nil { throw index.duplicate(row, entity: entity) }
+        }
+    }
+
     /// Writes `row` (or deletes, for `nil`) under `key` in the working table; returns the
     /// row it replaced.
     @discardableResult
@@ -280,6 +405,12 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         }
         w.wasWritten = true
         if recordsKeys { w.written.append(key) }
+        if w.hasIndexes {
+            for i in w.indexes.indices {
+                if let old { w.indexes[i].remove(old) }
+                if let row { w.indexes[i].insert(row) }
+            }
+        }
         if w.hasUnique {
             for position in Array(w.unique.keys) {
                 if let value = old?[value: position], !value.isNull, w.unique[position]?[value] == key {
@@ -300,6 +431,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         let key = try entity.entity.check(row)
         if !w.isAboveEveryKey(key), w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
         try checkUnique(row, key: key, in: w, entity: entity.entity)
+        if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         put(row, key: key, in: w)
     }
 
@@ -309,6 +441,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         let w = try workingTable(entity)
         let key = try entity.entity.check(row)
         if w.hasUnique { try checkUnique(row, key: key, in: w, entity: entity.entity) }
+        if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         return put(row, key: key, in: w) == nil
     }
 
@@ -319,6 +452,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         let key = try entity.entity.check(row)
         guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
         try checkUnique(row, key: key, in: w, entity: entity.entity)
+        if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         put(row, key: key, in: w)
     }
 

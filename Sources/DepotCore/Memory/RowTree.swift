@@ -401,6 +401,45 @@ package struct RowTree: Sendable {
         _ = try root.forEach(skipping: max(0, offset), body)
     }
 
+    /// The number of keys below `key`: where `key` is, or would be, in key order. With the
+    /// subtree counts this costs one descent, so a range's size is two ranks apart.
+    package func rank(of key: Value) -> Int {
+        var node = root
+        var before = 0
+        while !node.isLeaf {
+            let index = node.child(for: key)
+            for child in node.children[..<index] { before += child.count }
+            node = node.children[index]
+        }
+        return before + node.position(of: key).index
+    }
+
+    /// Calls `body` with each key and row in key order from the `offset`-th on, until it
+    /// returns false.
+    package func forEachEntry(from offset: Int, _ body: (Value, Row) throws -> Bool) rethrows {
+        func walk(_ node: Node, skipping: Int) throws -> Bool {
+            if node.isLeaf {
+                var index = skipping
+                while index < node.keys.count {
+                    guard try body(node.keys[index], node.rows[index]) else { return false }
+                    index += 1
+                }
+                return true
+            }
+            var skip = skipping
+            for child in node.children {
+                if skip >= child.count {
+                    skip -= child.count
+                    continue
+                }
+                guard try walk(child, skipping: skip) else { return false }
+                skip = 0
+            }
+            return true
+        }
+        _ = try walk(root, skipping: max(0, offset))
+    }
+
     /// Every row, in key order.
     package var rows: [Row] {
         var all: [Row] = []

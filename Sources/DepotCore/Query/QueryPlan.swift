@@ -4,7 +4,7 @@
 ///
 /// ```swift
 /// let plan = try await pets.explain(Request(\.species == "cat").sorted(by: \.name).limit(20))
-/// print(plan)   // Pet: index (species, name) [species = "cat"], in order
+/// print(plan)   // Pet: index (species, name) [species == "cat"], in order
 /// ```
 ///
 /// A plan says why a request is slow: a ``Access/scan`` over a large entity, or
@@ -29,7 +29,7 @@ public struct QueryPlan: Sendable, Hashable, CustomStringConvertible {
     public var entity: String
     /// Where the candidate records come from.
     public var access: Access
-    /// The ranges read, one line each, in Depot's predicate notation (`species = "cat"`,
+    /// The ranges read, one line each, in Depot's predicate notation (`species == "cat"`,
     /// `age > 3`); empty for a scan.
     public var ranges: [String]
     /// Whether the records read are sorted afterwards. When false they are read in the

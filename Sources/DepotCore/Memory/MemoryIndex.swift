@@ -1,0 +1,195 @@
+import Foundation
+
+/// Index tuples as bytes whose `memcmp` order (the shorter first on a common prefix) is
+/// Depot's order of the tuples: each component in ``Value/compare(_:_:)`` order (nil first),
+/// inverted for a descending component (nil last), so one byte comparison orders a whole
+/// entry. Every component's encoding is self-delimiting (no encoding is a prefix of
+/// another), which is what keeps the order when components follow one another and when a
+/// component's bytes are inverted.
+package enum IndexKeyEncoding {
+    /// The tag of a nil component.
+    static let absent: UInt8 = 0x00
+    /// The tag of a component with a value.
+    static let present: UInt8 = 0x01
+
+    /// Appends `value`'s encoding, inverted when `descending`.
+    package static func append(_ value: Value, descending: Bool, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        switch value {
+        case .null:
+            bytes.append(absent)
+        case .int(let v):
+            bytes.append(present)
+            appendBigEndian(UInt64(bitPattern: v) ^ (1 << 63), to: &bytes)
+        case .double(let v):
+            bytes.append(present)
+            appendDouble(v, to: &bytes)
+        case .date(let v):
+            bytes.append(present)
+            appendDouble(v.timeIntervalSinceReferenceDate, to: &bytes)
+        case .bool(let v):
+            bytes.append(present)
+            bytes.append(v ? 1 : 0)
+        case .string(let v):
+            bytes.append(present)
+            appendEscaped(v.utf8, to: &bytes)
+            bytes.append(contentsOf: [0, 0])
+        case .data(let v):
+            bytes.append(present)
+            appendEscaped(v, to: &bytes)
+            bytes.append(contentsOf: [0, 0])
+        case .uuid(let v):
+            bytes.append(present)
+            withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
+        }
+        if descending { invert(&bytes, from: start) }
+    }
+
+    /// Appends the bytes every string starting with `prefix` begins with (its tag and
+    /// escaped bytes, without the terminator), inverted when `descending`: the strings with
+    /// that prefix are the encodings that start with these bytes.
+    static func appendStringPrefix(_ prefix: String, descending: Bool, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        bytes.append(present)
+        appendEscaped(prefix.utf8, to: &bytes)
+        if descending { invert(&bytes, from: start) }
+    }
+
+    /// The smallest byte string above every string that starts with `bytes`, or nil when
+    /// there is none (all bytes 0xFF): the exclusive end of the range of that prefix.
+    static func successor(_ bytes: [UInt8]) -> [UInt8]? {
+        var out = bytes
+        while let last = out.last {
+            if last == 0xFF {
+                out.removeLast()
+            } else {
+                out[out.count - 1] = last + 1
+                return out
+            }
+        }
+        return nil
+    }
+
+    private static func appendBigEndian(_ v: UInt64, to bytes: inout [UInt8]) {
+        var shift: UInt64 = 56
+        while true {
+            bytes.append(UInt8(truncatingIfNeeded: v >> shift))
+            if shift == 0 { break }
+            shift -= 8
+        }
+    }
+
+    /// Doubles in Depot's order: negative values below positive ones, `-0.0` equal to
+    /// `0.0`, NaN above everything and equal to itself.
+    private static func appendDouble(_ v: Double, to bytes: inout [UInt8]) {
+        let canonical: Double = v.isNaN ? .nan : (v == 0 ? 0 : v)
+        let bits = canonical.bitPattern
+        appendBigEndian(bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63), to: &bytes)
+    }
+
+    /// Bytes with 0x00 written as 0x00 0xFF, so the terminator 0x00 0x00 sorts below any
+    /// continuation: a string sorts before every longer string it is a prefix of.
+    private static func appendEscaped(_ source: some Sequence<UInt8>, to bytes: inout [UInt8]) {
+        for byte in source {
+            bytes.append(byte)
+            if byte == 0 { bytes.append(0xFF) }
+        }
+    }
+
+    private static func invert(_ bytes: inout [UInt8], from start: Int) {
+        var i = start
+        while i < bytes.count {
+            bytes[i] = ~bytes[i]
+            i += 1
+        }
+    }
+}
+
+/// An ordered secondary index of a memory table: an entry per row, keyed by the encoded
+/// tuple of its components followed by the primary key (so entries are unique and equal
+/// components are ordered by key), holding the key. A persistent B+ tree like the rows,
+/// so a snapshot shares it and a write copies only the nodes on its path.
+struct MemoryIndex: Sendable {
+    /// The indexed attributes, most significant first.
+    let components: [IndexDescription.Component]
+    /// Their positions in the entity.
+    let positions: [Int]
+    /// Whether two rows with the same non-nil components are refused.
+    let isUnique: Bool
+    /// The position of the primary key, the implicit last component.
+    let keyPosition: Int
+    /// Encoded tuple + key → `[key]`.
+    var entries = RowTree()
+
+    init(components: [IndexDescription.Component], unique: Bool, in entity: EntityDescription) {
+        self.components = components
+        self.positions = components.map { entity.index(of: $0.attribute) ?? 0 }
+        self.isUnique = unique
+        self.keyPosition = entity.primaryKeyIndex
+    }
+
+    /// The indexes a table keeps: one per indexed attribute (the primary key has the table
+    /// itself), then the entity's declared indexes.
+    static func all(for entity: EntityDescription) -> [MemoryIndex] {
+        var indexes: [MemoryIndex] = []
+        for (position, attribute) in entity.attributes.enumerated() where attribute.isIndexed && position != entity.primaryKeyIndex {
+            indexes.append(MemoryIndex(components: [.init(attribute.name)], unique: false, in: entity))
+        }
+        for index in entity.indexes {
+            indexes.append(MemoryIndex(components: index.components, unique: index.isUnique, in: entity))
+        }
+        return indexes
+    }
+
+    /// The encoded components of `row`.
+    func tuple(of row: Row) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(positions.count * 10 + 10)
+        for (i, position) in positions.enumerated() {
+            IndexKeyEncoding.append(row[value: position], descending: components[i].isDescending, to: &bytes)
+        }
+        return bytes
+    }
+
+    /// The entry key of `row`.
+    func entryKey(of row: Row) -> Value {
+        var bytes = tuple(of: row)
+        IndexKeyEncoding.append(row[value: keyPosition], descending: false, to: &bytes)
+        return .data(Data(bytes))
+    }
+
+    /// Adds `row`'s entry.
+    mutating func insert(_ row: Row) {
+        var entry = Row(capacity: 1)
+        entry.append(row[value: keyPosition])
+        entries.updateValue(entry, forKey: entryKey(of: row))
+    }
+
+    /// Removes `row`'s entry.
+    mutating func remove(_ row: Row) {
+        entries.removeValue(forKey: entryKey(of: row))
+    }
+
+    /// The key of another row whose components equal `row`'s, when the index is unique and
+    /// none of `row`'s components is nil (rows with a nil component never conflict).
+    func conflict(with row: Row, key: Value) -> Value? {
+        guard isUnique, !positions.contains(where: { row[value: $0].isNull }) else { return nil }
+        let tuple = tuple(of: row)
+        var found: Value?
+        entries.forEachEntry(from: entries.rank(of: .data(Data(tuple)))) { entryKey, entry in
+            guard case .data(let bytes) = entryKey, bytes.starts(with: tuple) else { return false }
+            if entry[value: 0] != key {
+                found = entry[value: 0]
+                return false
+            }
+            return true
+        }
+        return found
+    }
+
+    /// The refusal of a row that shares a unique index's values with the row `other`.
+    func duplicate(_ row: Row, entity: EntityDescription) -> DepotError {
+        let values = zip(components, positions).map { "\($0.attribute) = \(row[value: $1].debugLiteral)" }.joined(separator: ", ")
+        return DepotError(.duplicateKey, "Another \(entity.name) already has \(values), and the index (\(components.map(\.attribute).joined(separator: ", "))) is declared unique.")
+    }
+}

@@ -1,0 +1,107 @@
+import DepotCore
+import Foundation
+
+/// Composite indexes: the plans a list page takes, cursor walks over an index, and an
+/// index added to an entity that already has records.
+enum IndexChecks {
+    @Record(name: "ListedPet", indexes: [.index("species", "name")])
+    struct ListedPet: Hashable {
+        var id: Int64
+        var species: String
+        var name: String
+        var weight: Double
+    }
+
+    /// The same entity before its index was declared.
+    @Record(name: "ListedPet")
+    struct UnindexedPet: Hashable {
+        var id: Int64
+        var species: String
+        var name: String
+        var weight: Double
+    }
+
+    static let speciesCount = 8
+
+    static func pets(count: Int) -> [ListedPet] {
+        // Names repeat across species and within one, so ties are broken by key.
+        (1...count).map { id in
+            ListedPet(id: Int64(id), species: "s\(id % speciesCount)", name: "n\((id * 7919) % 97)", weight: Double(id % 13))
+        }
+    }
+
+    static func expected(_ pets: [ListedPet], species: Set<String>, after: (name: String, id: Int64)? = nil) -> [ListedPet] {
+        pets.filter { species.contains($0.species) }
+            .filter { pet in after.map { utf8Less($0.name, pet.name) || ($0.name == pet.name && $0.id < pet.id) } ?? true }
+            .sorted { utf8Less($0.name, $1.name) || ($0.name == $1.name && $0.id < $1.id) }
+    }
+
+    /// Whether a plan reads an index whose leading components are `attributes`.
+    static func reads(_ plan: QueryPlan, _ attributes: [String]) -> Bool {
+        guard case .index(let components) = plan.access else { return false }
+        return components.prefix(attributes.count).map(\.attribute) == attributes
+    }
+
+    static let all: [ConformanceCheck] = [
+        ConformanceCheck("a list page reads its composite index in order and stops at the limit") { store in
+            let pets = Controller<ListedPet, ListedPet>(store: store)
+            let all = Self.pets(count: 2_000)
+            try await pets.save(all)
+            let request = Request<ListedPet>(\.species == "s3").sorted(by: \.name).limit(20)
+            try await expectEqual(pets.fetchAll(request), Array(Self.expected(all, species: ["s3"]).prefix(20)), "the page")
+            try await expectEqual(pets.count(Request(\.species == "s3")), all.filter { $0.species == "s3" }.count, "the count")
+            let plan = try await pets.explain(request, analyze: true)
+            try expect(Self.reads(plan, ["species", "name"]), "the page reads the (species, name) index: \(plan)")
+            try expect(!plan.sortsAfterwards, "the page needs no sort: \(plan)")
+            try expect((plan.actualRows ?? .max) <= 20, "the page stops after 20 rows: \(plan)")
+        },
+        ConformanceCheck("a cursor walk over a composite index returns every record once, in order") { store in
+            let pets = Controller<ListedPet, ListedPet>(store: store)
+            let all = Self.pets(count: 600)
+            try await pets.save(all)
+            let set = pets.results(Request(\.species == "s5").sorted(by: \.name))
+            var walked: [ListedPet] = []
+            var cursor: PageCursor?
+            repeat {
+                let page = try await set.page(size: 7, after: cursor)
+                walked += page.items
+                cursor = page.next
+            } while cursor != nil && walked.count < all.count
+            try expectEqual(walked, Self.expected(all, species: ["s5"]), "the walk")
+            // A page from the middle starts right after the cursor's record.
+            let middle = walked[30]
+            let after = Request<ListedPet>((\.species == "s5") && ((\.name > middle.name) || ((\.name == middle.name) && (\.id > middle.id))))
+                .sorted(by: \.name).limit(5)
+            try await expectEqual(pets.fetchAll(after), Array(walked[31..<36]), "the records after the cursor")
+            try expect(Self.reads(try await pets.explain(after), ["species", "name"]), "the page after a cursor reads the index")
+        },
+        ConformanceCheck("IN on an index's first attribute, ranges on the next, and descending sorts answer alike") { store in
+            let pets = Controller<ListedPet, ListedPet>(store: store)
+            let all = Self.pets(count: 500)
+            try await pets.save(all)
+            let both = Request<ListedPet>(.in(\.species, ["s1", "s6"])).sorted(by: \.species).sorted(by: \.name)
+            let expectedBoth = all.filter { ["s1", "s6"].contains($0.species) }
+                .sorted { ($0.species, $0.name, $0.id) < ($1.species, $1.name, $1.id) }
+            try await expectEqual(pets.fetchAll(both), expectedBoth, "IN, sorted by species then name")
+            let range = Request<ListedPet>((\.species == "s2") && (\.name >= "n5") && (\.name < "n8")).sorted(by: \.name)
+            let expectedRange = Self.expected(all, species: ["s2"]).filter { !utf8Less($0.name, "n5") && utf8Less($0.name, "n8") }
+            try await expectEqual(pets.fetchAll(range), expectedRange, "a range on the second attribute")
+            try expect(Self.reads(try await pets.explain(range), ["species", "name"]), "the range reads the index")
+            let descending = Request<ListedPet>(\.species == "s4").sorted(by: \.name, ascending: false)
+            let expectedDescending = all.filter { $0.species == "s4" }
+                .sorted { utf8Less($1.name, $0.name) || ($0.name == $1.name && $0.id < $1.id) }
+            try await expectEqual(pets.fetchAll(descending), expectedDescending, "descending by name, ties by key")
+        },
+        ConformanceCheck("a composite index added to an entity with records is built from them") { store in
+            let before = Controller<UnindexedPet, UnindexedPet>(store: store)
+            let all = Self.pets(count: 300)
+            try await before.save(all.map { UnindexedPet(id: $0.id, species: $0.species, name: $0.name, weight: $0.weight) })
+            let pets = Controller<ListedPet, ListedPet>(store: store)
+            let request = Request<ListedPet>(\.species == "s7").sorted(by: \.name).limit(10)
+            try await expectEqual(pets.fetchAll(request), Array(Self.expected(all, species: ["s7"]).prefix(10)), "the page after the index is added")
+            try expect(Self.reads(try await pets.explain(request), ["species", "name"]), "the new index is used")
+            try await pets.save(ListedPet(id: 10_000, species: "s7", name: "", weight: 1))
+            try await expectEqual(pets.fetchAll(request).first?.id, 10_000, "a record written afterwards is in the index")
+        },
+    ]
+}
