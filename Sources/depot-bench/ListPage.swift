@@ -134,18 +134,17 @@ func elapsed(since start: UInt64) -> UInt64 {
 extension DepotSubject {
     /// The list page through Depot's public API, as an endpoint asks for it.
     func listPage(species: String, indexed: Bool) async throws -> [BenchPet] {
-        let store = try openStore()
-        let request = Request<IndexedPet>(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)
+        guard let indexedPets, let plainPets else { throw BenchError("\(name) holds no pets") }
         if indexed {
-            return try await Controller<IndexedPet, IndexedPet>(store: store).fetchAll(request).map(\.pet)
+            return try await indexedPets.fetchAll(Request(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)).map(\.pet)
         }
-        let plain = Request<PlainPet>(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)
-        return try await Controller<PlainPet, PlainPet>(store: store).fetchAll(plain).map(\.pet)
+        return try await plainPets.fetchAll(Request(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)).map(\.pet)
     }
 
     /// W8c through `ResultSet.page(size:after:)`, each page handed the previous one's cursor.
     func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64]) {
-        let set = Controller<IndexedPet, IndexedPet>(store: try openStore()).results.filter(\.species == species).sorted(by: \.name)
+        guard let indexedPets else { throw BenchError("\(name) holds no pets") }
+        let set = indexedPets.results.filter(\.species == species).sorted(by: \.name)
         var pets: [BenchPet] = []
         var nanoseconds: [UInt64] = []
         var cursor: PageCursor?
@@ -164,7 +163,11 @@ extension DepotSubject {
         let store = try openStore()
         try await store.register(IndexedPet.self)
         try await store.register(PlainPet.self)
-        try await Controller<IndexedPet, IndexedPet>(store: store).save(pets.map(IndexedPet.init))
-        try await Controller<PlainPet, PlainPet>(store: store).save(pets.map(PlainPet.init))
+        let indexed = Controller<IndexedPet, IndexedPet>(store: store)
+        let plain = Controller<PlainPet, PlainPet>(store: store)
+        try await indexed.save(pets.map(IndexedPet.init))
+        try await plain.save(pets.map(PlainPet.init))
+        indexedPets = indexed
+        plainPets = plain
     }
 }

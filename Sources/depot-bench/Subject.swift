@@ -135,6 +135,10 @@ final class DepotSubject: BenchSubject {
     private let makeStore: (URL) throws -> any Store
     private var store: (any Store)?
     private var cats: Controller<Cat, CatRecord>?
+    /// W8's controllers, kept from `savePets` on: a controller registers its entity on
+    /// first use, which an application does once, not per request.
+    var indexedPets: Controller<IndexedPet, IndexedPet>?
+    var plainPets: Controller<PlainPet, PlainPet>?
 
     init(name: String, rawCounterpart: String?, makeStore: @escaping (URL) throws -> any Store) {
         self.name = name
@@ -168,6 +172,8 @@ final class DepotSubject: BenchSubject {
         await store?.close()
         store = nil
         cats = nil
+        indexedPets = nil
+        plainPets = nil
     }
 
     func saveAll(_ cats: [Cat]) async throws { try await controller.save(cats) }
