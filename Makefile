@@ -39,12 +39,19 @@ warnings: deps
 # server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and
 # DEPOT_REQUIRE_POSTGRES=1 makes them fail, not skip, when they cannot reach it. The server
 # is stopped afterwards even when the tests fail or are interrupted, and the tests' exit
-# status is kept. Every start begins with an empty cluster.
+# status is kept. Every start begins with an empty cluster. With WITH_POSTGRES_STANDBY=yes
+# the server gets a streaming standby, and DEPOT_TEST_POSTGRES_CLUSTER_URL names both (the
+# replica tests need it, and fail without it when DEPOT_REQUIRE_POSTGRES_STANDBY=1).
 POSTGRES_SERVER := scripts/postgres-test-server.sh
 define WITH_POSTGRES
 	@url=$$($(POSTGRES_SERVER) start $(WITH_POSTGRES_DIR) | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop $(WITH_POSTGRES_DIR)' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	echo "PostgreSQL test server: $$url"; \
+	cluster=""; if [ "$(WITH_POSTGRES_STANDBY)" = yes ]; then \
+		$(POSTGRES_SERVER) standby $(WITH_POSTGRES_DIR) > /dev/null && cluster=$$($(POSTGRES_SERVER) cluster-url $(WITH_POSTGRES_DIR)) || exit 1; \
+		echo "PostgreSQL primary and standby: $$cluster"; \
+		export DEPOT_TEST_POSTGRES_CLUSTER_URL="$$cluster" DEPOT_REQUIRE_POSTGRES_STANDBY=1; \
+	fi; \
 	echo "$(WITH_POSTGRES_RUN)"; \
 	DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(WITH_POSTGRES_RUN)
 endef
@@ -56,8 +63,9 @@ endef
 # their own (no second build): beside every other suite at once on 2 cores, the stores'
 # queues they wait on (which share the global queue's threads with every test's blocking
 # work) took minutes to get a thread, and the restart test ran past its time limit.
-ISOLATED_TESTS := PostgresRestartTests
+ISOLATED_TESTS := PostgresRestartTests|PostgresFailoverTests
 test: WITH_POSTGRES_DIR = .build/postgres
+test: WITH_POSTGRES_STANDBY = yes
 test: WITH_POSTGRES_RUN = $(SWIFT) test $(TRAITS) --skip '$(ISOLATED_TESTS)' && DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(SWIFT) test $(TRAITS) --skip-build --filter '$(ISOLATED_TESTS)'
 test: deps
 	$(WITH_POSTGRES)
@@ -83,7 +91,7 @@ test-tsan: deps
 # any loss or mismatch fails the run. The groups run one after another after one build,
 # not in one `swift test`: the crash tests' helper processes and the differential cases
 # compete for the cores and slow the whole run far more than running the groups in turn.
-STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests'
+STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests' 'PostgresFailoverTests'
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \
 	$(SWIFT) build $(TRAITS) --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \

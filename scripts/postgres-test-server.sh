@@ -7,6 +7,20 @@
 #   scripts/postgres-test-server.sh restart DIR restarts the running cluster (pg_ctl restart
 #                                               -m fast: every client's session is ended,
 #                                               as in a server restart or a failover)
+#   scripts/postgres-test-server.sh standby DIR adds a streaming standby of the cluster
+#                                               running in DIR (pg_basebackup -R, hot
+#                                               standby, port + 1); prints its URL last
+#   scripts/postgres-test-server.sh standby-url DIR  prints the standby's URL
+#   scripts/postgres-test-server.sh cluster-url DIR  prints one URL naming both servers,
+#                                               primary first (libpq's multi-host form:
+#                                               host=PRIMARY,STANDBY&port=P,P+1)
+#   scripts/postgres-test-server.sh crash DIR   stops the primary at once (pg_ctl stop -m
+#                                               immediate), as a failed machine would
+#   scripts/postgres-test-server.sh promote DIR promotes the standby to primary
+#
+# stop stops the standby too. The standby lives in DIR/standby (or beside the /tmp folder
+# below) with data, socket and log of its own, replays the primary's write-ahead log as it
+# streams in, and serves reads only.
 #
 # The server listens only on a Unix socket in DIR/socket (no TCP port is opened, so runs
 # from different folders or users cannot collide and nothing is reachable from outside),
@@ -37,7 +51,7 @@ die() { echo "postgres-test-server: $*" >&2; exit 1; }
 say() { echo "postgres-test-server: $*" >&2; }
 
 usage() {
-	echo "usage: $0 start|stop|url|restart DIR" >&2
+	echo "usage: $0 start|stop|url|restart|standby|standby-url|cluster-url|crash|promote DIR" >&2
 	exit 2
 }
 
@@ -146,9 +160,11 @@ stop_base() {
 }
 
 cmd_stop() {
-	local dir
+	local dir base
 	dir=$(absolute_dir "$1" no) || return 0
-	stop_base "$(base_of "$dir")"
+	base=$(base_of "$dir")
+	stop_base "$base/standby"
+	stop_base "$base"
 }
 
 cmd_url() {
@@ -180,14 +196,16 @@ cmd_restart() {
 wipe() {
 	local dir=$1 old
 	old=$(base_of "$dir")
+	stop_base "$old/standby"
 	stop_base "$old"
 	if [ "$old" != "$dir" ]; then
 		case "$old" in
 			/tmp/depot-postgres.*) rm -rf -- "$old" ;;
 		esac
 	fi
+	stop_base "$dir/standby"
 	stop_base "$dir"
-	rm -rf -- "$dir/data" "$dir/socket" "$dir/server.log" "$dir/url" "$dir/location"
+	rm -rf -- "$dir/data" "$dir/socket" "$dir/server.log" "$dir/url" "$dir/location" "$dir/standby" "$dir/standby-url"
 }
 
 # Makes BASE's data/, socket/ and server.log, owned by the server's user.
@@ -269,11 +287,92 @@ cmd_start() {
 	echo "$url"
 }
 
+# Adds a streaming standby of the primary running in DIR: a base backup taken over the
+# primary's socket with its replication settings written in (-R), started as a hot standby
+# on the next port, in BASE/standby. Waits until it accepts connections.
+cmd_standby() {
+	local dir base sbase bin port sport log url
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base" || die "no server is running in $base"
+	bin=$(server_bin)
+	port=$(port)
+	sport=$((port + 1))
+	sbase=$base/standby
+	stop_base "$sbase"
+	rm -rf -- "$sbase"
+	mkdir -p "$sbase"
+	is_root && chown postgres: "$sbase"
+	prepare_base "$sbase"
+	usable_base "$sbase" "$sport" || die "the server's user cannot use $sbase (or its socket path is too long)"
+	log=$sbase/server.log
+	say "taking a base backup of the primary into $sbase/data"
+	if ! as_server "$bin/pg_basebackup" -D "$sbase/data" -R -X stream -c fast -h "$base/socket" -p "$port" -U depot >>"$log" 2>&1; then
+		tail -n 30 "$log" >&2
+		die "pg_basebackup failed (log: $log)"
+	fi
+	local options
+	options="-c listen_addresses='' -k $(sh_quote "$sbase/socket") -p $sport"
+	options+=" -c fsync=off -c full_page_writes=off -c max_connections=300 -c hot_standby=on"
+	if ! as_server "$bin/pg_ctl" start -D "$sbase/data" -l "$log" -w -t 60 -o "$options" >&2; then
+		tail -n 30 "$log" >&2
+		die "the standby did not start (log: $log)"
+	fi
+	url="postgresql://depot@/depot_test?host=$(url_encode "$sbase/socket")&port=$sport"
+	echo "$url" >"$dir/standby-url"
+	say "standby running; it stops with: $0 stop $(sh_quote "$1")"
+	echo "$url"
+}
+
+cmd_standby_url() {
+	local dir base
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base/standby" && [ -f "$dir/standby-url" ] || die "no standby is running in $base/standby"
+	cat "$dir/standby-url"
+}
+
+cmd_cluster_url() {
+	local dir base port
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base" && running "$base/standby" || die "the primary and the standby must both run in $base"
+	port=$(port)
+	echo "postgresql://depot@/depot_test?host=$(url_encode "$base/socket"),$(url_encode "$base/standby/socket")&port=$port,$((port + 1))"
+}
+
+# Stops the primary without a shutdown checkpoint or a farewell to its clients, as a
+# machine that fails would.
+cmd_crash() {
+	local dir base bin
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base" || die "no server is running in $base"
+	bin=$(server_bin)
+	say "stopping the primary in $base at once"
+	as_server "$bin/pg_ctl" stop -D "$base/data" -m immediate -w >&2
+}
+
+cmd_promote() {
+	local dir base bin
+	dir=$(absolute_dir "$1" no) || die "$1 does not exist"
+	base=$(base_of "$dir")
+	running "$base/standby" || die "no standby is running in $base/standby"
+	bin=$(server_bin)
+	say "promoting the standby in $base/standby"
+	as_server "$bin/pg_ctl" promote -D "$base/standby/data" -w -t 60 >&2
+}
+
 [ $# -eq 2 ] || usage
 case "$1" in
 	start) cmd_start "$2" ;;
 	stop) cmd_stop "$2" ;;
 	url) cmd_url "$2" ;;
 	restart) cmd_restart "$2" ;;
+	standby) cmd_standby "$2" ;;
+	standby-url) cmd_standby_url "$2" ;;
+	cluster-url) cmd_cluster_url "$2" ;;
+	crash) cmd_crash "$2" ;;
+	promote) cmd_promote "$2" ;;
 	*) usage ;;
 esac

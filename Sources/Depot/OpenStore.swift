@@ -65,6 +65,8 @@ extension StoreURL {
             if let value = self[option: "durability"] { options.durability = value == "normal" ? .normal : .full }
             if let value = self[option: "statementTimeout"], let timeout = Self.parseDuration(value) { options.statementTimeout = timeout }
             if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
+            if let value = self[option: "consistency"] { options.consistency = value == "eventual" ? .eventual : .readYourWrites }
+            if let value = self[option: "standbyWait"], let wait = Self.parseDuration(value) { options.standbyWait = wait }
             options.readOnly = readOnly
             return try PostgresStore(url: postgresConnectionString, options: options, log: log)
             #else

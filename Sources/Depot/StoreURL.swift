@@ -88,12 +88,14 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "durability", kind: .choice(["full", "normal"]), help: "full: synchronous_commit=on (default); normal: synchronous_commit=off, a server crash may lose the last commits"),
         OptionSpec(name: "statementTimeout", kind: .duration, help: "statements running longer are cancelled with busy; 0 for no limit (default: the server's setting)"),
         OptionSpec(name: "retries", kind: .integer(0...1000), help: "how often a write aborted by a serialization failure runs again (default 20)"),
+        OptionSpec(name: "consistency", kind: .choice(["read-your-writes", "eventual"]), help: "with several hosts, what a read on a standby sees: read-your-writes waits until the standby replayed the store's last write (default); eventual takes it as it is"),
+        OptionSpec(name: "standbyWait", kind: .duration, help: "with several hosts, how long a read waits for a standby to replay the store's last write before the primary serves it (default 2s)"),
     ]
 
     /// The libpq connection parameters a `postgres:` URL passes on to the client.
     static let postgresClientOptions: [OptionSpec] = [
-        OptionSpec(name: "host", kind: .text, help: "a host name, or the directory of a Unix socket"),
-        OptionSpec(name: "port", kind: .integer(1...65535), help: "the server's port (default 5432)"),
+        OptionSpec(name: "host", kind: .text, help: "a host name, or the directory of a Unix socket; several, comma-separated, for a primary and its standbys"),
+        OptionSpec(name: "port", kind: .text, help: "the server's port (default 5432); one per host, comma-separated, or one for all"),
         OptionSpec(name: "user", kind: .text, help: "the role to log in as"),
         OptionSpec(name: "password", kind: .text, help: "the role's password (or in the URL's user part, or ~/.pgpass)"),
         OptionSpec(name: "dbname", kind: .text, help: "the database"),

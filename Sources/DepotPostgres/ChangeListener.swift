@@ -195,7 +195,9 @@ final class ChangeListener: Sendable {
                 if ready < 0 && errno != EINTR { break }
                 guard let store else { break }
                 // Also when nothing arrived: libpq may hold notifications it read already.
-                for notification in connection.notifications() where notification.channel == store.channel {
+                let heard = connection.notifications().filter { $0.channel == store.channel }
+                if heard.contains(where: { !$0.payload.hasPrefix(store.ownPayloadPrefix) }) { store.noteHeardCommits(on: connection) }
+                for notification in heard {
                     store.received(notification.payload)
                 }
             }

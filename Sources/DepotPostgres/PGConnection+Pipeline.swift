@@ -17,6 +17,10 @@ extension PGConnection {
         /// The prepared statement's name, for a statement prepared once per connection.
         var name: String?
         var context: String
+        /// Whether the steps before this one end their implicit transaction first (a sync
+        /// point): an autocommit statement commits before this step runs, in the same round
+        /// trip.
+        var syncBefore = false
     }
 
     /// Runs SQL without parameters (transaction control, DDL).
@@ -59,6 +63,7 @@ extension PGConnection {
         for step in steps {
             if let name = step.name, !prepared.contains(name) {
                 var types = step.params.map(\.oid)
+                roundTrips += 1
                 guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
                     throw connectionLost(step.context)
                 }
@@ -72,6 +77,7 @@ extension PGConnection {
         if probePending {
             probePending = false
             if !prepared.contains(Self.schemaProbeName) {
+                roundTrips += 1
                 guard let result = PQprepare(handle, Self.schemaProbeName, Self.schemaProbe, 0, nil) else {
                     throw connectionLost("Preparing the schema probe")
                 }
@@ -86,6 +92,7 @@ extension PGConnection {
             all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
             probeAt = probeAt.map { $0 + 1 }
         }
+        roundTrips += 1
         if all.count == 1 {
             guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
             let result = PGResult(raw)
@@ -97,11 +104,20 @@ extension PGConnection {
         var failure: DepotError?
         var sent = 0
         for step in all {
+            if step.syncBefore, sent > 0, PQpipelineSync(handle) != 1 { break }
             guard send(step, on: handle, wait: false) != nil else { break }
             sent += 1
         }
         if PQpipelineSync(handle) != 1 { failure = connectionLost(all[0].context) }
-        for step in all.prefix(sent) {
+        for (index, step) in all.prefix(sent).enumerated() {
+            if step.syncBefore, index > 0 {
+                // The sync point's own result, after the steps before it.
+                while let raw = PQgetResult(handle) {
+                    let status = PQresultStatus(raw)
+                    PQclear(raw)
+                    if status == PGRES_PIPELINE_SYNC { break }
+                }
+            }
             guard let raw = PQgetResult(handle) else {
                 failure = failure ?? connectionLost(step.context)
                 break
@@ -136,7 +152,7 @@ extension PGConnection {
         if let probeAt, let schemaCheck, results.count > probeAt, PQresultStatus(results[probeAt].handle) == PGRES_TUPLES_OK {
             let probed = results[probeAt]
             do throws(DepotError) {
-                try schemaCheck(self, probed.rowCount > 0 ? String(decoding: probed.bytes(0, 0), as: UTF8.self) : nil)
+                try schemaCheck(self, probed.rowCount > 0 ? probed.text(0, 0) : nil)
             } catch {
                 failure = error
             }

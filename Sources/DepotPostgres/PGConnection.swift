@@ -16,6 +16,9 @@ final class PGConnection: @unchecked Sendable {
     /// thread, about a second later.
     let queue = DispatchQueue(label: "depot.postgres.connection")
     var prepared: Set<String> = []
+    /// The exchanges with the server so far (a statement, a pipeline, a PREPARE, a ROLLBACK
+    /// not waited for): what the tests count to show that a call costs one round trip.
+    var roundTrips = 0
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
     /// Set when a statement found the session gone (the server restarted, failed over, or
@@ -29,6 +32,14 @@ final class PGConnection: @unchecked Sendable {
     /// The connection is to be made afresh before its next use (it was left in a state
     /// libpq refuses statements in).
     private(set) var needsReset = false
+    /// Whether the server is a standby (`pg_is_in_recovery()`), as last asked: after
+    /// opening and after each reconnect, and when a wait for its replay finds it promoted.
+    var onStandby = false
+    /// The write-ahead log position this standby is known to have replayed up to.
+    var replayed: UInt64 = 0
+    /// The `SET` statements that set the session up for its store, applied again after a
+    /// reconnect.
+    var sessionSettings: [String] = []
     /// Keeps the connection string's password out of messages.
     let redaction: PGRedaction
 
@@ -70,21 +81,20 @@ final class PGConnection: @unchecked Sendable {
 
     /// Connects (blocking: run it off the cooperative pool) and applies `settings`
     /// (`SET` statements) to the session. The server's notices go to `logger`.
-    static func open(_ conninfo: String, settings: [String], logger: Logger) throws(DepotError) -> PGConnection {
+    static func open(_ conninfo: String, settings: [String], logger: Logger, overrides: [(String, String)] = []) throws(DepotError) -> PGConnection {
         let redaction = PGRedaction(conninfo: conninfo)
-        // The default first and the connection string expanded after it (expand_dbname):
-        // libpq takes the last value of a keyword, so the string's own connect_timeout wins.
-        let handle = "connect_timeout".withCString { timeoutKey in
-            "dbname".withCString { dbnameKey in
-                String(defaultConnectTimeout).withCString { timeout in
-                    conninfo.withCString { dbname in
-                        let keywords: [UnsafePointer<CChar>?] = [timeoutKey, dbnameKey, nil]
-                        let values: [UnsafePointer<CChar>?] = [timeout, dbname, nil]
-                        return PQconnectdbParams(keywords, values, 1)
-                    }
-                }
-            }
+        // The default first, the connection string expanded after it (expand_dbname), then
+        // the store's overrides: libpq takes the last value of a keyword, so the string's
+        // own connect_timeout wins, and an override (target_session_attrs) wins over both.
+        let pairs = [("connect_timeout", String(defaultConnectTimeout)), ("dbname", conninfo)] + overrides
+        let keys = pairs.map { strdup($0.0) }
+        let values = pairs.map { strdup($0.1) }
+        defer {
+            for pointer in keys + values { free(pointer) }
         }
+        let keywords = keys.map { UnsafePointer($0) } + [nil]
+        let settingsValues = values.map { UnsafePointer($0) } + [nil]
+        let handle = PQconnectdbParams(keywords, settingsValues, 1)
         guard let handle else {
             throw DepotError(.io, "libpq could not allocate a PostgreSQL connection.")
         }
@@ -96,6 +106,7 @@ final class PGConnection: @unchecked Sendable {
             throw DepotError(code, "Cannot connect to PostgreSQL: \(message)")
         }
         let connection = PGConnection(handle: handle, logger: logger, redaction: redaction)
+        connection.sessionSettings = settings
         for setting in settings {
             do {
                 try connection.execute(setting)
@@ -196,6 +207,7 @@ final class PGConnection: @unchecked Sendable {
         }
         guard let handle, isInTransaction else { return }
         // In libpq's default blocking mode the query is flushed before this returns.
+        roundTrips += 1
         if PQsendQuery(handle, "ROLLBACK") == 1 {
             rollbackInFlight = true
         } else {
@@ -237,4 +249,37 @@ final class PGConnection: @unchecked Sendable {
     }
 
     var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
+
+    /// Asks the server whether it is a standby and how far it replayed; stores both.
+    func readRecoveryState() throws(DepotError) {
+        let result = try query("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text", [], "Asking whether the server is a standby")
+        guard result.rowCount == 1 else { return }
+        onStandby = result.bool(0, 0)
+        replayed = result.isNull(0, 1) ? 0 : (Self.lsn(result.text(0, 1)) ?? 0)
+    }
+
+    /// A write-ahead log position as PostgreSQL prints it (`16/B374D848`), as a number.
+    static func lsn(_ text: String) -> UInt64? {
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let high = UInt64(parts[0], radix: 16), let low = UInt64(parts[1], radix: 16), high <= UInt64(UInt32.max), low <= UInt64(UInt32.max) else { return nil }
+        return high << 32 | low
+    }
+
+    /// Finds out, without waiting, whether the server ended this idle session (a restart,
+    /// a failover, a terminated backend): it sent its farewell and closed, which leaves the
+    /// socket readable while no statement is out. ``isBroken`` then says so, and the store
+    /// makes the connection afresh before sending anything on it.
+    func noticeIdleLoss() {
+        guard let handle, !rollbackInFlight, pendingBegin == nil, PQstatus(handle) == CONNECTION_OK else { return }
+        // The farewell (an error message) and the end of the stream may come in one read
+        // or in two: read while there is something to read, a few times at most.
+        for _ in 0..<4 {
+            var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 0) > 0 else { return }
+            if PQconsumeInput(handle) == 0 || PQstatus(handle) != CONNECTION_OK {
+                markForReset()
+                return
+            }
+        }
+    }
 }

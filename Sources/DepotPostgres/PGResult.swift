@@ -15,12 +15,27 @@ final class PGResult {
         PQgetisnull(handle, Int32(truncatingIfNeeded: row), Int32(truncatingIfNeeded: column)) == 1
     }
 
+    /// The field's bytes, inside the result: valid only while the result lives. Keep the
+    /// result in a variable while they are read; on a temporary (`query(...).bytes(0, 0)`)
+    /// the result is released, and its memory freed, before the bytes are read. For a
+    /// single value use ``bool(_:_:)`` or ``text(_:_:)``, which read it inside the result.
     @inline(__always)
     func bytes(_ row: Int, _ column: Int) -> UnsafeRawBufferPointer {
         let r = Int32(truncatingIfNeeded: row)
         let c = Int32(truncatingIfNeeded: column)
         guard let value = PQgetvalue(handle, r, c) else { return UnsafeRawBufferPointer(start: nil, count: 0) }
         return UnsafeRawBufferPointer(start: value, count: Int(PQgetlength(handle, r, c)))
+    }
+
+    /// A binary `boolean` field: true when it holds true (false when NULL or missing).
+    func bool(_ row: Int, _ column: Int) -> Bool {
+        row < rowCount && column < columnCount && bytes(row, column).first == 1
+    }
+
+    /// A text field as a string, copied out of the result ("" when NULL or missing).
+    func text(_ row: Int, _ column: Int) -> String {
+        guard row < rowCount, column < columnCount else { return "" }
+        return String(decoding: bytes(row, column), as: UTF8.self)
     }
 
     /// The rows an INSERT, UPDATE or DELETE changed.

@@ -1,6 +1,7 @@
 import DepotCore
 import DepotSQL
 import Foundation
+import Synchronization
 
 /// A registered entity and the SQL that reads and writes its table, built once. Column
 /// lists follow the declared attribute order, which is the row order.
@@ -22,12 +23,34 @@ final class RegisteredEntity: Sendable {
     let upsert: String
     let update: String
     let deleteByKey: String
+    /// The same writes as one autocommit statement each, carrying their change notification
+    /// and the schema-version guard (see `PostgresStore+SingleStatement.swift`).
+    let single: SingleStatements
     /// Whether a write can violate a UNIQUE constraint other than the key's (which inserts
     /// avoid with ON CONFLICT): such writes run inside a savepoint (see PostgresTransaction).
     let hasUniqueAttributes: Bool
+    /// How this entity's last upsert went (inserted or updated): a held-back upsert is
+    /// answered so (see `PostgresStore+SingleStatement.swift`).
+    let upsertsInsert = Atomic<Bool>(true)
 
     enum Kind: String {
         case selectByKey = "s", insert = "i", insertUnlessKeyExists = "n", upsert = "p", update = "u", deleteByKey = "d"
+        case singleInsert = "si", singleUpdate = "su", singleDelete = "sd"
+    }
+
+    /// A write of one record as one autocommit statement: a data-modifying CTE that writes
+    /// the row only while the schema version is the one the registry was verified at, sends
+    /// the change notification for each row it wrote (so only a write that took effect is
+    /// heard, and in its own commit), and returns how many rows it wrote, how many
+    /// notifications it sent and the schema version it saw. An upsert is sent as the insert
+    /// or the update it was answered as, so it takes effect only as answered.
+    ///
+    /// Parameters: the row's attributes `$1...$n` (for a delete, the key `$1`), then the
+    /// channel, the notification's payload and the schema version expected.
+    struct SingleStatements: Sendable {
+        let insert: String
+        let update: String
+        let delete: String
     }
 
     /// The prepared statement's name on every connection.
@@ -63,6 +86,28 @@ final class RegisteredEntity: Sendable {
         if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
         update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
         deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = $1"
+        single = Self.singleStatements(
+            name: name, columnList: columnList, keyColumn: keyColumn, parameters: parameters, count: columns.count, 
+            assignments: assignments, keyParameter: keyParameter)
+    }
+
+    private static func singleStatements(
+        name: String, columnList: String, keyColumn: String, parameters: String, count: Int, assignments: [String], keyParameter: String
+    ) -> SingleStatements {
+        let version = "(SELECT value FROM depot_meta WHERE key = 'schema')"
+        func guarded(_ at: Int) -> String { "\(version) IS NOT DISTINCT FROM $\(at)" }
+        func wrapped(_ write: String, extra: Int, payload: String) -> String {
+            "WITH w AS (\(write)), n AS (SELECT pg_notify($\(extra), \(payload)) FROM w) "
+                + "SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM n), \(version)"
+        }
+        let channel = count + 1
+        let insertRow = "INSERT INTO \(name) (\(columnList)) SELECT \(parameters) WHERE \(guarded(count + 3))"
+        let insert = wrapped(insertRow + " ON CONFLICT (\(keyColumn)) DO NOTHING RETURNING 1", extra: channel, payload: "$\(count + 2)")
+        let update = wrapped(
+            "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter) AND \(guarded(count + 3)) RETURNING 1",
+            extra: channel, payload: "$\(count + 2)")
+        let delete = wrapped("DELETE FROM \(name) WHERE \(keyColumn) = $1 AND \(guarded(4)) RETURNING 1", extra: 2, payload: "$3")
+        return SingleStatements(insert: insert, update: update, delete: delete)
     }
 }
 

@@ -11,8 +11,7 @@ extension PostgresStore {
         let tables = try connection.query(
             "SELECT count(*) = 2 FROM pg_tables WHERE schemaname = $1 AND tablename IN ('depot_meta', 'depot_entities')",
             [.text(options.schema)], "Looking up Depot's tables in \(options.schema)")
-        // A boolean result: one byte, 1 for true (the results are binary).
-        guard tables.rowCount > 0, tables.bytes(0, 0).first == 1 else {
+        guard tables.bool(0, 0) else {
             throw DepotError(.invalidConfiguration, "The PostgreSQL schema \(options.schema) holds no Depot store (no depot_meta and depot_entities tables), and a store opened read-only is never created. Check the URL's schema=.")
         }
     }

@@ -82,11 +82,15 @@ extension PostgresStore {
 
     /// Runs `body` in a transaction holding the schema's advisory lock.
     func lockedTransaction<T>(_ what: String, _ body: () throws -> T) throws -> T {
-        try writer.execute("BEGIN", what)
+        // Read committed, as before the writer's sessions defaulted to serializable: DDL
+        // and the advisory lock serialize schema changes already.
+        try writer.execute("BEGIN ISOLATION LEVEL READ COMMITTED", what)
         do {
             try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], name: "depot_lock", "Locking the schema \(options.schema)")
             let result = try body()
             try writer.execute("COMMIT", what)
+            // Standbys serve no read before they replayed the change.
+            noteSchemaChange()
             return result
         } catch {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
@@ -192,7 +196,7 @@ extension PostgresStore {
     func storedDescription(of name: String) throws(DepotError) -> EntityDescription? {
         let result = try writer.query("SELECT description FROM depot_entities WHERE name = $1", [.text(name)], "Reading the description of \(name)")
         guard result.rowCount > 0 else { return nil }
-        return try Self.decodeDescription(result.bytes(0, 0), name: name)
+        return try Self.decodeDescription(result, 0, 0, name: name)
     }
 
     func storeDescription(_ entity: EntityDescription) throws(DepotError) {
@@ -276,9 +280,9 @@ extension PostgresStore: SchemaRewritingStore {
                 [.text(quoted(name))], "Reading the references to \(name)")
             var recreate: [String] = []
             for row in 0..<incomingKeys.rowCount {
-                let table = String(decoding: incomingKeys.bytes(row, 0), as: UTF8.self)
-                let constraint = quoted(String(decoding: incomingKeys.bytes(row, 1), as: UTF8.self))
-                let definition = String(decoding: incomingKeys.bytes(row, 2), as: UTF8.self)
+                let table = incomingKeys.text(row, 0)
+                let constraint = quoted(incomingKeys.text(row, 1))
+                let definition = incomingKeys.text(row, 2)
                 try writer.execute("ALTER TABLE \(table) DROP CONSTRAINT \(constraint)", "Dropping a reference to \(name)")
                 recreate.append("ALTER TABLE \(table) ADD CONSTRAINT \(constraint) \(definition)")
             }

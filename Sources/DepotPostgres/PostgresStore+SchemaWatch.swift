@@ -28,7 +28,7 @@ extension PostgresStore {
     /// transaction when it has one).
     func readSchemaVersion() throws(DepotError) -> String? {
         let result = try writer.query(PGConnection.schemaProbe, [], "Reading the schema version")
-        return result.rowCount > 0 ? String(decoding: result.bytes(0, 0), as: UTF8.self) : nil
+        return result.rowCount > 0 ? result.text(0, 0) : nil
     }
 
     /// Raises the schema version inside the writer's locked transaction, after taking in
@@ -42,7 +42,7 @@ extension PostgresStore {
             "INSERT INTO depot_meta (key, value) VALUES ('schema', '1') ON CONFLICT (key) DO UPDATE SET value = (depot_meta.value::bigint + 1)::text RETURNING value",
             [], "Recording the schema change")
         guard result.rowCount > 0 else { throw DepotError(.storeCorrupted, "depot_meta in schema \(options.schema) did not return the new schema version.") }
-        return String(decoding: result.bytes(0, 0), as: UTF8.self)
+        return result.text(0, 0)
     }
 
     /// Updates `current` from depot_entities, read on the writer: every registered entity
@@ -52,8 +52,8 @@ extension PostgresStore {
         let rows = try writer.query("SELECT name, description FROM depot_entities", [], "Reading the stored entities")
         var stored: [String: EntityDescription] = [:]
         for row in 0..<rows.rowCount {
-            let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
-            stored[name] = try Self.decodeDescription(rows.bytes(row, 1), name: name)
+            let name = rows.text(row, 0)
+            stored[name] = try Self.decodeDescription(rows, row, 1, name: name)
         }
         for (handle, _) in current.all {
             let name = handle.name

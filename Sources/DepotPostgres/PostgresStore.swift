@@ -3,6 +3,7 @@ public import DepotCore
 import DepotSQL
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// The PostgreSQL backend: one table per entity in a schema of a PostgreSQL database, shared
 /// by every process (and every server) that opens it.
@@ -32,8 +33,14 @@ import NIOConcurrencyHelpers
 /// connection, in `SERIALIZABLE` transactions: when two processes' operations conflict
 /// (each read what the other writes), PostgreSQL fails one with a serialization failure
 /// and the store runs that write's closure again from the start, up to
-/// ``Options/retries`` times, so a read-modify-write never loses an update. Keep write
-/// closures free of outside side effects: one may run more than once.
+/// ``Options/retries`` times, so a read-modify-write never loses an update. A write that is
+/// one write of a record by key goes out as one autocommit statement, as serializable as
+/// the transaction it replaces (see the DocC article). Keep write closures free of outside
+/// side effects: one may run more than once.
+///
+/// A connection string that names several hosts names a primary and its standbys: writes
+/// go to the primary, reads to a standby, and a read after this store's write sees it
+/// (``Options/consistency``).
 ///
 /// A write committed by any process reaches this store's observers: each write sends the
 /// keys it changed with `pg_notify` in its own transaction (so only a commit is heard), and
@@ -47,6 +54,18 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// `synchronous_commit = off`: a commit returns before its flush; a server crash may
         /// lose the last commits (never corrupt the database).
         case normal
+    }
+
+    /// What a read served by a standby promises (URL option `consistency`).
+    public enum Consistency: String, Sendable, Hashable {
+        /// A read that follows a write through the same store sees that write (and every
+        /// earlier one): a standby serves it once it has replayed the write's commit, for
+        /// at most ``Options/standbyWait``, and the primary after that. The default.
+        case readYourWrites = "read-your-writes"
+        /// A read takes the standby as it is, which may be behind the primary by the
+        /// replication lag, even behind this store's own last write. Schema changes are
+        /// still waited for, so a standby never serves a layout the store has left.
+        case eventual
     }
 
     /// How a store is opened.
@@ -72,14 +91,25 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// writes, registering an entity that is new or differs from the stored one, and
         /// migrations fail with `DepotError.readOnly(_:)` (`DepotError.Code.permissionDenied`).
         public var readOnly: Bool
+        /// What reads served by standbys promise, when the URL names several hosts;
+        /// ``Consistency/readYourWrites`` by default (URL option `consistency`).
+        public var consistency: Consistency
+        /// How long a read waits for a standby to replay this store's last write before the
+        /// primary serves it; 2 seconds by default (URL option `standbyWait`).
+        public var standbyWait: Duration
 
-        public init(schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false) {
+        public init(
+            schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false,
+            consistency: Consistency = .readYourWrites, standbyWait: Duration = .seconds(2)
+        ) {
             self.schema = schema
             self.readers = readers
             self.durability = durability
             self.statementTimeout = statementTimeout
             self.retries = retries
             self.readOnly = readOnly
+            self.consistency = consistency
+            self.standbyWait = standbyWait
         }
     }
 
@@ -108,6 +138,14 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     let state = NIOLockedValueBox(State())
+    /// Whether the connection string names several hosts: the writer and the listener then
+    /// connect to the primary among them, the readers to a standby when there is one
+    /// (see `PostgresStore+Standbys.swift`).
+    let hasStandbys: Bool
+    /// The write-ahead log position after this store's last commit, and after its last
+    /// schema change: what a standby must have replayed before it serves a read.
+    let lastWrite = Atomic<UInt64>(0)
+    let lastSchemaChange = Atomic<UInt64>(0)
     /// The reader connections, handed out to reads in arrival order; each runs its reads on
     /// its own queue.
     let pool: ReaderPool<PGConnection>
@@ -151,6 +189,10 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         if let timeout = options.statementTimeout, timeout < .zero {
             throw DepotError(.invalidConfiguration, "PostgresStore.Options.statementTimeout is negative.")
         }
+        guard options.standbyWait >= .zero else {
+            throw DepotError(.invalidConfiguration, "PostgresStore.Options.standbyWait is negative.")
+        }
+        self.hasStandbys = try Self.namesSeveralHosts(conninfo)
         self.conninfo = conninfo
         self.options = options
         self.log = log
@@ -159,13 +201,23 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             ? "depot_changes_\(options.schema)" : "depot_changes_h\(String(UInt64(bitPattern: Self.lockKey(options.schema)), radix: 16))"
         self.gate = StoreGate(store: "PostgreSQL store (schema \(options.schema))")
         let settings = Self.sessionSettings(options)
-        let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger)
+        let primary: [(String, String)] = hasStandbys ? [("target_session_attrs", "read-write")] : []
+        let standby: [(String, String)] = hasStandbys ? [("target_session_attrs", "prefer-standby")] : []
+        let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger, overrides: primary)
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
             let (stored, version) = try Self.prepareSchema(writer, options: options)
-            for setting in settings { try writer.execute(setting, "Setting up the PostgreSQL session") }
-            for _ in 0..<options.readers { opened.append(try PGConnection.open(conninfo, settings: settings, logger: log.logger)) }
-            let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger)
+            // The writer's autocommit writes (one statement each, see
+            // PostgresStore+SingleStatement.swift) are as serializable as its transactions.
+            writer.sessionSettings = settings + ["SET default_transaction_isolation TO serializable"]
+            for setting in writer.sessionSettings { try writer.execute(setting, "Setting up the PostgreSQL session") }
+            if hasStandbys { lastSchemaChange.store(try Self.currentPosition(writer), ordering: .relaxed) }
+            for _ in 0..<options.readers {
+                let reader = try PGConnection.open(conninfo, settings: settings, logger: log.logger, overrides: standby)
+                opened.append(reader)
+                if hasStandbys { try reader.readRecoveryState() }
+            }
+            let listen = try PGConnection.open(conninfo, settings: settings, logger: log.logger, overrides: primary)
             opened.append(listen)
             self.writer = writer
             self.readers = Array(opened[1...options.readers])
@@ -228,7 +280,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do throws(DepotError) {
             try connection.query("SELECT pg_advisory_xact_lock($1)", [.int(lockKey(options.schema))], "Locking the schema \(options.schema)")
             let encoding = try connection.query("SELECT current_setting('server_encoding')", [], "Reading the database's encoding")
-            let serverEncoding = encoding.rowCount > 0 ? String(decoding: encoding.bytes(0, 0), as: UTF8.self) : ""
+            let serverEncoding = encoding.text(0, 0)
             guard serverEncoding == "UTF8" else {
                 throw DepotError(.invalidConfiguration, "The PostgreSQL database uses the encoding \(serverEncoding), which cannot hold every string; Depot needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8').")
             }
@@ -241,7 +293,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             }
             try connection.execute("SET LOCAL search_path TO \(quoted(options.schema))")
             func exists(_ table: String) throws(DepotError) -> Bool {
-                try connection.query("SELECT to_regclass($1) IS NOT NULL", [.text("\(quoted(options.schema)).\(table)")], "Looking up \(table)").bytes(0, 0).first == 1
+                try connection.query("SELECT to_regclass($1) IS NOT NULL", [.text("\(quoted(options.schema)).\(table)")], "Looking up \(table)").bool(0, 0)
             }
             if try !exists("depot_meta") {
                 try connection.execute("CREATE TABLE depot_meta (key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)", "Creating depot_meta")
@@ -251,27 +303,28 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 try connection.execute("CREATE TABLE depot_entities (name text COLLATE \"C\" PRIMARY KEY, description text NOT NULL)", "Creating depot_entities")
             }
             let format = try connection.query("SELECT value FROM depot_meta WHERE key = 'format'", [], "Reading the store's format")
-            let version = format.rowCount > 0 ? String(decoding: format.bytes(0, 0), as: UTF8.self) : ""
+            let version = format.text(0, 0)
             guard version == String(formatVersion) else {
                 throw DepotError(.storeCorrupted, "The Depot tables in the PostgreSQL schema \(options.schema) have format \(version.debugDescription), which this version of Depot does not know (it writes \(formatVersion)).")
             }
             let rows = try connection.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
             var stored: [EntityDescription] = []
             for row in 0..<rows.rowCount {
-                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
-                stored.append(try decodeDescription(rows.bytes(row, 1), name: name))
+                let name = rows.text(row, 0)
+                stored.append(try decodeDescription(rows, row, 1, name: name))
             }
             let schemaVersion = try connection.query(PGConnection.schemaProbe, [], "Reading the schema version")
             try connection.execute("COMMIT", "Opening the PostgreSQL store")
-            return (stored, schemaVersion.rowCount > 0 ? String(decoding: schemaVersion.bytes(0, 0), as: UTF8.self) : nil)
+            return (stored, schemaVersion.rowCount > 0 ? schemaVersion.text(0, 0) : nil)
         } catch {
             try? connection.execute("ROLLBACK")
             throw error
         }
     }
 
-    static func decodeDescription(_ bytes: UnsafeRawBufferPointer, name: String) throws(DepotError) -> EntityDescription {
-        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(bytes)), (try? entity.validate()) != nil else {
+    /// The entity description stored in `result`'s field, read while the result is alive.
+    static func decodeDescription(_ result: PGResult, _ row: Int, _ column: Int, name: String) throws(DepotError) -> EntityDescription {
+        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(result.bytes(row, column))), (try? entity.validate()) != nil else {
             throw DepotError(.storeCorrupted, "The stored description of entity \(name) cannot be read; the depot_entities table was changed outside Depot.")
         }
         return entity
@@ -317,7 +370,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         connection.commitSent = false
         guard connection.isBroken, connection.handle != nil else { return }
         guard connection.reset() else { return }
-        for setting in Self.sessionSettings(options) {
+        for setting in connection.sessionSettings {
             do throws(DepotError) {
                 try connection.execute(setting, "Setting up the PostgreSQL session again")
             } catch {
@@ -328,6 +381,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 return
             }
         }
+        // Made afresh, the connection may have reached another server (a promoted standby).
+        if hasStandbys, connection !== writer { try? connection.readRecoveryState() }
     }
 
     /// Whether an operation that failed on `connection` runs again, once, after
@@ -347,6 +402,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         pool.checkOut { reader in
             self.healthy(reader)
+            guard self.standbyCaughtUp(reader) else {
+                let result = Result { try self.log.transaction("read") { try self.readOnPrimary(body) } }
+                self.pool.checkIn(reader)
+                self.end()
+                return completion(result)
+            }
             let read = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } } }
             var result = Result { try read() }
             if case .failure = result, self.rerunsAfterLoss(reader) {
@@ -377,6 +438,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         do { try begin() } catch { return completion(.failure(error)) }
         pool.checkOut { reader in
             self.healthy(reader)
+            guard self.standbyCaughtUp(reader) else {
+                let result = Result { try self.log.transaction("read") { try self.readOnPrimary { try $0.fetchRow(entity, key: key, visit) } } }
+                self.pool.checkIn(reader)
+                self.end()
+                return completion(result)
+            }
             let read = { () throws -> Bool in
                 try self.log.transaction("read") { () throws -> Bool in
                     try self.retryingAfterSchemaChange(on: reader) { () throws -> Bool in
@@ -420,8 +487,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         while true {
             healthy(writer)
             writer.lastFailure = nil
+            // The first attempt as one autocommit statement when the write is one statement;
+            // retries, reloads and reruns after a lost connection in a transaction.
+            let single = attempt == 0 && reloads == 0 && !rerun
             do {
-                return try log.transaction("write") { try writeInTransaction(body) }
+                return try log.transaction("write") { () throws -> T in
+                    single ? try writeDeferring(body) : try writeInTransaction(body)
+                }
             } catch {
                 if writer.schemaReloadNeeded {
                     // Another process changed the schema: the registry takes it in, and the
@@ -450,21 +522,13 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let result: T
         do {
             result = try ReferenceEnforcement.run(transaction, tables.relationships, body)
-            transaction.isFinished = true
-            if writer.isInFailedTransaction {
-                throw DepotError(writer.lastFailure.map { $0.depotError("").code } ?? .backend, "PostgreSQL rolled this transaction back after an error in it that the operation caught (\(writer.lastFailure?.message ?? "see that error")); nothing of it was kept.")
-            }
-            // The notification and the COMMIT in one round trip.
-            var steps: [PGConnection.Step] = []
-            if let notification = notification(transaction.recorder) { steps.append(notification) }
-            steps.append(PGConnection.Step(sql: "COMMIT", context: "Committing a write"))
-            if steps.count == 1 { try writer.execute("COMMIT", "Committing a write") } else { _ = try writer.run(steps) }
         } catch {
             transaction.isFinished = true
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
             throw error
         }
-        publishLocally(transaction.recorder)
+        transaction.isFinished = true
+        try commit(transaction)
         return result
     }
 
@@ -522,8 +586,8 @@ extension PostgresStore: CatalogStore {
                 return s.nextSerial
             }
             for row in 0..<rows.rowCount {
-                let name = String(decoding: rows.bytes(row, 0), as: UTF8.self)
-                let entity = try Self.decodeDescription(rows.bytes(row, 1), name: name)
+                let name = rows.text(row, 0)
+                let entity = try Self.decodeDescription(rows, row, 1, name: name)
                 if current[name]?.entity != entity {
                     current.set(entity, RegisteredEntity(entity: entity, serial: serial))
                     serial += 1

@@ -16,7 +16,7 @@ extension PostgresTransaction {
         guard result.rowCount > 0 else {
             throw DepotError(.backend, "PostgreSQL returned no plan for a query of \(table.entity.name).")
         }
-        let text = String(decoding: result.bytes(0, 0), as: UTF8.self)
+        let text = result.text(0, 0)
         guard let document = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]],
             let root = document.first?["Plan"] as? [String: Any]
         else {
@@ -67,7 +67,7 @@ extension PostgresTransaction {
             "SELECT pg_get_indexdef(c.oid) FROM pg_class c WHERE c.relname = $1 AND c.relkind = 'i' AND pg_table_is_visible(c.oid)",
             [.value(.string(name))], "Reading the definition of index \(name)")
         guard result.rowCount > 0 else { return [] }
-        let definition = String(decoding: result.bytes(0, 0), as: UTF8.self)
+        let definition = result.text(0, 0)
         guard let open = definition.lastIndex(of: "("), let close = definition.lastIndex(of: ")"), open < close else { return [] }
         return definition[definition.index(after: open)..<close].split(separator: ",").map { part in
             let words = part.split(separator: " ")

@@ -183,6 +183,10 @@ final class PostgresTransaction: WriteTransaction {
     }
 
     private func params(_ row: Row, table: RegisteredEntity) throws(DepotError) -> [PGParam] {
+        try Self.params(row, table: table)
+    }
+
+    static func params(_ row: Row, table: RegisteredEntity) throws(DepotError) -> [PGParam] {
         _ = try table.entity.check(row)
         var params: [PGParam] = []
         params.reserveCapacity(row.count)
@@ -259,7 +263,7 @@ final class PostgresTransaction: WriteTransaction {
     func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         let result = try runWrite(table.upsert, try params(row, table: table), kind: .upsert, row: row, table: table, what: "Saving")
-        let inserted = result.rowCount > 0 && result.bytes(0, 0).first == 1
+        let inserted = result.bool(0, 0)
         recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
         return inserted
     }

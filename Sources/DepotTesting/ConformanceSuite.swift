@@ -66,7 +66,8 @@ public enum ConformanceSuite {
     public static let checks: [ConformanceCheck] =
         CRUDChecks.all + PredicateChecks.all + OrderChecks.all + TransactionChecks.all + ErrorChecks.all
         + SchemaChecks.all + ChangeFeedChecks.all + LiveChecks.all + RobustnessChecks.all + EnumChecks.all
-        + MappingChecks.all + CodableChecks.all + AggregateChecks.all + RelationshipChecks.all + JSONChecks.all + MigrationChecks.all + CompositeIndexChecks.all
+        + MappingChecks.all + CodableChecks.all + AggregateChecks.all + RelationshipChecks.all + JSONChecks.all + MigrationChecks.all + WriteAnswerChecks.all
+        + CompositeIndexChecks.all
 }
 
 // MARK: - Expectations

@@ -8,13 +8,13 @@ import Foundation
 struct DepotCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "depot",
-        abstract: "Inspect, import into, export from, check and copy Depot stores.",
+        abstract: "Inspect, explain, import into, export from, check and copy Depot stores.",
         discussion: """
             A store is named by its URL, as an application opens it: sqlite:///path/app.sqlite, \
             lmdb:///path/app, memory:. Records are described by the store's own catalog, so \
             the tool works on any store without the application's types.
             """,
-        subcommands: [Info.self, Import.self, Export.self, Check.self, Copy.self, Migrate.self])
+        subcommands: [Info.self, Explain.self, Import.self, Export.self, Check.self, Copy.self, Migrate.self])
 }
 
 /// A failure to report in one line on standard error, with exit status 2 (status 1 means a

@@ -42,7 +42,13 @@ struct Info: AsyncParsableCommand {
                 text += "  \(attribute.name): \(traits.joined(separator: ", "))\n"
                 attributes.append(["name": attribute.name, "traits": traits])
             }
-            entities.append(["name": handle.name, "records": count, "attributes": attributes])
+            for index in handle.entity.indexes {
+                text += "  \(index.isUnique ? "unique index" : "index") (\(index.summary))\n"
+            }
+            entities.append([
+                "name": handle.name, "records": count, "attributes": attributes,
+                "indexes": handle.entity.indexes.map { ["components": $0.summary, "unique": $0.isUnique] as [String: Any] },
+            ])
         }
         if json {
             let object: [String: Any] = ["backend": store.backendName, "entities": entities]

@@ -143,6 +143,35 @@ struct MemoryIndexTests {
         await store.close()
     }
 
+    @Test func oneTransactionInsertsUpdatesDeletesAndReadsItsOwnIndexEntries() async throws {
+        let store = MemoryStore()
+        let (pets, _) = try await Self.pets(store, count: 50)
+        let seen = try await store.write { transaction in
+            for id in 1_000..<1_300 {
+                var row = Row()
+                row.append(.int(Int64(id)))
+                row.append(.string("yak"))
+                row.append(.string("y\(id % 17)"))
+                row.append(.double(1))
+                row.append(.null)
+                try transaction.insert(row, into: pets)
+                if id % 3 == 0 {
+                    row[value: 1] = .string("zebu")
+                    try transaction.update(row, in: pets)
+                }
+                if id % 5 == 0 { _ = try transaction.delete(key: .int(Int64(id)), from: pets) }
+            }
+            var names: [Value] = []
+            try transaction.fetchRows(Self.query(pets, .compare(attribute: "species", .equal, .string("zebu")), sort: [SortKey("name")])) {
+                names.append($0[value: 2])
+            }
+            return names.count
+        }
+        #expect(seen == (1_000..<1_300).filter { $0 % 3 == 0 && $0 % 5 != 0 }.count)
+        try store.checkInvariants()
+        await store.close()
+    }
+
     @Test func countsComeFromTheIndex() async throws {
         let store = MemoryStore()
         let (pets, plain) = try await Self.pets(store)

@@ -112,6 +112,25 @@ struct DepotCommandTests {
     /// Issue #35, item 9: the reading commands open stores read-only, so a mistyped URL
     /// creates nothing: an empty SQLite file stays empty, an empty directory gets no LMDB
     /// environment, and a mistyped PostgreSQL schema is not created.
+    @Test(arguments: ["sqlite://DIR/e.sqlite"])
+    func explainShowsTheIndexARequestReads(_ template: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-explain-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = template.replacingOccurrences(of: "DIR", with: directory.path)
+        try await seed(url)
+        let plan = try depot("explain", url, "Walk", "dogID == 1 && minutes > 10", "--sort=-minutes", "--limit", "5", "--analyze")
+        #expect(plan.status == 0, "\(plan.stderr)")
+        #expect(plan.stdout.hasPrefix("Walk: index (dogID)"), "\(plan.stdout)")
+        #expect(plan.stdout.contains("sorted afterwards") && plan.stdout.contains("read 2 rows"), "\(plan.stdout)")
+        let json = try depot("explain", url, "Walk", "--json")
+        #expect(json.status == 0 && json.stdout.contains("\"access\" : \"scan\""), "\(json.stdout)\(json.stderr)")
+        let typo = try depot("explain", url, "Walk", "dogId == 1")
+        #expect(typo.status == 2 && typo.stderr.contains("Walk has no attribute 'dogId'"), "\(typo.stderr)")
+        let badValue = try depot("explain", url, "Walk", "minutes == \"ten\"")
+        #expect(badValue.status == 2 && badValue.stderr.contains("expected an integer"), "\(badValue.stderr)")
+    }
+
     @Test func readingCommandsCreateNothing() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("depot-readonly-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

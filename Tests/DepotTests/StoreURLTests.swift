@@ -30,6 +30,8 @@ struct StoreURLTests {
         #expect(try StoreURL(url.unredacted) == url, "the unredacted text parses back: \(url.unredacted)")
         #expect(url.description == url.redacted && !url.description.contains("s3cret"), "\(url.description)")
         #expect(try StoreURL("postgres:///app?host=/run/postgresql&port=5433").server == "///app")
+        // A primary and its standbys: one port per host.
+        #expect(try StoreURL("postgres:///app?host=/run/pg1,/run/pg2&port=5432,5433")[option: "port"] == "5432,5433")
         #expect(url.redacted == url.unredacted.replacingOccurrences(of: "s3cret", with: "***"), "\(url.redacted)")
         #expect(try StoreURL("postgres://db/app?password=hunter2").redacted.contains("password=***"))
     }
@@ -46,6 +48,10 @@ struct StoreURLTests {
         try await cats.save(Cat.workload(count: 500))
         #expect(try await cats.count(Request(\.age > 10)) == Cat.workload(count: 500).filter { $0.age > 10 }.count)
         await store.close()
+        let tuned = try #require(try await openStore(url: "\(base)&schema=\(schema)&consistency=eventual&standbyWait=250ms") as? PostgresStore)
+        #expect(tuned.options.consistency == .eventual && tuned.options.standbyWait == .milliseconds(250))
+        await tuned.close()
+        await #expect(throws: DepotError.self) { try await openStore(url: "\(base)&schema=\(schema)&consistency=strong") }
     }
     #else
     /// Without the trait, a postgres: URL is refused before any connection, saying how to

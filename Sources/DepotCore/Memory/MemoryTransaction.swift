@@ -43,10 +43,16 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             _modify { yield &stored.unique }
         }
 
-        /// The secondary indexes, which pending rows have already updated.
+        /// The secondary indexes, with every queued entry in them.
         var indexes: [MemoryIndex] {
-            get { stored.indexes }
-            _modify { yield &stored.indexes }
+            get {
+                flushIndexEntries()
+                return stored.indexes
+            }
+            _modify {
+                flushIndexEntries()
+                yield &stored.indexes
+            }
         }
 
         var entityName: String { stored.entity.name }
@@ -76,9 +82,41 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         func forgetLargestKey() { largestKnown = false }
 
         private func flush() {
+            flushIndexEntries()
             guard !pendingLeaves.isEmpty else { return }
             stored.rows.appendLeaves(pendingLeaves)
             pendingLeaves.removeAll()
+        }
+
+        /// Index entries of rows added since the last flush, one list per index. A bulk
+        /// save queues them and puts each index's entries in its tree sorted, together
+        /// (appended as whole leaves when they all sort after the tree's last entry), rather
+        /// than descending the tree for every row in random order.
+        @exclusivity(unchecked) private var pendingEntries: [[(key: Value, entry: Row)]] = []
+
+        /// Queues the index entries of a new row (no unique index: those check the trees).
+        func queueIndexEntries(of row: Row) {
+            if pendingEntries.isEmpty { pendingEntries = Array(repeating: [], count: stored.indexes.count) }
+            for i in stored.indexes.indices {
+                var entry = Row(capacity: 1)
+                entry.append(row[value: stored.indexes[i].keyPosition])
+                pendingEntries[i].append((stored.indexes[i].entryKey(of: row), entry))
+            }
+        }
+
+        /// Puts the queued index entries in their trees.
+        func flushIndexEntries() {
+            guard !pendingEntries.isEmpty else { return }
+            for i in pendingEntries.indices where !pendingEntries[i].isEmpty {
+                pendingEntries[i].sort { RowTree.compare($0.key, $1.key) < 0 }
+                let entries = pendingEntries[i]
+                if let first = entries.first, stored.indexes[i].entries.lastKey.map({ RowTree.compare(first.key, $0) > 0 }) ?? true {
+                    stored.indexes[i].entries.appendAscending(keys: ContiguousArray(entries.map(\.key)), rows: ContiguousArray(entries.map(\.entry)))
+                } else {
+                    for entry in entries { stored.indexes[i].entries.updateValue(entry.entry, forKey: entry.key) }
+                }
+            }
+            pendingEntries = []
         }
         /// The entity's slot in the store's registry.
         let slot: Int
@@ -406,9 +444,15 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         w.wasWritten = true
         if recordsKeys { w.written.append(key) }
         if w.hasIndexes {
-            for i in w.indexes.indices {
-                if let old { w.indexes[i].remove(old) }
-                if let row { w.indexes[i].insert(row) }
+            if old == nil, let row, !w.hasUniqueIndexes {
+                w.queueIndexEntries(of: row)
+            } else {
+                for i in w.indexes.indices {
+                    // An update that leaves an index's attributes alone leaves its entry.
+                    if let old, let row, w.indexes[i].positions.allSatisfy({ old[value: $0] == row[value: $0] }) { continue }
+                    if let old { w.indexes[i].remove(old) }
+                    if let row { w.indexes[i].insert(row) }
+                }
             }
         }
         if w.hasUnique {

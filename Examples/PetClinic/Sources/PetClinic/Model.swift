@@ -29,12 +29,16 @@ public struct Owner: Codable, Hashable, Sendable {
 }
 
 /// A pet, belonging to one owner.
-@Record
+///
+/// The list endpoint's page (`GET /pets?species=cat`, by name) and an owner's pets by name
+/// each read an index range in order and stop at the page's end: `(species, name)` and
+/// `(ownerID, name)`. Either also serves a filter on its first attribute alone.
+@Record(indexes: [.index("species", "name"), .index("ownerID", "name")])
 public struct Pet: Codable, Hashable, Sendable {
     public var id: UUID
     @Stored(.references(Owner.self, onDelete: .cascade)) public var ownerID: UUID
     public var name: String
-    @Stored(.indexed) public var species: String
+    public var species: String
     public var birthYear: Int
 
     public init(id: UUID, ownerID: UUID, name: String, species: String, birthYear: Int) {
