@@ -79,7 +79,9 @@ final class RegisteredEntity: Sendable {
         upsert = insert + " ON CONFLICT (\(keyColumn)) DO UPDATE SET "
             + (excluded.isEmpty ? "\(keyColumn) = EXCLUDED.\(keyColumn)" : excluded.joined(separator: ", "))
             + " RETURNING (xmax = 0)"
-        hasUniqueAttributes = entity.attributes.enumerated().contains { $0.offset != entity.primaryKeyIndex && $0.element.isUnique }
+        hasUniqueAttributes =
+            entity.attributes.enumerated().contains { $0.offset != entity.primaryKeyIndex && $0.element.isUnique }
+            || entity.indexes.contains(where: \.isUnique)
         var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = $\($0 + 1)" }
         if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
         update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
@@ -219,6 +221,44 @@ enum PGDDL {
 
     static func createIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
         "CREATE INDEX IF NOT EXISTS \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
+    }
+
+    /// The index Depot makes for a declared ``IndexDescription``:
+    /// `depot_cidx_<n>_<entity>_<index name>`, or hashed when longer than PostgreSQL keeps
+    /// (see ``name(_:entity:attribute:)``). The index's own name is collision-free among
+    /// the entity's indexes; the prefix keeps it apart from single-attribute indexes.
+    static func compositeIndexName(entity: String, index: IndexDescription) -> String {
+        name("depot_cidx", entity: entity, attribute: index.name)
+    }
+
+    /// The columns of a declared index, in SQL, in the order Depot's queries sort by: an
+    /// ascending component `ASC NULLS FIRST`, a descending one `DESC NULLS LAST` (the
+    /// ORDER BY keys of ``PostgresDialect``; an index in PostgreSQL's default order, nulls
+    /// last ascending, serves none of them), then, unless the index is unique or already
+    /// has it, the primary key ascending: Depot's sorts end with the key, and PostgreSQL's
+    /// entries of equal values are in no particular order. The columns' collation (`"C"`)
+    /// is the index's.
+    static func compositeIndexColumns(_ index: IndexDescription, in entity: EntityDescription) -> [String] {
+        func column(_ name: String, descending: Bool) -> String {
+            "\(quoted(name)) \(descending ? "DESC NULLS LAST" : "ASC NULLS FIRST")"
+        }
+        var columns = index.components.map { column($0.attribute, descending: $0.isDescending) }
+        let key = entity.primaryKey.name
+        if !index.isUnique, !index.components.contains(where: { $0.attribute == key }) {
+            columns.append(column(key, descending: false))
+        }
+        return columns
+    }
+
+    /// Without `IF NOT EXISTS`: the name is derived from the declaration, so an index
+    /// already under it is not one to adopt silently.
+    static func createIndex(_ index: IndexDescription, in entity: EntityDescription) -> String {
+        let columns = compositeIndexColumns(index, in: entity).joined(separator: ", ")
+        return "CREATE \(index.isUnique ? "UNIQUE " : "")INDEX \(quoted(compositeIndexName(entity: entity.name, index: index))) ON \(quoted(entity.name)) (\(columns))"
+    }
+
+    static func dropIndex(_ index: IndexDescription, in entity: EntityDescription) -> String {
+        "DROP INDEX IF EXISTS \(quoted(compositeIndexName(entity: entity.name, index: index)))"
     }
 
     static func dropIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {

@@ -118,6 +118,23 @@ extension PostgresStore {
         for statement in PGDDL.createTable(entity) {
             try writer.execute(statement, "Creating the table of \(entity.name)")
         }
+        for index in entity.indexes {
+            try writer.execute(PGDDL.createIndex(index, in: entity), "Creating the index (\(index.summary)) of \(entity.name)")
+        }
+    }
+
+    /// Builds a declared index over the table's existing records, saying in the log when
+    /// the build starts and ends. A unique index that existing records already break is
+    /// refused with `schemaMismatch` (the registration's transaction then changes nothing).
+    func buildIndex(_ index: IndexDescription, in entity: EntityDescription) throws(DepotError) {
+        log.indexBuildStarted(index, of: entity.name)
+        do {
+            try writer.execute(PGDDL.createIndex(index, in: entity), "Building the index (\(index.summary)) of \(entity.name)")
+        } catch let error where index.isUnique && error.code == .duplicateKey {
+            throw DepotError(.schemaMismatch, "The unique index (\(index.summary)) cannot be added to \(entity.name): existing records already share its values (\(error.message)). Change those records first, or declare the index without unique.")
+        }
+        let count = try writer.query("SELECT count(*) FROM \(quoted(entity.name))", [], "Counting the records of \(entity.name)")
+        log.indexBuilt(index, of: entity.name, records: count.rowCount > 0 ? Int(count.int64(0, 0)) : 0)
     }
 
     func migrate(_ migration: SchemaMigration, registered: (String) -> EntityDescription?) throws(DepotError) {
@@ -149,6 +166,13 @@ extension PostgresStore {
         }
         for attribute in migration.addedIndexes where PGDDL.wantsIndex(attribute, in: entity) {
             try writer.execute(PGDDL.createIndex(attribute, in: entity), "Indexing \(entity.name).\(attribute.name)")
+        }
+        // Dropped first: an index that only became unique (or stopped being) keeps its name.
+        for index in migration.droppedCompositeIndexes {
+            try writer.execute(PGDDL.dropIndex(index, in: migration.stored), "Dropping the index (\(index.summary)) of \(entity.name)")
+        }
+        for index in migration.addedCompositeIndexes {
+            try buildIndex(index, in: entity)
         }
     }
 
@@ -281,6 +305,11 @@ extension PostgresStore: SchemaRewritingStore {
                     try writer.execute(PGDDL.dropIndex(attribute, in: entity))
                     try writer.execute(PGDDL.createIndex(attribute, in: entity))
                 }
+            }
+            // The old table's indexes went with it; the declared ones are built over the
+            // rewritten rows.
+            for index in entity.indexes {
+                try buildIndex(index, in: entity)
             }
             if name != entity.name {
                 try writer.query("DELETE FROM depot_entities WHERE name = $1", [.text(name)], "Forgetting the description of \(name)")

@@ -4,7 +4,10 @@ package import DepotCore
 /// and `_` before they get here; quoting anyway means a name can never become syntax (and
 /// keeps PostgreSQL from folding it to lower case).
 package func quoted(_ identifier: String) -> String {
-    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    // Every query compiles its columns' names through here: Foundation's string search
+    // only when there is a quote to double, which validated names never have.
+    guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
+    return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }
 
 /// What differs between the SQL that SQLite and PostgreSQL are given for Depot's

@@ -169,6 +169,42 @@ package enum DDL {
         "CREATE INDEX \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
     }
 
+    /// The name (unquoted) of the index Depot makes for a declared ``IndexDescription``:
+    /// `depot_cidx_<n>_<entity>_<index name>`, `n` the entity name's length in UTF-8 bytes.
+    /// The index's own name is collision-free among the entity's indexes, and the length
+    /// keeps two entities' names apart (`a_b` + `ix_1_c` and `a` + `b_ix_1_c`); the prefix
+    /// keeps them apart from single-attribute indexes (`depot_idx_…`).
+    static func compositeIndexName(entity: String, index: IndexDescription) -> String {
+        "depot_cidx_\(entity.utf8.count)_\(entity)_\(index.name)"
+    }
+
+    /// The columns of a declared index, in SQL: each component with its direction, then,
+    /// for an index that is not unique and has a descending component, the primary key
+    /// ascending. Depot's sorts end with the primary key ascending (the tie-break), and
+    /// SQLite already ends every index with the table's key (the rowid, or the key of a
+    /// WITHOUT ROWID table), which serves a sort whose components all ascend; after a
+    /// descending component the key must ascend where the scan descends, so it is
+    /// written out. A unique index gets no key: that would make every entry unique.
+    static func compositeIndexColumns(_ index: IndexDescription, in entity: EntityDescription) -> [String] {
+        var columns = index.components.map { "\(quoted($0.attribute)) \($0.isDescending ? "DESC" : "ASC")" }
+        let key = entity.primaryKey.name
+        if !index.isUnique, index.components.contains(where: \.isDescending), !index.components.contains(where: { $0.attribute == key }) {
+            columns.append("\(quoted(key)) ASC")
+        }
+        return columns
+    }
+
+    /// Without `IF NOT EXISTS`: the name is Depot's own and derived from the declaration,
+    /// so an index already under it is not one to adopt silently.
+    static func createIndex(_ index: IndexDescription, in entity: EntityDescription) -> String {
+        let columns = compositeIndexColumns(index, in: entity).joined(separator: ", ")
+        return "CREATE \(index.isUnique ? "UNIQUE " : "")INDEX \(quoted(compositeIndexName(entity: entity.name, index: index))) ON \(quoted(entity.name)) (\(columns))"
+    }
+
+    static func dropIndex(_ index: IndexDescription, in entity: EntityDescription) -> String {
+        "DROP INDEX IF EXISTS \(quoted(compositeIndexName(entity: entity.name, index: index)))"
+    }
+
     /// `ALTER TABLE … ADD COLUMN` for a new attribute, and whether existing rows must then
     /// be given `fill` by a bound `UPDATE`.
     ///

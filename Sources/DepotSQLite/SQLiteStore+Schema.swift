@@ -102,6 +102,24 @@ extension SQLiteStore {
         for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
             try Self.ensureIndex(attribute, in: entity, on: writer)
         }
+        for index in entity.indexes {
+            try writer.execute(DDL.createIndex(index, in: entity))
+        }
+    }
+
+    /// Builds a declared index over the table's existing records, saying in the log when
+    /// the build starts and ends. A unique index that existing records already break is
+    /// refused with `schemaMismatch` (the registration's transaction then changes nothing).
+    static func buildIndex(_ index: IndexDescription, in entity: EntityDescription, on connection: Connection, log: StoreLog) throws(DepotError) {
+        log.indexBuildStarted(index, of: entity.name)
+        do {
+            try connection.execute(DDL.createIndex(index, in: entity))
+        } catch let error where index.isUnique && error.code == .duplicateKey {
+            throw DepotError(.schemaMismatch, "The unique index (\(index.summary)) cannot be added to \(entity.name): existing records already share its values (\(error.message)). Change those records first, or declare the index without unique.", nativeCode: error.nativeCode)
+        }
+        var records = 0
+        if let count = try connection.scalarText("SELECT count(*) FROM \(quoted(entity.name))"), let number = Int(count) { records = number }
+        log.indexBuilt(index, of: entity.name, records: records)
     }
 
     /// The indexes Depot made for `attribute` on the entity's table, by the current name or
@@ -150,6 +168,13 @@ extension SQLiteStore {
         }
         for attribute in migration.addedIndexes where DDL.wantsIndex(attribute, in: entity) {
             try Self.ensureIndex(attribute, in: entity, on: writer)
+        }
+        // Dropped first: an index that only became unique (or stopped being) keeps its name.
+        for index in migration.droppedCompositeIndexes {
+            try writer.execute(DDL.dropIndex(index, in: migration.stored))
+        }
+        for index in migration.addedCompositeIndexes {
+            try Self.buildIndex(index, in: entity, on: writer, log: log)
         }
     }
 
@@ -298,6 +323,11 @@ extension SQLiteStore: SchemaRewritingStore {
             try writer.execute("ALTER TABLE \(quoted(staging.name)) RENAME TO \(quoted(entity.name))")
             for attribute in entity.attributes where DDL.wantsIndex(attribute, in: entity) {
                 try Self.ensureIndex(attribute, in: entity, on: writer)
+            }
+            // The old table's indexes went with it; the declared ones are built over the
+            // rewritten rows.
+            for index in entity.indexes {
+                try Self.buildIndex(index, in: entity, on: writer, log: log)
             }
             if name != entity.name {
                 let forget = try writer.prepare("DELETE FROM depot_entities WHERE name = ?1", cached: false)

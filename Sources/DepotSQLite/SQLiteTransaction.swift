@@ -194,6 +194,13 @@ final class SQLiteTransaction: WriteTransaction {
             return DepotError(.duplicateKey, "A \(entity) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.", nativeCode: rc)
         case SQLiteCode.constraintUnique:  // SQLite's message names the column.
             let detail = connection.handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? "UNIQUE constraint failed"
+            // A declared unique index: SQLite names its columns, `Pet.species, Pet.name`.
+            if let index = table.entity.indexes.first(where: { index in
+                index.isUnique && detail.hasSuffix(": " + index.components.map { "\(entity).\($0.attribute)" }.joined(separator: ", "))
+            }) {
+                let values = index.components.map { table.entity.index(of: $0.attribute).map { row[value: $0].debugLiteral } ?? "nil" }
+                return DepotError(.duplicateKey, "Another \(entity) already has (\(index.components.map(\.attribute).joined(separator: ", "))) = (\(values.joined(separator: ", "))), and the index (\(index.summary)) is unique (\(detail)).", nativeCode: rc)
+            }
             if let attribute = table.entity.attributes.first(where: { detail.hasSuffix(".\($0.name)") }) {
                 let value = table.entity.index(of: attribute.name).map { row[value: $0] } ?? .null
                 return DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(value.debugLiteral), and \(attribute.name) is declared unique (\(detail)).", nativeCode: rc)

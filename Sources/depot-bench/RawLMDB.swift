@@ -14,6 +14,8 @@ final class RawLMDBSubject: BenchSubject {
     private var env: OpaquePointer?
     private var dbi = MDB_dbi(0)
     private var ageIndex = MDB_dbi(0)
+    private var petDBI = MDB_dbi(0)
+    private var speciesNameIndex = MDB_dbi(0)
 
     private func check(_ code: Int32, _ what: String) throws {
         guard code == MDB_SUCCESS else { throw BenchError("raw-lmdb \(what): \(String(cString: mdb_strerror(code)))") }
@@ -197,6 +199,149 @@ final class RawLMDBSubject: BenchSubject {
             try check(mdb_stat(txn, dbi, &stat), "stat")
             return Int(stat.ms_entries)
         }
+    }
+
+    // MARK: W8
+
+    /// A string component of a composite key in an order-preserving encoding: its bytes,
+    /// 0x00 escaped as 0x00 0xFF, then 0x00 0x00, so tuples compare as `memcmp` of their
+    /// keys (a shorter string before a longer one it starts).
+    private static func append(_ text: String, to key: inout [UInt8]) {
+        for byte in text.utf8 {
+            key.append(byte)
+            if byte == 0 { key.append(0xFF) }
+        }
+        key += [0, 0]
+    }
+
+    private static func append(_ id: Int64, to key: inout [UInt8]) {
+        withUnsafeBytes(of: Self.key(id)) { key.append(contentsOf: $0) }
+    }
+
+    /// The key of a pet in the `(species, name, id)` index.
+    private static func indexKey(_ pet: BenchPet) -> [UInt8] {
+        var key: [UInt8] = []
+        append(pet.species, to: &key)
+        append(pet.name, to: &key)
+        append(pet.id, to: &key)
+        return key
+    }
+
+    /// Pets stored by id (`birthYear, weight, species length, species, name`) and a
+    /// composite index database whose keys are `(species, name, id)` with empty values:
+    /// the layout a composite index needs in a key-value store. Written once, into the
+    /// populated store.
+    func savePets(_ pets: [BenchPet]) async throws {
+        try write { txn in
+            try check(mdb_dbi_open(txn, "Pet", UInt32(MDB_CREATE), &petDBI), "dbi open")
+            try check(mdb_dbi_open(txn, "Pet.species_name", UInt32(MDB_CREATE), &speciesNameIndex), "index open")
+        }
+        var buffer: [UInt8] = []
+        try write { txn in
+            for pet in pets {
+                buffer.removeAll(keepingCapacity: true)
+                withUnsafeBytes(of: Int64(pet.birthYear).littleEndian) { buffer.append(contentsOf: $0) }
+                withUnsafeBytes(of: pet.weight.bitPattern.littleEndian) { buffer.append(contentsOf: $0) }
+                withUnsafeBytes(of: Int64(pet.species.utf8.count).littleEndian) { buffer.append(contentsOf: $0) }
+                buffer += pet.species.utf8
+                buffer += pet.name.utf8
+                var id = Self.key(pet.id)
+                try withUnsafeMutableBytes(of: &id) { idBuffer in
+                    try buffer.withUnsafeMutableBytes { valueBuffer in
+                        var key = MDB_val(mv_size: 8, mv_data: idBuffer.baseAddress)
+                        var value = MDB_val(mv_size: valueBuffer.count, mv_data: valueBuffer.baseAddress)
+                        try check(mdb_put(txn, petDBI, &key, &value, UInt32(MDB_NOOVERWRITE)), "put pet")
+                    }
+                }
+                var indexKey = Self.indexKey(pet)
+                try indexKey.withUnsafeMutableBytes { keyBuffer in
+                    var key = MDB_val(mv_size: keyBuffer.count, mv_data: keyBuffer.baseAddress)
+                    var empty = MDB_val(mv_size: 0, mv_data: nil)
+                    try check(mdb_put(txn, speciesNameIndex, &key, &empty, UInt32(MDB_NOOVERWRITE)), "put index entry")
+                }
+            }
+        }
+    }
+
+    /// The pets of `species` from the index, starting at the first key at or after `start`
+    /// (skipping `start` itself), at most `limit`, each looked up by the id its key ends in.
+    private func pets(species: String, from start: [UInt8], skippingStart: Bool, limit: Int) throws -> [BenchPet] {
+        var prefix: [UInt8] = []
+        Self.append(species, to: &prefix)
+        return try read { txn in
+            var cursor: OpaquePointer?
+            try check(mdb_cursor_open(txn, speciesNameIndex, &cursor), "cursor open")
+            defer { mdb_cursor_close(cursor) }
+            var found: [BenchPet] = []
+            found.reserveCapacity(limit)
+            var seek = start
+            try seek.withUnsafeMutableBytes { seekBuffer in
+                var key = MDB_val(mv_size: seekBuffer.count, mv_data: seekBuffer.baseAddress)
+                var value = MDB_val()
+                var code = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+                if skippingStart, code == MDB_SUCCESS,
+                    UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size).elementsEqual(UnsafeRawBufferPointer(seekBuffer))
+                {
+                    code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+                }
+                while code == MDB_SUCCESS, found.count < limit {
+                    let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+                    guard bytes.count >= prefix.count + 8, bytes.prefix(prefix.count).elementsEqual(prefix) else { break }
+                    var id = MDB_val(mv_size: 8, mv_data: key.mv_data.advanced(by: key.mv_size - 8))
+                    var record = MDB_val()
+                    try check(mdb_get(txn, petDBI, &id, &record), "get pet")
+                    found.append(Self.pet(key: id, value: record))
+                    code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+                }
+            }
+            return found
+        }
+    }
+
+    @inline(__always)
+    private static func pet(key: MDB_val, value: MDB_val) -> BenchPet {
+        let raw = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+        let keyBits = UInt64(bigEndian: UnsafeRawPointer(key.mv_data).loadUnaligned(as: UInt64.self))
+        let birthYear = Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: Int64.self))
+        let weight = Double(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+        let speciesLength = Int(Int64(littleEndian: raw.loadUnaligned(fromByteOffset: 16, as: Int64.self)))
+        let species = String(decoding: UnsafeRawBufferPointer(rebasing: raw[24..<(24 + speciesLength)]), as: UTF8.self)
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[(24 + speciesLength)...]), as: UTF8.self)
+        return BenchPet(id: Int64(bitPattern: keyBits ^ (1 << 63)), name: name, species: species, birthYear: Int(birthYear), weight: weight)
+    }
+
+    func listPage(species: String, indexed: Bool) async throws -> [BenchPet] {
+        guard indexed else { throw BenchError("raw-lmdb keeps the composite index; W8n is for Depot's stores") }
+        var start: [UInt8] = []
+        Self.append(species, to: &start)
+        return try pets(species: species, from: start, skippingStart: false, limit: ListPageFixture.pageSize)
+    }
+
+    /// Keyset pages over the index: each page seeks to the key of the last pet of the page
+    /// before and reads on from the one after it; one pet more than the page says whether
+    /// another follows.
+    func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64]) {
+        var all: [BenchPet] = []
+        var nanoseconds: [UInt64] = []
+        var last: BenchPet?
+        for _ in 0..<pages {
+            let start = DispatchTime.now().uptimeNanoseconds
+            var seek: [UInt8]
+            if let last {
+                seek = Self.indexKey(last)
+            } else {
+                seek = []
+                Self.append(species, to: &seek)
+            }
+            var page = try pets(species: species, from: seek, skippingStart: last != nil, limit: ListPageFixture.pageSize + 1)
+            let more = page.count > ListPageFixture.pageSize
+            if more { page.removeLast() }
+            nanoseconds.append(elapsed(since: start))
+            all += page
+            guard more else { break }
+            last = page.last
+        }
+        return (all, nanoseconds)
     }
 
     /// W6 like for like: four reader tasks, every lookup its own read transaction in a hop

@@ -99,6 +99,57 @@ final class RawPostgresSubject: BenchSubject {
         return Int(RawPGConnection.int64(result, 0, 0))
     }
 
+    // MARK: W8
+
+    /// The composite index Depot's `Pet` declares, with the primary key as its last column
+    /// so the order's tie-break is read from the index too.
+    func savePets(_ pets: [BenchPet]) async throws {
+        let connection = try live()
+        try connection.exec("CREATE TABLE IF NOT EXISTS pet (id bigint PRIMARY KEY, name text COLLATE \"C\" NOT NULL, species text COLLATE \"C\" NOT NULL, birth_year bigint NOT NULL, weight double precision NOT NULL)")
+        try connection.exec("CREATE INDEX IF NOT EXISTS pet_species_name ON pet (species, name, id)")
+        try connection.preparePetStatements()
+        try connection.exec("BEGIN")
+        for pet in pets {
+            let params = [
+                RawPGConnection.bytes(pet.id), Array(pet.name.utf8), Array(pet.species.utf8), RawPGConnection.bytes(Int64(pet.birthYear)),
+                withUnsafeBytes(of: pet.weight.bitPattern.bigEndian) { Array($0) },
+            ]
+            PQclear(try connection.run("pet_insert", params))
+        }
+        try connection.exec("COMMIT")
+    }
+
+    func listPage(species: String, indexed: Bool) async throws -> [BenchPet] {
+        guard indexed else { throw BenchError("raw-postgres keeps the composite index; W8n is for Depot's stores") }
+        return try live().pets("pet_page", [Array(species.utf8), RawPGConnection.bytes(Int64(ListPageFixture.pageSize))])
+    }
+
+    /// Keyset pages as an application writes them by hand: one row more than the page, to
+    /// know whether another follows, and the next page after the last row's (name, id).
+    func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64]) {
+        let connection = try live()
+        let limit = RawPGConnection.bytes(Int64(ListPageFixture.pageSize + 1))
+        var all: [BenchPet] = []
+        var nanoseconds: [UInt64] = []
+        var last: BenchPet?
+        for _ in 0..<pages {
+            let start = DispatchTime.now().uptimeNanoseconds
+            var page: [BenchPet]
+            if let last {
+                page = try connection.pets("pet_after", [Array(species.utf8), limit, Array(last.name.utf8), RawPGConnection.bytes(last.id)])
+            } else {
+                page = try connection.pets("pet_page", [Array(species.utf8), limit])
+            }
+            let more = page.count > ListPageFixture.pageSize
+            if more { page.removeLast() }
+            nanoseconds.append(elapsed(since: start))
+            all += page
+            guard more else { break }
+            last = page.last
+        }
+        return (all, nanoseconds)
+    }
+
     /// W6 like for like: reader tasks, each with its own connection, every lookup a hop onto
     /// a concurrent queue (as Depot's reads); the writer's saves hop onto a serial queue.
     func concurrentMix(readers: Int, lookups: [Int64], writes: [Cat]) async throws -> (latencies: [UInt64], checksum: Int64) {
@@ -222,13 +273,26 @@ final class RawPGConnection {
     }
 
     func prepareStatements() throws {
-        let statements: [(String, String, [Oid])] = [
+        try prepare([
             ("upsert", "INSERT INTO cat (id, name, weight, age) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, weight = EXCLUDED.weight, age = EXCLUDED.age", [20, 25, 701, 20]),
             ("by_id", "SELECT id, name, weight, age FROM cat WHERE id = $1", [20]),
             ("fetch_all", "SELECT id, name, weight, age FROM cat ORDER BY id", []),
             ("oldest", "SELECT id, name, weight, age FROM cat WHERE age > 10 ORDER BY name, id LIMIT 100", []),
             ("count", "SELECT count(*) FROM cat", []),
-        ]
+        ])
+    }
+
+    /// W8's statements, once its table exists.
+    func preparePetStatements() throws {
+        let columns = "SELECT id, name, species, birth_year, weight FROM pet"
+        try prepare([
+            ("pet_insert", "INSERT INTO pet (id, name, species, birth_year, weight) VALUES ($1, $2, $3, $4, $5)", [20, 25, 25, 20, 701]),
+            ("pet_page", "\(columns) WHERE species = $1 ORDER BY name, id LIMIT $2", [25, 20]),
+            ("pet_after", "\(columns) WHERE species = $1 AND (name, id) > ($3, $4) ORDER BY name, id LIMIT $2", [25, 20, 25, 20]),
+        ])
+    }
+
+    private func prepare(_ statements: [(String, String, [Oid])]) throws {
         for (name, sql, types) in statements {
             var types = types
             let result = PQprepare(handle, name, sql, Int32(types.count), &types)
@@ -277,7 +341,7 @@ final class RawPGConnection {
         return Cat(id: int64(result, row, 0), name: name, weight: weight, age: Int(int64(result, row, 3)))
     }
 
-    private static func bytes(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
+    static func bytes(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
 
     func upsert(_ cat: Cat) throws {
         let params = [
@@ -294,6 +358,27 @@ final class RawPGConnection {
         cats.reserveCapacity(Int(count))
         for row in 0..<count { cats.append(Self.cat(result, row)) }
         return cats
+    }
+
+    func pets(_ statement: String, _ params: [[UInt8]]) throws -> [BenchPet] {
+        let result = try run(statement, params)
+        defer { PQclear(result) }
+        let count = PQntuples(result)
+        var pets: [BenchPet] = []
+        pets.reserveCapacity(Int(count))
+        func text(_ row: Int32, _ column: Int32) -> String {
+            PQgetvalue(result, row, column).map {
+                String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(PQgetlength(result, row, column))), as: UTF8.self)
+            } ?? ""
+        }
+        for row in 0..<count {
+            let weight = PQgetvalue(result, row, 4).map { Double(bitPattern: UInt64(bigEndian: UnsafeRawPointer($0).loadUnaligned(as: UInt64.self))) } ?? 0
+            pets.append(
+                BenchPet(
+                    id: Self.int64(result, row, 0), name: text(row, 1), species: text(row, 2), birthYear: Int(Self.int64(result, row, 3)),
+                    weight: weight))
+        }
+        return pets
     }
 
     func lookUpOne(_ id: Int64) throws -> Cat {

@@ -203,6 +203,93 @@ final class RawSQLiteSubject: BenchSubject {
         try insert(cat, with: try statement(Self.upsertSQL))
     }
 
+    // MARK: W8
+
+    func savePets(_ pets: [BenchPet]) async throws {
+        // The composite index Depot's `Pet` declares, on the same columns.
+        try exec(
+            "CREATE TABLE IF NOT EXISTS Pet(id INTEGER PRIMARY KEY, name TEXT NOT NULL, species TEXT NOT NULL, birthYear INTEGER NOT NULL, weight REAL NOT NULL); CREATE INDEX IF NOT EXISTS Pet_species_name ON Pet(species, name)"
+        )
+        let statement = try statement("INSERT OR REPLACE INTO Pet(id, name, species, birthYear, weight) VALUES (?, ?, ?, ?, ?)")
+        try exec("BEGIN IMMEDIATE")
+        for pet in pets {
+            sqlite3_bind_int64(statement, 1, pet.id)
+            bindText(pet.name, 2, statement)
+            bindText(pet.species, 3, statement)
+            sqlite3_bind_int64(statement, 4, Int64(pet.birthYear))
+            sqlite3_bind_double(statement, 5, pet.weight)
+            let code = sqlite3_step(statement)
+            sqlite3_reset(statement)
+            try check(code, "insert pet")
+        }
+        try exec("COMMIT")
+    }
+
+    private func bindText(_ text: String, _ index: Int32, _ statement: OpaquePointer) {
+        var text = text
+        text.withUTF8 { _ = sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), Self.transient) }
+    }
+
+    private static func text(_ statement: OpaquePointer, _ column: Int32) -> String {
+        guard let text = sqlite3_column_text(statement, column) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self)
+    }
+
+    /// Steps `statement` to its end, a pet per row.
+    private func pets(_ statement: OpaquePointer) throws -> [BenchPet] {
+        defer { sqlite3_reset(statement) }
+        var pets: [BenchPet] = []
+        pets.reserveCapacity(ListPageFixture.pageSize + 1)
+        var code = sqlite3_step(statement)
+        while code == SQLITE_ROW {
+            pets.append(
+                BenchPet(
+                    id: sqlite3_column_int64(statement, 0), name: Self.text(statement, 1), species: Self.text(statement, 2),
+                    birthYear: Int(sqlite3_column_int64(statement, 3)), weight: sqlite3_column_double(statement, 4)))
+            code = sqlite3_step(statement)
+        }
+        try check(code, "list page")
+        return pets
+    }
+
+    private static let petColumns = "SELECT id, name, species, birthYear, weight FROM Pet"
+
+    func listPage(species: String, indexed: Bool) async throws -> [BenchPet] {
+        guard indexed else { throw BenchError("raw-sqlite keeps the composite index; W8n is for Depot's stores") }
+        let statement = try statement("\(Self.petColumns) WHERE species = ?1 ORDER BY name, id LIMIT ?2")
+        bindText(species, 1, statement)
+        sqlite3_bind_int64(statement, 2, Int64(ListPageFixture.pageSize))
+        return try pets(statement)
+    }
+
+    /// Keyset pages as an application writes them by hand: one row more than the page, to
+    /// know whether another follows, and the next page after the last row's (name, id).
+    func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64]) {
+        let first = try statement("\(Self.petColumns) WHERE species = ?1 ORDER BY name, id LIMIT ?2")
+        let next = try statement("\(Self.petColumns) WHERE species = ?1 AND (name, id) > (?3, ?4) ORDER BY name, id LIMIT ?2")
+        var all: [BenchPet] = []
+        var nanoseconds: [UInt64] = []
+        var last: BenchPet?
+        for _ in 0..<pages {
+            let start = DispatchTime.now().uptimeNanoseconds
+            let statement = last == nil ? first : next
+            bindText(species, 1, statement)
+            sqlite3_bind_int64(statement, 2, Int64(ListPageFixture.pageSize + 1))
+            if let last {
+                bindText(last.name, 3, statement)
+                sqlite3_bind_int64(statement, 4, last.id)
+            }
+            var page = try pets(statement)
+            let more = page.count > ListPageFixture.pageSize
+            if more { page.removeLast() }
+            nanoseconds.append(elapsed(since: start))
+            all += page
+            guard more else { break }
+            last = page.last
+        }
+        return (all, nanoseconds)
+    }
+
     /// A reader connection of the like-for-like W6.
     final class RawReader {
         let handle: OpaquePointer

@@ -19,10 +19,10 @@ enum Targets {
     /// issue #13's for W3, issue #15's for W7 (JSON import against JSONDecoder plus the raw
     /// engine).
     static let ratios: [String: [String: Double]] = [
-        "sqlite": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50],
-        "lmdb": ["W1": 1.30, "W2": 1.50, "W4": 1.30, "W5": 1.30, "W3": 1.05, "W7": 1.50],
+        "sqlite": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50, "W8": w8Ratio],
+        "lmdb": ["W1": 1.30, "W2": 1.50, "W4": 1.30, "W5": 1.30, "W3": 1.05, "W7": 1.50, "W8": w8Ratio],
         // Issue #16: the same targets as SQLite where they apply.
-        "postgres": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50],
+        "postgres": ["W1": 1.15, "W2": 1.10, "W4": 1.20, "W5": 1.05, "W3": 1.10, "W7": 1.50, "W8": w8Ratio],
     ]
     /// Issue #13: microseconds per W4' call above the raw engine's own per-call cost (the
     /// memory store: in all).
@@ -37,6 +37,12 @@ enum Targets {
     static let w6eThreadShare: [String: Double] = ["sqlite": 0.6, "lmdb": 0.6]
     /// The limit on peak resident memory during W2, as a ratio to the raw engine's.
     static let peakRSSRatio = 1.3
+    /// Issue #37: the list page with a composite index against the raw engine's same
+    /// indexed query (W8, in `ratios`), against the same request without the index (W8n ÷
+    /// W8, on every backend), and a walk's last cursor page against its first (W8c).
+    static let w8Ratio = 1.2
+    static let w8IndexSpeedUp = 20.0
+    static let w8cLastPageRatio = 1.5
 
     static func check(_ results: [Measurement]) -> [TargetCheck] {
         var checks: [TargetCheck] = []
@@ -46,7 +52,7 @@ enum Targets {
         // A backend not in this run (postgres without a server) gets no lines.
         let measured = Set(results.map(\.backend))
         for backend in ["sqlite", "lmdb", "postgres"] where measured.contains(backend) {
-            for workload in ["W1", "W2", "W3", "W3e", "W4", "W5", "W7"] {
+            for workload in ["W1", "W2", "W3", "W3e", "W4", "W5", "W7", "W8"] {
                 guard let limit = ratios[backend]?[workload == "W3e" ? "W3" : workload] else { continue }
                 let m = find(backend, workload)
                 let ratio = m?.ratioToRaw
@@ -118,6 +124,32 @@ enum Targets {
                     TargetCheck(
                         workload: "W6e p99", backend: backend, target: String(format: "≤ %.0f µs", limit),
                         measured: p99e.map { String(format: "%.1f µs", $0) } ?? "–", met: p99e.map { $0 <= limit }))
+            }
+        }
+        // Issue #37: what the composite index buys, and cursor pages that cost the same at
+        // any depth. Only for runs that measured the list page.
+        for backend in ["memory", "sqlite", "lmdb", "postgres"] where measured.contains(backend) {
+            let indexed = find(backend, "W8")
+            let unindexed = find(backend, "W8n")
+            if indexed != nil || unindexed != nil {
+                let speedUp = indexed.flatMap { w8 in unindexed.map { $0.medianMs / w8.medianMs } }
+                checks.append(
+                    TargetCheck(
+                        workload: "W8 index", backend: backend, target: String(format: "≥ %.0f× faster than without the index (W8n ÷ W8)", w8IndexSpeedUp),
+                        measured: speedUp.map { String(format: "%.1f×", $0) } ?? "–", met: speedUp.map { $0 >= w8IndexSpeedUp }))
+            }
+            if let walk = find(backend, "W8c") {
+                let ratio = walk.firstPageMicroseconds.flatMap { first in walk.lastPageMicroseconds.map { $0 / first } }
+                let measuredText =
+                    ratio.map { ratio in
+                        String(
+                            format: "%.2f× (%.1f vs %.1f µs, page %d)", ratio, walk.lastPageMicroseconds ?? .nan, walk.firstPageMicroseconds ?? .nan,
+                            walk.pagesPerWalk ?? 0)
+                    } ?? "–"
+                checks.append(
+                    TargetCheck(
+                        workload: "W8c", backend: backend, target: String(format: "last cursor page ≤ %.1f× the first", w8cLastPageRatio),
+                        measured: measuredText, met: ratio.map { $0 <= w8cLastPageRatio }))
             }
         }
         let memoryCall = find("memory", "W4p")?.perCallMicroseconds
@@ -237,6 +269,9 @@ struct Report: Codable {
             if let v = m.p99Microseconds { parts.append(String(format: "read p99 %.1f µs", v)) }
             if let v = m.readsPerSecond { parts.append(String(format: "%.0f reads/s", v)) }
             if let v = m.objectsPerSecond { parts.append(String(format: "%.2fM objects/s", v / 1_000_000)) }
+            if let first = m.firstPageMicroseconds, let last = m.lastPageMicroseconds {
+                parts.append(String(format: "first page %.1f µs, last page (page %d) %.1f µs", first, m.pagesPerWalk ?? 0, last))
+            }
             if let peak = m.peakRSSKiB {
                 var text = String(format: "peak RSS %.1f MiB", Double(peak) / 1024)
                 if let before = m.rssBeforeKiB { text += String(format: " (%.1f MiB before the fetch)", Double(before) / 1024) }

@@ -5,7 +5,7 @@ import Foundation
 /// The workloads, as docs/benchmarks/README.md describes them.
 enum Workload: String, CaseIterable, Codable {
     case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
-    case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7"
+    case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7", w8 = "W8", w8n = "W8n", w8c = "W8c"
 
     var summary: String {
         switch self {
@@ -24,6 +24,9 @@ enum Workload: String, CaseIterable, Codable {
         case .w6e: "W6 with the readers and the writer preferring the store's executor, as the README tells servers to call Depot (Depot's stores only; compared with W6t)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
+        case .w8: "the list page: N pets, species == x (one of 16) sorted by name, limit 20, composite index on (species, name) (time per page)"
+        case .w8n: "W8 on the same pets with species indexed alone, no composite index (Depot's stores only; time per page)"
+        case .w8c: "up to 200 cursor pages of 20 of one species walked in order with page(size:after:), composite index (time per walk)"
         }
     }
 
@@ -34,7 +37,10 @@ enum Workload: String, CaseIterable, Codable {
     var isRawOnly: Bool { [.w3h, .w4ph, .w6t].contains(self) }
 
     /// Whether only Depot's stores run it (a raw engine has no store executor to prefer).
-    var isDepotOnly: Bool { self == .w6e }
+    var isDepotOnly: Bool { self == .w6e || self == .w8n }
+
+    /// Whether the workload reads W8's pets (which the populated store then holds too).
+    var readsPets: Bool { [.w8, .w8n, .w8c].contains(self) }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -56,6 +62,11 @@ struct Measurement: Codable {
     var p99Microseconds: Double?
     var readsPerSecond: Double?
     var objectsPerSecond: Double?
+    /// W8c: the median time of a walk's first page and of its last page, in microseconds,
+    /// over every walk of every run, and how many pages a walk read.
+    var firstPageMicroseconds: Double?
+    var lastPageMicroseconds: Double?
+    var pagesPerWalk: Int?
     /// W2: the peak resident size of a process doing W2 once, and its size just before, in
     /// KiB; and the peak's ratio to the raw engine's (MemoryProbe).
     var peakRSSKiB: Int?
@@ -82,6 +93,9 @@ struct Measurement: Codable {
         case p99Microseconds = "p99_us"
         case readsPerSecond = "reads_per_s"
         case objectsPerSecond = "objects_per_s"
+        case firstPageMicroseconds = "first_page_us"
+        case lastPageMicroseconds = "last_page_us"
+        case pagesPerWalk = "pages_per_walk"
         case peakRSSKiB = "peak_rss_kib"
         case rssBeforeKiB = "rss_before_kib"
         case rssRatioToRaw = "peak_rss_ratio_to_raw"
@@ -104,6 +118,9 @@ struct Measurement: Codable {
         try c.encodeIfPresent(p99Microseconds, forKey: .p99Microseconds)
         try c.encodeIfPresent(readsPerSecond, forKey: .readsPerSecond)
         try c.encodeIfPresent(objectsPerSecond, forKey: .objectsPerSecond)
+        try c.encodeIfPresent(firstPageMicroseconds, forKey: .firstPageMicroseconds)
+        try c.encodeIfPresent(lastPageMicroseconds, forKey: .lastPageMicroseconds)
+        try c.encodeIfPresent(pagesPerWalk, forKey: .pagesPerWalk)
         try c.encodeIfPresent(peakRSSKiB, forKey: .peakRSSKiB)
         try c.encodeIfPresent(rssBeforeKiB, forKey: .rssBeforeKiB)
         try c.encodeIfPresent(rssRatioToRaw, forKey: .rssRatioToRaw)
@@ -126,6 +143,9 @@ struct Measurement: Codable {
         peakRSSKiB = try c.decodeIfPresent(Int.self, forKey: .peakRSSKiB)
         rssBeforeKiB = try c.decodeIfPresent(Int.self, forKey: .rssBeforeKiB)
         rssRatioToRaw = try c.decodeIfPresent(Double.self, forKey: .rssRatioToRaw)
+        firstPageMicroseconds = try c.decodeIfPresent(Double.self, forKey: .firstPageMicroseconds)
+        lastPageMicroseconds = try c.decodeIfPresent(Double.self, forKey: .lastPageMicroseconds)
+        pagesPerWalk = try c.decodeIfPresent(Int.self, forKey: .pagesPerWalk)
     }
 }
 
@@ -151,8 +171,11 @@ struct Runner {
         let oldestByName: [Int64]
         /// W7: the cats as a JSON array of objects, as an API would send them.
         let json: Data
+        /// W8, W8n and W8c: the pets (when one of them runs).
+        let listPages: ListPageFixture?
 
-        init(records: Int) {
+        init(records: Int, pets: Bool) {
+            listPages = pets ? ListPageFixture(records: records) : nil
             cats = Cat.workload(count: records)
             fullChecksum = cats.reduce(0) { $0 &+ checksum($1) }
             var generator = SplitMix64(seed: 2024)
@@ -176,7 +199,7 @@ struct Runner {
 
     func run() async throws -> [Measurement] {
         progress("generating \(records) cats")
-        let fixture = Fixture(records: records)
+        let fixture = Fixture(records: records, pets: workloads.contains(where: \.readsPets))
         var populated: [String: any BenchSubject] = [:]
         do {
             let results = try await run(fixture: fixture, populated: &populated)
@@ -197,6 +220,10 @@ struct Runner {
                 try await subject.saveAll(fixture.cats)
                 let count = try await subject.count()
                 guard count == records else { throw BenchError("\(kind.name) holds \(count) cats after populating, not \(records)") }
+                if let listPages = fixture.listPages {
+                    progress("populating \(kind.name) with \(records) pets")
+                    try await subject.savePets(listPages.pets)
+                }
                 populated[kind.name] = subject
             }
         }
@@ -205,6 +232,8 @@ struct Runner {
             var measurements = kinds.map { Measurement(backend: $0.name, workload: workload.rawValue) }
             var allLatencies: [Int: [UInt64]] = [:]
             var readRates: [Int: [Double]] = [:]
+            var firstPages: [Int: [UInt64]] = [:]
+            var lastPages: [Int: [UInt64]] = [:]
             for run in 0...repetitions {
                 // Rotate the order each run so no subject always goes first.
                 for offset in 0..<kinds.count {
@@ -217,6 +246,12 @@ struct Runner {
                     if run == 0 { continue }
                     measurements[index].samplesMs.append(sample.ms)
                     measurements[index].checksumOK = measurements[index].checksumOK && sample.checksumOK
+                    for walk in sample.pageNanoseconds ?? [] {
+                        guard let first = walk.first, let last = walk.last else { continue }
+                        firstPages[index, default: []].append(first)
+                        lastPages[index, default: []].append(last)
+                        measurements[index].pagesPerWalk = max(measurements[index].pagesPerWalk ?? 0, walk.count)
+                    }
                     if let latencies = sample.latencies, !latencies.isEmpty {
                         // The p99 of every read of every run together.
                         allLatencies[index, default: []] += latencies
@@ -236,6 +271,12 @@ struct Runner {
             }
             for (index, rates) in readRates {
                 measurements[index].readsPerSecond = Measurement.median(rates)
+            }
+            for (index, times) in firstPages {
+                measurements[index].firstPageMicroseconds = Measurement.median(times.map { Double($0) / 1000 })
+            }
+            for (index, times) in lastPages {
+                measurements[index].lastPageMicroseconds = Measurement.median(times.map { Double($0) / 1000 })
             }
             for i in measurements.indices {
                 let median = measurements[i].medianMs
@@ -262,6 +303,8 @@ struct Runner {
         let ms: Double
         let checksumOK: Bool
         var latencies: [UInt64]? = nil
+        /// W8c: each walk's page times in nanoseconds.
+        var pageNanoseconds: [[UInt64]]? = nil
     }
 
     private func time<T>(_ body: () async throws -> T) async rethrows -> (T, Double) {
@@ -360,6 +403,26 @@ struct Runner {
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
+            case .w8, .w8n:
+                guard let listPages = fixture.listPages else { throw BenchError("W8 has no pets") }
+                let species = workload == .w8 ? listPages.querySpecies : Array(listPages.querySpecies.prefix(ListPageFixture.slowQueries))
+                var pages: [[BenchPet]] = []
+                pages.reserveCapacity(species.count)
+                let (_, ms) = try await time {
+                    for name in species { pages.append(try await subject.listPage(species: name, indexed: workload == .w8)) }
+                }
+                let ok = zip(species, pages).allSatisfy { name, page in page[...] == listPages.firstPage(name) }
+                return Sample(ms: ms / Double(species.count), checksumOK: ok)
+            case .w8c:
+                guard let listPages = fixture.listPages else { throw BenchError("W8c has no pets") }
+                var walks: [(pets: [BenchPet], nanoseconds: [UInt64])] = []
+                let (_, ms) = try await time {
+                    for name in listPages.walkSpecies {
+                        walks.append(try await subject.walkPages(species: name, pages: ListPageFixture.pagesPerWalk))
+                    }
+                }
+                let ok = zip(listPages.walkSpecies, walks).allSatisfy { name, walk in walk.pets[...] == listPages.walk(name) }
+                return Sample(ms: ms / Double(walks.count), checksumOK: ok, pageNanoseconds: walks.map(\.nanoseconds))
             case .w1, .w3, .w3e, .w3h, .w3c, .w7:
                 throw BenchError("unreachable")
             }

@@ -49,6 +49,15 @@ protocol BenchSubject: AnyObject {
     /// W3h (raw engines only): W3, each save handed to a serial queue and awaited, as
     /// Depot's writes from an ordinary task are.
     func saveEachBehindHandOff(_ cats: [Cat]) async throws
+    /// W8's pets, in one call, beside the cats of the populated store (Depot's stores keep
+    /// them twice: with the composite index and without it).
+    func savePets(_ pets: [BenchPet]) async throws
+    /// W8: the first page of a species' pets sorted by name (then id), through the
+    /// composite index, or (`indexed: false`, Depot's stores only: W8n) without it.
+    func listPage(species: String, indexed: Bool) async throws -> [BenchPet]
+    /// W8c: up to `pages` pages of a species' pets in the list page's order, each page
+    /// starting after the last pet of the one before; the pets and each page's time.
+    func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64])
 }
 
 /// A cat as an API sends it: what W7 imports.
@@ -126,11 +135,21 @@ final class DepotSubject: BenchSubject {
     private let makeStore: (URL) throws -> any Store
     private var store: (any Store)?
     private var cats: Controller<Cat, CatRecord>?
+    /// W8's controllers, kept from `savePets` on: a controller registers its entity on
+    /// first use, which an application does once, not per request.
+    var indexedPets: Controller<IndexedPet, IndexedPet>?
+    var plainPets: Controller<PlainPet, PlainPet>?
 
     init(name: String, rawCounterpart: String?, makeStore: @escaping (URL) throws -> any Store) {
         self.name = name
         self.rawCounterpart = rawCounterpart
         self.makeStore = makeStore
+    }
+
+    /// The open store, for the workloads on other records than cats (ListPage.swift).
+    func openStore() throws -> any Store {
+        guard let store else { throw BenchError("\(name) is not open") }
+        return store
     }
 
     private var controller: Controller<Cat, CatRecord> {
@@ -153,6 +172,8 @@ final class DepotSubject: BenchSubject {
         await store?.close()
         store = nil
         cats = nil
+        indexedPets = nil
+        plainPets = nil
     }
 
     func saveAll(_ cats: [Cat]) async throws { try await controller.save(cats) }

@@ -224,7 +224,19 @@ extension ResultSet: AsyncSequence {
                 alternatives.append(.and(equalSoFar + [later]))
                 equalSoFar.append(same)
             }
-            return .or(alternatives)
+            let position = PredicateExpression.or(alternatives)
+            // The same records, with the first sort key's bound stated on its own as well:
+            // an SQL engine takes a range only from a plain comparison, not from inside the
+            // OR, and without it a page behind an index reads every row before its cursor
+            // instead of seeking to it. Only where the bound is one comparison: nil (first
+            // ascending, last descending) and a descending key that may be nil have none.
+            guard let key = query.sort.first, let value = sortValues.first, !value.isNull else { return position }
+            let attribute = query.entity.attributes[key.attributeIndex]
+            if key.ascending {
+                return .and([.compare(attribute: attribute.name, .greaterOrEqual, value), position])
+            }
+            guard !attribute.isOptional else { return position }
+            return .and([.compare(attribute: attribute.name, .lessOrEqual, value), position])
         }
     }
 }

@@ -1,0 +1,165 @@
+import DepotTesting
+import Foundation
+import Testing
+
+@testable import DepotCore
+@testable import DepotPostgres
+
+/// A list endpoint's record: pets of one species by name, and by birth year, newest first.
+@Record(name: "ListedPet", indexes: [.index("species", "name"), .index("species", .descending("born"))])
+struct PGListedPet: Hashable {
+    var id: Int64
+    var species: String
+    var name: String
+    var born: Int64?
+}
+
+/// Issue #37: PostgreSQL uses the declared composite indexes for the statements Depot
+/// compiles for a list endpoint's requests (``PGQueryCompiler``, with the parameters it
+/// binds), reading entries in the index's order: no Sort node, no sequential scan. The
+/// table has enough rows, analyzed, that the planner chooses by cost.
+@Suite("PostgresStore composite indexes", .enabled(if: TestServer.available))
+struct PostgresCompositeIndexTests {
+    static let species = (0..<16).map { "species\($0)" }
+
+    /// The server's plan for `statement` with its parameters, as JSON text.
+    static func plan(_ store: PostgresStore, _ statement: PGCompiledQuery) async throws -> String {
+        let sql = "EXPLAIN (FORMAT JSON) " + statement.sql
+        let parameters = statement.parameters
+        return try await store.onWriter("explaining") { () throws -> String in
+            let result = try store.writer.query(sql, parameters, "Explaining a query")
+            return String(decoding: result.bytes(0, 0), as: UTF8.self)
+        }
+    }
+
+    static func expectIndexed(
+        _ store: PostgresStore, _ statement: PGCompiledQuery, index: String, what: String, sorted: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let plan = try await plan(store, statement)
+        #expect(plan.contains("\"Index Name\": \"\(index)"), "\(what): \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
+        #expect(!plan.contains("Seq Scan"), "\(what): no sequential scan: \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
+        if sorted {
+            #expect(
+                !plan.contains("\"Node Type\": \"Sort\"") && !plan.contains("\"Node Type\": \"Incremental Sort\""),
+                "\(what): read in the index's order, no sort: \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("the statements of a list endpoint's requests read the composite index in order")
+    func listRequestsUseTheCompositeIndex() async throws {
+        let store = try TestServer.makeStore()
+        let pets = Controller<PGListedPet, PGListedPet>(store: store)
+        var all: [PGListedPet] = []
+        for i in 0..<16_000 {
+            let born: Int64? = i % 5 == 0 ? nil : Int64(1990 + i % 30)
+            all.append(PGListedPet(id: Int64(i + 1), species: Self.species[i % 16], name: "n\((i * 7_919) % 3_000)", born: born))
+        }
+        try await pets.save(all)
+        try await store.onWriter("analyzing") { try store.writer.execute("ANALYZE \"ListedPet\"", "Analyzing") }
+        let handle = try await pets.registeredEntity()
+        let table = RegisteredEntity(entity: handle.entity, serial: 0)
+        let byName = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", "name"))
+        let byBorn = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", .descending("born")))
+        #expect(byName == "depot_cidx_9_ListedPet_ix_7_species_4_name")
+
+        let listPage = try Request<PGListedPet>(\.species == "species3").sorted(by: \.name).limit(20).resolved(for: handle)
+        try await Self.expectIndexed(store, PGQueryCompiler.select(listPage, table: table), index: byName, what: "equality prefix, sorted by the rest")
+
+        let range = try Request<PGListedPet>(\.species == "species3" && \.name > "n1").sorted(by: \.name).limit(20).resolved(for: handle)
+        try await Self.expectIndexed(store, PGQueryCompiler.select(range, table: table), index: byName, what: "equality and a range")
+
+        let inList = try Request<PGListedPet>(.in(\.species, ["species1", "species2"])).sorted(by: \.species).sorted(by: \.name).limit(20)
+            .resolved(for: handle)
+        try await Self.expectIndexed(store, PGQueryCompiler.select(inList, table: table), index: byName, what: "IN on the first component")
+
+        let count = try Request<PGListedPet>(\.species == "species3").resolved(for: handle)
+        // Either index starting with the species serves it.
+        try await Self.expectIndexed(store, PGQueryCompiler.count(count, table: table), index: "depot_cidx_9_ListedPet_ix_7_species_4_", what: "count", sorted: false)
+
+        let newest = try Request<PGListedPet>(\.species == "species4").sorted(by: \.born, ascending: false).limit(20).resolved(for: handle)
+        try await Self.expectIndexed(store, PGQueryCompiler.select(newest, table: table), index: byBorn, what: "descending component")
+
+        // A cursor page after the first page's last record, as `page(size:after:)` asks for it.
+        let first = try await pets.results.filter(\.species == "species3").sorted(by: \.name).page(size: 20)
+        let cursor = try #require(first.next)
+        try cursor.validate(for: listPage)
+        let after = try Query(
+            entity: handle, predicate: Request<PGListedPet>(\.species == "species3").predicate.and(
+                ResultSet<PGListedPet, PGListedPet>.Iterator.after(cursor.values, in: listPage)),
+            sortKeys: [SortKey("name"), SortKey("id")], limit: 21, offset: 0)
+        let page = try PGQueryCompiler.select(after, table: table)
+        try await Self.expectIndexed(store, page, index: byName, what: "cursor page")
+        let plan = try await Self.plan(store, page)
+        #expect(plan.contains("name >= "), "a cursor page seeks to its cursor through the index: \(plan)")
+        let second = try await pets.results.filter(\.species == "species3").sorted(by: \.name).page(size: 20, after: cursor)
+        let expected = try await pets.fetchAll(Request(\.species == "species3").sorted(by: \.name).limit(40))
+        #expect(first.items + second.items == expected)
+        await store.close()
+    }
+
+    @Test("indexes are created, added to an existing table and dropped with the declaration; a unique one over duplicates is refused")
+    func indexesFollowTheDeclaration() async throws {
+        let schema = "ci_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+        let plain = try EntityDescription(
+            name: "Pet", attributes: [.init(name: "id", type: .int64), .init(name: "species", type: .string), .init(name: "name", type: .string)],
+            primaryKey: "id")
+        var indexed = plain
+        indexed.indexes = [.index("species", .descending("name"))]
+        var unique = plain
+        unique.indexes = [.unique("species", "name")]
+        func definitions(_ store: PostgresStore) async throws -> [String] {
+            try await store.onWriter("reading indexes") { () throws -> [String] in
+                let result = try store.writer.query(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Pet' AND indexname LIKE 'depot_cidx%' ORDER BY indexname",
+                    [], "Reading indexes")
+                return (0..<result.rowCount).map { String(decoding: result.bytes($0, 0), as: UTF8.self) }
+            }
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            let handle = try await store.register(plain)
+            try await store.write { transaction in
+                for i in 1...10 {
+                    try transaction.insert(Row([.int(Int64(i)), .string(i % 2 == 0 ? "cat" : "dog"), .string(i <= 4 ? "same" : "n\(i)")]), into: handle)
+                }
+            }
+            await store.close()
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            _ = try await store.register(indexed)
+            let defs = try await definitions(store)
+            #expect(defs.count == 1 && defs[0].contains("(species NULLS FIRST, name DESC NULLS LAST, id NULLS FIRST)"), "\(defs)")
+            await store.close()
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            do {
+                _ = try await store.register(unique)
+                Issue.record("a unique index over records that share its values was built")
+            } catch let error as DepotError {
+                #expect(error.code == .schemaMismatch, "\(error)")
+            }
+            let defs = try await definitions(store)
+            #expect(defs.count == 1 && defs[0].contains("name DESC"), "the index as it was: \(defs)")
+            await store.close()
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            _ = try await store.register(plain)
+            #expect(try await definitions(store).isEmpty)
+            await store.close()
+        }
+    }
+
+    @Test("a long entity name gets a hashed index name within PostgreSQL's 63 bytes")
+    func longNamesAreHashed() {
+        let entity = String(repeating: "e", count: 40)
+        let name = PGDDL.compositeIndexName(entity: entity, index: .index("species", "name"))
+        #expect(name.utf8.count <= PGDDL.identifierLimit)
+        #expect(name.hasPrefix("depot_cidx_h"))
+        #expect(name != PGDDL.compositeIndexName(entity: entity, index: .index("species", .descending("name"))))
+        #expect(name != PGDDL.compositeIndexName(entity: entity, index: .index("name", "species")))
+    }
+}
