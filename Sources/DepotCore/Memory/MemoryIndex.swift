@@ -107,8 +107,10 @@ package enum IndexKeyEncoding {
 
 /// An ordered secondary index of a memory table: an entry per row, keyed by the encoded
 /// tuple of its components followed by the primary key (so entries are unique and equal
-/// components are ordered by key), holding the key. A persistent B+ tree like the rows,
-/// so a snapshot shares it and a write copies only the nodes on its path.
+/// components are ordered by key), holding the row itself (a reference to the table's
+/// copy-on-write storage, not a copy): a read through the index needs no lookup by key.
+/// A persistent B+ tree like the rows, so a snapshot shares it and a write copies only the
+/// nodes on its path.
 struct MemoryIndex: Sendable {
     /// The indexed attributes, most significant first.
     let components: [IndexDescription.Component]
@@ -118,7 +120,7 @@ struct MemoryIndex: Sendable {
     let isUnique: Bool
     /// The position of the primary key, the implicit last component.
     let keyPosition: Int
-    /// Encoded tuple + key → `[key]`.
+    /// Encoded tuple + key → the row.
     var entries = RowTree()
 
     init(components: [IndexDescription.Component], unique: Bool, in entity: EntityDescription) {
@@ -145,24 +147,34 @@ struct MemoryIndex: Sendable {
     func tuple(of row: Row) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(positions.count * 10 + 10)
+        appendTuple(of: row, to: &bytes)
+        return bytes
+    }
+
+    /// Appends the encoded components of `row`.
+    func appendTuple(of row: Row, to bytes: inout [UInt8]) {
         for (i, position) in positions.enumerated() {
             IndexKeyEncoding.append(row[value: position], descending: components[i].isDescending, to: &bytes)
         }
-        return bytes
+    }
+
+    /// Appends the entry key of `row`: its components, then its primary key.
+    func appendEntryKey(of row: Row, to bytes: inout [UInt8]) {
+        appendTuple(of: row, to: &bytes)
+        IndexKeyEncoding.append(row[value: keyPosition], descending: false, to: &bytes)
     }
 
     /// The entry key of `row`.
     func entryKey(of row: Row) -> Value {
-        var bytes = tuple(of: row)
-        IndexKeyEncoding.append(row[value: keyPosition], descending: false, to: &bytes)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(positions.count * 10 + 10)
+        appendEntryKey(of: row, to: &bytes)
         return .data(Data(bytes))
     }
 
-    /// Adds `row`'s entry.
+    /// Adds `row`'s entry, or replaces the row an entry with its key holds.
     mutating func insert(_ row: Row) {
-        var entry = Row(capacity: 1)
-        entry.append(row[value: keyPosition])
-        entries.updateValue(entry, forKey: entryKey(of: row))
+        entries.updateValue(row, forKey: entryKey(of: row))
     }
 
     /// Removes `row`'s entry.
@@ -178,8 +190,8 @@ struct MemoryIndex: Sendable {
         var found: Value?
         entries.forEachEntry(from: entries.rank(of: .data(Data(tuple)))) { entryKey, entry in
             guard case .data(let bytes) = entryKey, bytes.starts(with: tuple) else { return false }
-            if entry[value: 0] != key {
-                found = entry[value: 0]
+            if entry[value: keyPosition] != key {
+                found = entry[value: keyPosition]
                 return false
             }
             return true
@@ -187,7 +199,7 @@ struct MemoryIndex: Sendable {
         return found
     }
 
-    /// The refusal of a row that shares a unique index's values with the row `other`.
+    /// The refusal of a row that shares a unique index's values with another.
     func duplicate(_ row: Row, entity: EntityDescription) -> DepotError {
         let values = zip(components, positions).map { "\($0.attribute) = \(row[value: $1].debugLiteral)" }.joined(separator: ", ")
         return DepotError(.duplicateKey, "Another \(entity.name) already has \(values), and the index (\(components.map(\.attribute).joined(separator: ", "))) is declared unique.")

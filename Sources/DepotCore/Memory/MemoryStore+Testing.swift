@@ -39,8 +39,8 @@ extension MemoryEngine {
                     throw broken("index (\(name)) has \(index.entries.count) entries for \(table.rows.count) rows")
                 }
                 for (key, row) in table.rows.entries {
-                    guard index.entries[index.entryKey(of: row)]?[value: 0] == key else {
-                        throw broken("index (\(name)) has no entry for the row with key \(key.debugLiteral)")
+                    guard index.entries[index.entryKey(of: row)] == row else {
+                        throw broken("index (\(name)) has no entry holding the row with key \(key.debugLiteral)")
                     }
                 }
             }

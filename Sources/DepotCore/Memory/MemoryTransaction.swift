@@ -88,36 +88,75 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             pendingLeaves.removeAll()
         }
 
+        /// The index entries of rows added since the last flush, for one index: their keys
+        /// end to end in one buffer, and the rows.
+        struct PendingEntries {
+            var bytes: [UInt8] = []
+            var ends: [Int] = []
+            var rows: [Row] = []
+        }
+
         /// Index entries of rows added since the last flush, one list per index. A bulk
         /// save queues them and puts each index's entries in its tree sorted, together
         /// (appended as whole leaves when they all sort after the tree's last entry), rather
-        /// than descending the tree for every row in random order.
-        @exclusivity(unchecked) private var pendingEntries: [[(key: Value, entry: Row)]] = []
+        /// than descending the tree for every row in random order. The keys are sorted as
+        /// positions into one buffer, so sorting moves integers, not keys.
+        @exclusivity(unchecked) private var pendingEntries: [PendingEntries] = []
 
         /// Queues the index entries of a new row (no unique index: those check the trees).
         func queueIndexEntries(of row: Row) {
-            if pendingEntries.isEmpty { pendingEntries = Array(repeating: [], count: stored.indexes.count) }
+            if pendingEntries.isEmpty { pendingEntries = Array(repeating: PendingEntries(), count: stored.indexes.count) }
             for i in stored.indexes.indices {
-                var entry = Row(capacity: 1)
-                entry.append(row[value: stored.indexes[i].keyPosition])
-                pendingEntries[i].append((stored.indexes[i].entryKey(of: row), entry))
+                stored.indexes[i].appendEntryKey(of: row, to: &pendingEntries[i].bytes)
+                pendingEntries[i].ends.append(pendingEntries[i].bytes.count)
+                pendingEntries[i].rows.append(row)
             }
         }
 
         /// Puts the queued index entries in their trees.
         func flushIndexEntries() {
             guard !pendingEntries.isEmpty else { return }
-            for i in pendingEntries.indices where !pendingEntries[i].isEmpty {
-                pendingEntries[i].sort { RowTree.compare($0.key, $1.key) < 0 }
-                let entries = pendingEntries[i]
-                if let first = entries.first, stored.indexes[i].entries.lastKey.map({ RowTree.compare(first.key, $0) > 0 }) ?? true {
-                    stored.indexes[i].entries.appendAscending(keys: ContiguousArray(entries.map(\.key)), rows: ContiguousArray(entries.map(\.entry)))
+            let queued = pendingEntries
+            pendingEntries = []
+            for (i, pending) in queued.enumerated() where !pending.rows.isEmpty {
+                let ends = pending.ends
+                var order = Array(ends.indices)
+                var keys = ContiguousArray<Value>()
+                keys.reserveCapacity(order.count)
+                pending.bytes.withUnsafeBytes { buffer in
+                    func key(_ k: Int) -> UnsafeRawBufferPointer {
+                        UnsafeRawBufferPointer(rebasing: buffer[(k == 0 ? 0 : ends[k - 1])..<ends[k]])
+                    }
+                    if let width = ends.first, width <= 24, ends.enumerated().allSatisfy({ $0.element == width * ($0.offset + 1) }) {
+                        // Keys of one width up to three words (integers, doubles, dates,
+                        // booleans and their key): compared as big-endian words, which
+                        // orders them as their bytes, without a comparison call per pair.
+                        func word(_ k: Int, _ w: Int) -> UInt64 {
+                            var value: UInt64 = 0
+                            let start = k * width + w * 8
+                            for b in 0..<8 {
+                                value <<= 8
+                                if w * 8 + b < width { value |= UInt64(buffer[start + b]) }
+                            }
+                            return value
+                        }
+                        var packed = order.map { (word($0, 0), word($0, 1), word($0, 2), $0) }
+                        packed.sort { ($0.0, $0.1, $0.2) < ($1.0, $1.1, $1.2) }
+                        order = packed.map(\.3)
+                    } else {
+                        order.sort { Value.compareBuffers(key($0), key($1)) < 0 }
+                    }
+                    for k in order { keys.append(.data(Data(key(k)))) }
+                }
+                let rows = ContiguousArray(order.map { pending.rows[$0] })
+                if let first = keys.first, stored.indexes[i].entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
+                    stored.indexes[i].entries.appendAscending(keys: keys, rows: rows)
                 } else {
-                    for entry in entries { stored.indexes[i].entries.updateValue(entry.entry, forKey: entry.key) }
+                    for (key, row) in zip(keys, rows) { stored.indexes[i].entries.updateValue(row, forKey: key) }
                 }
             }
-            pendingEntries = []
         }
+
         /// The entity's slot in the store's registry.
         let slot: Int
         /// The handle last checked against the registry for this table, so that a run of
@@ -299,7 +338,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             try index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
                 if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
                 entriesRead += 1
-                guard let row = table.rows[entry[value: 0]] else { return true }
+                let row = entry
                 if !plan.exact && !query.filter.matches(row) { return true }
                 if page != nil {
                     page?.add(row)
@@ -349,7 +388,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
                     let upper = range.upper.map { Value.data(Data($0)) }
                     index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
                         if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
-                        if let row = table.rows[entry[value: 0]], query.filter.matches(row) { matched += 1 }
+                        if query.filter.matches(entry) { matched += 1 }
                         return true
                     }
                 }
@@ -448,8 +487,12 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
                 w.queueIndexEntries(of: row)
             } else {
                 for i in w.indexes.indices {
-                    // An update that leaves an index's attributes alone leaves its entry.
-                    if let old, let row, w.indexes[i].positions.allSatisfy({ old[value: $0] == row[value: $0] }) { continue }
+                    // An update that leaves an index's attributes alone keeps its entry's
+                    // key; the entry takes the new row.
+                    if let old, let row, w.indexes[i].positions.allSatisfy({ old[value: $0] == row[value: $0] }) {
+                        w.indexes[i].insert(row)
+                        continue
+                    }
                     if let old { w.indexes[i].remove(old) }
                     if let row { w.indexes[i].insert(row) }
                 }
