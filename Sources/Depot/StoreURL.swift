@@ -26,7 +26,15 @@ import Foundation
 public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
     /// The backends a URL can name.
     public enum Backend: String, Sendable, Hashable, CaseIterable {
-        case memory, sqlite, lmdb, postgres
+        /// `memory:`, a `MemoryStore` that lives as long as the process.
+        case memory
+        /// `sqlite:`, a `SQLiteStore` in one database file.
+        case sqlite
+        /// `lmdb:`, an `LMDBStore` in a directory.
+        case lmdb
+        /// `postgres:` or `postgresql:`, a `PostgresStore` in a schema of a PostgreSQL
+        /// database (with the `PostgreSQL` package trait).
+        case postgres
     }
 
     /// One option a backend accepts.

@@ -7,6 +7,8 @@ import NIOConcurrencyHelpers
 // schema's advisory lock, so two servers starting with the same new schema apply it once;
 // schema rewrites for migration steps.
 extension PostgresStore {
+    /// Creates or migrates the tables of `entities` on the writer, in one transaction under
+    /// the schema's advisory lock, in submission order with the writes.
     public func submitRegistration(
         _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
     ) {

@@ -75,6 +75,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         public var schema: String
         /// Reader connections, so the number of reads that run at once; 4 by default.
         public var readers: Int
+        /// How hard a commit tries to reach the disk; ``Durability/full`` by default (URL
+        /// option `durability`).
         public var durability: Durability
         /// The longest a statement may run before PostgreSQL cancels it (`DepotError.Code.busy`),
         /// at least a millisecond; `.zero` for no limit (PostgreSQL's `statement_timeout = 0`),
@@ -98,6 +100,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// primary serves it; 2 seconds by default (URL option `standbyWait`).
         public var standbyWait: Duration
 
+        /// Creates options; each one not given keeps the default its property names.
         public init(
             schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false,
             consistency: Consistency = .readYourWrites, standbyWait: Duration = .seconds(2)
@@ -119,10 +122,16 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     /// The channel writes notify on, one per schema.
     let channel: String
 
+    /// The backend's name in logs and reports: "postgres".
     public var backendName: String { "postgres" }
+    /// The committed changes of this store's writes and, through the listener connection,
+    /// of every other store's writes to the same schema.
     public let changes = ChangeFeed()
+    /// The options the store was opened with.
     public let options: Options
+    /// Where the store logs.
     public let log: StoreLog
+    /// The metrics and spans of ``log``, when they are on.
     public var telemetry: StoreTelemetry? { log.telemetry }
     /// The libpq connection string (a URI or `key=value` pairs), as given.
     let conninfo: String
@@ -395,6 +404,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         connection.lost && !connection.commitSent
     }
 
+    /// Runs `body` on one of the store's reader connections, in a `REPEATABLE READ READ ONLY`
+    /// transaction over one snapshot (a single read by key: one statement, no transaction).
     public func submitRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -467,6 +478,8 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
 
     // MARK: Writes
 
+    /// Runs `body` on the writer connection after every write submitted before it, in a
+    /// `SERIALIZABLE` transaction, again from the start after a serialization failure.
     public func submitWrite<T: Sendable>(
         _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -534,6 +547,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
 
     // MARK: Closing
 
+    /// Waits for submitted work, ends the change feed, then closes the connections.
     public func close() async {
         let first = await gate.close()
         changes.finish()

@@ -8,10 +8,11 @@ struct DepotBench: AsyncParsableCommand {
         commandName: "depot-bench",
         abstract: "Compares Depot's backends with each other and with the raw engines, on this machine.",
         discussion: """
-            Runs the workloads of PERFORMANCE.md through Depot's public API on each backend and \
-            through the raw SQLite and LMDB C APIs, interleaved in one process. Every run checks a \
-            checksum of what it read; a failed check exits non-zero. Build with -c release: a debug \
-            build says nothing about speed.
+            Runs the workloads described in docs/benchmarks/README.md of Depot's repository \
+            through Depot's public API on each backend and through the raw engines' C APIs \
+            (SQLite, LMDB, libpq), interleaved in one process. Every run checks a checksum of \
+            what it read; a failed check exits non-zero. Build with -c release: a debug build \
+            says nothing about speed.
             """)
 
     @Option(help: "Number of cats in the populated store and in W1 (and of pets, for W8).")

@@ -308,7 +308,7 @@ struct Report: Codable {
         for workload in workloads {
             if let kind = Workload(rawValue: workload) { md += "- **\(workload)**: \(kind.summary)\n" }
         }
-        md += "\n## Targets (PERFORMANCE.md)\n\n"
+        md += "\n## Targets (docs/benchmarks/README.md)\n\n"
         md += targets.map { "- \($0.line)" }.joined(separator: "\n") + "\n"
         if !breakdown.isEmpty {
             md += "\n## The hop from an ordinary task\n\n"

@@ -78,6 +78,7 @@ func mismatch(_ value: Value, _ type: Any.Type) -> DepotError {
     DepotError(.conversionFailed, "Cannot read \(value.debugLiteral) as \(type): the stored value has another type or is out of range. Check the attribute's declared type against the property's, and the stored data.")
 }
 
+/// `Int64` is an attribute value, stored as ``AttributeType/int64``.
 extension Int64: AttributeValue {
     /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
@@ -94,6 +95,7 @@ extension Int64: AttributeValue {
     }
 }
 
+/// `Int` is an attribute value, stored as ``AttributeType/int64``.
 extension Int: AttributeValue {
     /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
@@ -112,6 +114,7 @@ extension Int: AttributeValue {
     }
 }
 
+/// `Int32` is an attribute value, stored as ``AttributeType/int64``, read back only when it fits.
 extension Int32: AttributeValue {
     /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
@@ -130,6 +133,7 @@ extension Int32: AttributeValue {
     }
 }
 
+/// `Int16` is an attribute value, stored as ``AttributeType/int64``, read back only when it fits.
 extension Int16: AttributeValue {
     /// Stored as ``AttributeType/int64``.
     public static var attributeType: AttributeType { .int64 }
@@ -148,6 +152,7 @@ extension Int16: AttributeValue {
     }
 }
 
+/// `Double` is an attribute value, stored as ``AttributeType/double``.
 extension Double: AttributeValue {
     /// Stored as ``AttributeType/double``.
     public static var attributeType: AttributeType { .double }
@@ -164,6 +169,7 @@ extension Double: AttributeValue {
     }
 }
 
+/// `Bool` is an attribute value, stored as ``AttributeType/bool``.
 extension Bool: AttributeValue {
     /// Stored as ``AttributeType/bool``.
     public static var attributeType: AttributeType { .bool }
@@ -180,6 +186,7 @@ extension Bool: AttributeValue {
     }
 }
 
+/// `String` is an attribute value, stored as ``AttributeType/string``.
 extension String: AttributeValue {
     /// Stored as ``AttributeType/string``.
     public static var attributeType: AttributeType { .string }
@@ -196,6 +203,7 @@ extension String: AttributeValue {
     }
 }
 
+/// `Data` is an attribute value, stored as ``AttributeType/data``.
 extension Data: AttributeValue {
     /// Stored as ``AttributeType/data``.
     public static var attributeType: AttributeType { .data }
@@ -212,6 +220,7 @@ extension Data: AttributeValue {
     }
 }
 
+/// `Date` is an attribute value, stored as ``AttributeType/date``.
 extension Date: AttributeValue {
     /// Stored as ``AttributeType/date``.
     public static var attributeType: AttributeType { .date }
@@ -228,6 +237,7 @@ extension Date: AttributeValue {
     }
 }
 
+/// `UUID` is an attribute value, stored as ``AttributeType/uuid``.
 extension UUID: AttributeValue {
     /// Stored as ``AttributeType/uuid``.
     public static var attributeType: AttributeType { .uuid }
@@ -244,6 +254,7 @@ extension UUID: AttributeValue {
     }
 }
 
+/// An optional attribute: nil is stored as nil, anything else as the wrapped type stores it.
 extension Optional: AttributeValue where Wrapped: AttributeValue {
     /// The wrapped type's storage type.
     public static var attributeType: AttributeType { Wrapped.attributeType }
