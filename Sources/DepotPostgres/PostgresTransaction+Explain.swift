@@ -49,7 +49,9 @@ extension PostgresTransaction {
             }
         }
         if !scanned {
-            if names.count == 1, names[0] == PGDDL.primaryKeyName(entity: table.entity.name) {
+            // Several ranges of one index (a BitmapOr over it) are one index's ranges.
+            if Set(names).count == 1 { indexes = [indexes[0]] }
+            if Set(names).count == 1, names[0] == PGDDL.primaryKeyName(entity: table.entity.name) {
                 plan.access = .primaryKey
             } else if indexes.count == 1 {
                 plan.access = .index(indexes[0])

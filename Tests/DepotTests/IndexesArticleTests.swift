@@ -38,7 +38,7 @@ enum ArticleIndexesAndPlans {
 
 @Suite("The Indexes and plans article")
 struct IndexesArticleTests {
-    @Test(arguments: ["memory:"])
+    @Test(arguments: ["memory:", "sqlite://DIR/pets.sqlite", "lmdb://DIR/pets"])
     func examplesRun(_ template: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("indexes-article-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

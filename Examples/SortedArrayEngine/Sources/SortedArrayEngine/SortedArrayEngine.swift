@@ -74,6 +74,18 @@ public final class SortedArrayEngine: StorageEngine {
                 }
                 var table = Table(entity: entity)
                 table.rows = existing.rows.map(migration.migrate)
+                // A new unique index must hold for the rows already there.
+                for index in migration.addedCompositeIndexes where index.isUnique {
+                    let positions = index.components.compactMap { entity.index(of: $0.attribute) }
+                    var seen = Set<[Value]>()
+                    for row in table.rows {
+                        let values = positions.map { row[value: $0] }
+                        if values.contains(where: \.isNull) { continue }
+                        if !seen.insert(values).inserted {
+                            throw DepotError(.schemaMismatch, "The stored \(entity.name) records share values of the new unique index (\(index.summary)).")
+                        }
+                    }
+                }
                 handles.append(working.set(entity, table))
             }
             registry = working
@@ -153,13 +165,23 @@ struct Table: Sendable {
         return (low, false)
     }
 
-    /// Refuses `row` when another row holds one of its unique values.
+    /// Refuses `row` when another row holds one of its unique values, or all of its values
+    /// in a unique index (a row with nil in one of them conflicts with none).
     func checkUnique(_ row: Row, key: Value) throws(DepotError) {
         for (position, attribute) in entity.attributes.enumerated() where attribute.isUnique {
             let value = row[value: position]
             if value.isNull { continue }
             if rows.contains(where: { $0[value: position] == value && $0[value: entity.primaryKeyIndex] != key }) {
                 throw DepotError.duplicateUnique(entity: entity.name, attribute: attribute.name, value: value)
+            }
+        }
+        for index in entity.indexes where index.isUnique {
+            let positions = index.components.compactMap { entity.index(of: $0.attribute) }
+            if positions.contains(where: { row[value: $0].isNull }) { continue }
+            if rows.contains(where: { other in
+                other[value: entity.primaryKeyIndex] != key && positions.allSatisfy { other[value: $0] == row[value: $0] }
+            }) {
+                throw DepotError(.duplicateKey, "Another \(entity.name) already has the values of the unique index (\(index.summary)).")
             }
         }
     }
