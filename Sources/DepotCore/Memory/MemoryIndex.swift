@@ -12,45 +12,52 @@ package enum IndexKeyEncoding {
     /// The tag of a component with a value.
     static let present: UInt8 = 0x01
 
-    /// Appends `value`'s encoding, inverted when `descending`.
-    package static func append(_ value: Value, descending: Bool, to bytes: inout [UInt8]) {
+    /// Appends `value`'s encoding, inverted when `descending`. Without `tagged` (a
+    /// component that is never nil: a non-optional attribute, the primary key) a value has
+    /// no tag byte; nil is then never encoded.
+    package static func append(_ value: Value, descending: Bool, tagged: Bool = true, to bytes: inout [UInt8]) {
         let start = bytes.count
+        if tagged { bytes.append(value.isNull ? absent : present) }
         switch value {
         case .null:
-            bytes.append(absent)
+            break
         case .int(let v):
-            bytes.append(present)
             appendBigEndian(UInt64(bitPattern: v) ^ (1 << 63), to: &bytes)
         case .double(let v):
-            bytes.append(present)
             appendDouble(v, to: &bytes)
         case .date(let v):
-            bytes.append(present)
             appendDouble(v.timeIntervalSinceReferenceDate, to: &bytes)
         case .bool(let v):
-            bytes.append(present)
             bytes.append(v ? 1 : 0)
         case .string(let v):
-            bytes.append(present)
             appendEscaped(v.utf8, to: &bytes)
             bytes.append(contentsOf: [0, 0])
         case .data(let v):
-            bytes.append(present)
             appendEscaped(v, to: &bytes)
             bytes.append(contentsOf: [0, 0])
         case .uuid(let v):
-            bytes.append(present)
             withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
         }
         if descending { invert(&bytes, from: start) }
     }
 
+    /// The bytes of a value of `type` when every value has the same number (the tag
+    /// byte not counted), or nil.
+    static func fixedWidth(of type: AttributeType) -> Int? {
+        switch type {
+        case .int64, .double, .date: 8
+        case .bool: 1
+        case .uuid: 16
+        case .string, .data: nil
+        }
+    }
+
     /// Appends the bytes every string starting with `prefix` begins with (its tag and
     /// escaped bytes, without the terminator), inverted when `descending`: the strings with
     /// that prefix are the encodings that start with these bytes.
-    static func appendStringPrefix(_ prefix: String, descending: Bool, to bytes: inout [UInt8]) {
+    static func appendStringPrefix(_ prefix: String, descending: Bool, tagged: Bool = true, to bytes: inout [UInt8]) {
         let start = bytes.count
-        bytes.append(present)
+        if tagged { bytes.append(present) }
         appendEscaped(prefix.utf8, to: &bytes)
         if descending { invert(&bytes, from: start) }
     }
@@ -120,14 +127,58 @@ struct MemoryIndex: Sendable {
     let isUnique: Bool
     /// The position of the primary key, the implicit last component.
     let keyPosition: Int
+    /// Whether each component can be nil, so its values carry a tag byte.
+    let tagged: [Bool]
+    /// Whether every entry key fits 16 bytes of one width (fixed-width components and key),
+    /// so keys are held as `Value.uuid`, inline, zero-padded, instead of `Value.data`, which
+    /// allocates each: what keeps an index on a number cheap to write. Both compare as
+    /// their bytes.
+    let inlineKeys: Bool
     /// Encoded tuple + key → the row.
     var entries = RowTree()
 
     init(components: [IndexDescription.Component], unique: Bool, in entity: EntityDescription) {
         self.components = components
-        self.positions = components.map { entity.index(of: $0.attribute) ?? 0 }
+        let positions = components.map { entity.index(of: $0.attribute) ?? 0 }
+        self.positions = positions
         self.isUnique = unique
         self.keyPosition = entity.primaryKeyIndex
+        let tagged = positions.map { entity.attributes[$0].isOptional }
+        self.tagged = tagged
+        var width: Int? = IndexKeyEncoding.fixedWidth(of: entity.primaryKey.type)
+        for (position, isTagged) in zip(positions, tagged) {
+            width = width.flatMap { total in IndexKeyEncoding.fixedWidth(of: entity.attributes[position].type).map { total + $0 + (isTagged ? 1 : 0) } }
+        }
+        self.inlineKeys = (width ?? .max) <= 16
+    }
+
+    /// The entry key (or range bound) with these bytes.
+    func key(_ bytes: some Collection<UInt8>) -> Value {
+        Self.key(bytes, inline: inlineKeys)
+    }
+
+    /// The key with these bytes, inline (see ``inlineKeys``) or not.
+    static func key(_ bytes: some Collection<UInt8>, inline: Bool) -> Value {
+        guard inline else { return .data(Data(bytes)) }
+        var padded: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &padded) { target in
+            var i = 0
+            for byte in bytes {
+                guard i < 16 else { break }
+                target[i] = byte
+                i += 1
+            }
+        }
+        return .uuid(UUID(uuid: padded))
+    }
+
+    /// The bytes of an entry key (with its padding, for inline keys).
+    func bytes(of key: Value) -> [UInt8] {
+        switch key {
+        case .uuid(let value): withUnsafeBytes(of: value.uuid) { Array($0) }
+        case .data(let value): Array(value)
+        default: []
+        }
     }
 
     /// The indexes a table keeps: one per indexed attribute (the primary key has the table
@@ -154,14 +205,14 @@ struct MemoryIndex: Sendable {
     /// Appends the encoded components of `row`.
     func appendTuple(of row: Row, to bytes: inout [UInt8]) {
         for (i, position) in positions.enumerated() {
-            IndexKeyEncoding.append(row[value: position], descending: components[i].isDescending, to: &bytes)
+            IndexKeyEncoding.append(row[value: position], descending: components[i].isDescending, tagged: tagged[i], to: &bytes)
         }
     }
 
     /// Appends the entry key of `row`: its components, then its primary key.
     func appendEntryKey(of row: Row, to bytes: inout [UInt8]) {
         appendTuple(of: row, to: &bytes)
-        IndexKeyEncoding.append(row[value: keyPosition], descending: false, to: &bytes)
+        IndexKeyEncoding.append(row[value: keyPosition], descending: false, tagged: false, to: &bytes)
     }
 
     /// The entry key of `row`.
@@ -169,7 +220,7 @@ struct MemoryIndex: Sendable {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(positions.count * 10 + 10)
         appendEntryKey(of: row, to: &bytes)
-        return .data(Data(bytes))
+        return key(bytes)
     }
 
     /// Adds `row`'s entry, or replaces the row an entry with its key holds.
@@ -188,8 +239,8 @@ struct MemoryIndex: Sendable {
         guard isUnique, !positions.contains(where: { row[value: $0].isNull }) else { return nil }
         let tuple = tuple(of: row)
         var found: Value?
-        entries.forEachEntry(from: entries.rank(of: .data(Data(tuple)))) { entryKey, entry in
-            guard case .data(let bytes) = entryKey, bytes.starts(with: tuple) else { return false }
+        entries.forEachEntry(from: entries.rank(of: self.key(tuple))) { entryKey, entry in
+            guard bytes(of: entryKey).starts(with: tuple) else { return false }
             if entry[value: keyPosition] != key {
                 found = entry[value: keyPosition]
                 return false

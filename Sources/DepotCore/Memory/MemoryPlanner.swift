@@ -63,8 +63,8 @@ struct MemoryPlan {
             guard narrows || inOrder else { continue }
             var entries = 0
             for range in ranges {
-                let lower = index.entries.rank(of: .data(Data(range.lower)))
-                let upper = range.upper.map { index.entries.rank(of: .data(Data($0))) } ?? index.entries.count
+                let lower = index.entries.rank(of: index.key(range.lower))
+                let upper = range.upper.map { index.entries.rank(of: index.key($0)) } ?? index.entries.count
                 entries += max(0, upper - lower)
             }
             let read = inOrder && exact ? min(entries, query.end ?? entries) : entries
@@ -159,17 +159,24 @@ struct MemoryPlan {
         var texts: [String] = []
         var lower: [UInt8]?
         var upper: [UInt8]??
-        let components = zip(index.positions, index.components.map(\.isDescending)).map { ($0, $1) } + [(index.keyPosition, false)]
-        componentLoop: for (position, descending) in components {
+        var components: [(position: Int, descending: Bool, tagged: Bool)] = []
+        for (i, position) in index.positions.enumerated() {
+            components.append((position, index.components[i].isDescending, index.tagged[i]))
+        }
+        components.append((index.keyPosition, false, false))
+        componentLoop: for (position, descending, tagged) in components {
             let name = entity.attributes[position].name
             if let (at, atom) = atoms.enumerated().first(where: { !used.contains($0.offset) && isEquality($0.element, on: position) }) {
                 used.insert(at)
                 if case .compare(_, _, let value) = atom {
-                    IndexKeyEncoding.append(value, descending: descending, to: &prefix)
+                    IndexKeyEncoding.append(value, descending: descending, tagged: tagged, to: &prefix)
                     texts.append("\(name) == \(value.debugLiteral)")
-                } else {
+                } else if tagged {
                     IndexKeyEncoding.append(.null, descending: descending, to: &prefix)
                     texts.append("\(name) == nil")
+                } else {
+                    // Nil in a component that is never nil: no entry.
+                    return (prefix, prefix, used.count == atoms.count, "\(name) == nil")
                 }
                 continue
             }
@@ -178,7 +185,7 @@ struct MemoryPlan {
             var high = IndexKeyEncoding.successor(prefix)
             var bounded = false
             for (at, atom) in atoms.enumerated() where !used.contains(at) {
-                guard let bound = bounds(atom, on: position, descending: descending, after: prefix) else { continue }
+                guard let bound = bounds(atom, on: position, descending: descending, tagged: tagged, after: prefix) else { continue }
                 used.insert(at)
                 bounded = true
                 if bound.lower.lexicographicallyPrecedes(low) == false { low = bound.lower }
@@ -205,23 +212,24 @@ struct MemoryPlan {
 
     /// The range `[lower, upper)` of entries (after `prefix`) whose component at `position`
     /// satisfies `atom`, or nil when the atom says nothing about it as a range.
-    static func bounds(_ atom: Filter, on position: Int, descending: Bool, after prefix: [UInt8]) -> (lower: [UInt8], upper: [UInt8]?)? {
+    static func bounds(_ atom: Filter, on position: Int, descending: Bool, tagged: Bool, after prefix: [UInt8]) -> (lower: [UInt8], upper: [UInt8]?)? {
         func encoded(_ value: Value) -> [UInt8] {
             var bytes = prefix
-            IndexKeyEncoding.append(value, descending: descending, to: &bytes)
+            IndexKeyEncoding.append(value, descending: descending, tagged: tagged, to: &bytes)
             return bytes
         }
         // Present values start with the present tag (inverted when descending); nil
-        // values with the absent tag, first ascending and last descending.
+        // values with the absent tag, first ascending and last descending. A component
+        // that is never nil has no tag: all of its values are present.
         let presentTag = descending ? ~IndexKeyEncoding.present : IndexKeyEncoding.present
-        let presentStart = prefix + [presentTag]
+        let presentStart = tagged ? prefix + [presentTag] : prefix
         let presentEnd = IndexKeyEncoding.successor(presentStart)
         switch atom {
         case .isNotNil(position):
             return (presentStart, presentEnd)
         case .hasPrefix(position, let text):
             var bytes = prefix
-            IndexKeyEncoding.appendStringPrefix(text, descending: descending, to: &bytes)
+            IndexKeyEncoding.appendStringPrefix(text, descending: descending, tagged: tagged, to: &bytes)
             return (bytes, IndexKeyEncoding.successor(bytes))
         case .compare(position, let op, let value):
             let at = encoded(value)

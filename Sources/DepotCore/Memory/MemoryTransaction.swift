@@ -105,21 +105,31 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
 
         /// Queues the index entries of a new row (no unique index: those check the trees).
         func queueIndexEntries(of row: Row) {
-            if pendingEntries.isEmpty { pendingEntries = Array(repeating: PendingEntries(), count: stored.indexes.count) }
-            for i in stored.indexes.indices {
-                stored.indexes[i].appendEntryKey(of: row, to: &pendingEntries[i].bytes)
+            if pendingEntries.isEmpty {
+                pendingEntries = Array(repeating: PendingEntries(), count: stored.indexes.count)
+                queuedIndexes = stored.indexes
+            }
+            for i in queuedIndexes.indices {
+                queuedIndexes[i].appendEntryKey(of: row, to: &pendingEntries[i].bytes)
                 pendingEntries[i].ends.append(pendingEntries[i].bytes.count)
                 pendingEntries[i].rows.append(row)
             }
         }
+
+        /// The indexes' descriptions for encoding queued entries, taken once per batch (the
+        /// trees are not touched until the flush, which drops this copy first).
+        @exclusivity(unchecked) private var queuedIndexes: [MemoryIndex] = []
 
         /// Puts the queued index entries in their trees.
         func flushIndexEntries() {
             guard !pendingEntries.isEmpty else { return }
             let queued = pendingEntries
             pendingEntries = []
+            // The copy shares the trees: released before they change, so they change in place.
+            queuedIndexes = []
             for (i, pending) in queued.enumerated() where !pending.rows.isEmpty {
                 let ends = pending.ends
+                let inline = stored.indexes[i].inlineKeys
                 var order = Array(ends.indices)
                 var keys = ContiguousArray<Value>()
                 keys.reserveCapacity(order.count)
@@ -146,7 +156,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
                     } else {
                         order.sort { Value.compareBuffers(key($0), key($1)) < 0 }
                     }
-                    for k in order { keys.append(.data(Data(key(k)))) }
+                    for k in order { keys.append(MemoryIndex.key(key(k), inline: inline)) }
                 }
                 let rows = ContiguousArray(order.map { pending.rows[$0] })
                 if let first = keys.first, stored.indexes[i].entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
@@ -334,8 +344,8 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         if query.limit == 0 { return 0 }
         rangeLoop: for range in ranges {
             var stopped = false
-            let upper = range.upper.map { Value.data(Data($0)) }
-            try index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
+            let upper = range.upper.map { index.key($0) }
+            try index.entries.forEachEntry(from: index.entries.rank(of: index.key(range.lower))) { entryKey, entry in
                 if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
                 entriesRead += 1
                 let row = entry
@@ -385,8 +395,8 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
                 var matched = 0
                 let index = table.indexes[number]
                 for range in ranges {
-                    let upper = range.upper.map { Value.data(Data($0)) }
-                    index.entries.forEachEntry(from: index.entries.rank(of: .data(Data(range.lower)))) { entryKey, entry in
+                    let upper = range.upper.map { index.key($0) }
+                    index.entries.forEachEntry(from: index.entries.rank(of: index.key(range.lower))) { entryKey, entry in
                         if let upper, RowTree.compare(entryKey, upper) >= 0 { return false }
                         if query.filter.matches(entry) { matched += 1 }
                         return true
