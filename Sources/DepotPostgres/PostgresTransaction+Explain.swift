@@ -40,11 +40,13 @@ extension PostgresTransaction {
                 if let condition = node["Index Cond"] as? String { plan.ranges.append(condition) }
             }
             if type == "Seq Scan" { scanned = true }
-            // A bitmap heap scan's rows come from its index scans below it.
+            // A bitmap heap scan's rows come from its index scans below it. The server's
+            // numbers are added without trapping on any it may send.
             if type != "Bitmap Heap Scan" || plan.estimatedRows == nil {
-                if let rows = node["Plan Rows"] as? Int { plan.estimatedRows = (plan.estimatedRows ?? 0) + rows }
+                if let rows = node["Plan Rows"] as? Int { plan.estimatedRows = Self.sum(plan.estimatedRows ?? 0, rows) }
                 if analyze, let rows = node["Actual Rows"] as? Int {
-                    plan.actualRows = (plan.actualRows ?? 0) + rows * (node["Actual Loops"] as? Int ?? 1)
+                    let (read, overflow) = rows.multipliedReportingOverflow(by: node["Actual Loops"] as? Int ?? 1)
+                    plan.actualRows = Self.sum(plan.actualRows ?? 0, overflow ? .max : read)
                 }
             }
         }
@@ -60,6 +62,12 @@ extension PostgresTransaction {
             }
         }
         return plan
+    }
+
+    /// `a + b`, or `Int.max` past it.
+    static func sum(_ a: Int, _ b: Int) -> Int {
+        let (total, overflow) = a.addingReportingOverflow(b)
+        return overflow ? .max : total
     }
 
     /// The key columns of index `name`, in order, with their directions, from its
