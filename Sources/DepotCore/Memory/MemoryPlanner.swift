@@ -7,10 +7,10 @@ import Foundation
 /// on the leading components (the primary key is the last, implicit one) extend a prefix,
 /// and the first component without one may narrow it by a comparison, `isNotNil` or a
 /// string prefix. The ranges are merged and read in index order. Conditions a range does
-/// not express are checked on each row; a row is read from an entry by its key.
+/// not express are checked on each row, which each entry holds.
 ///
-/// The cost of a plan is the rows it reads, an index entry counting twice (the entry, then
-/// its row): every entry in its ranges (exactly, from the tree's counts), or only
+/// The cost of a plan is the rows it reads, an index entry counting twice (its key is
+/// longer to compare than a table's and its tree is walked by ranges): every entry in its ranges (exactly, from the tree's counts), or only
 /// `offset + limit` of them when the entries come in the request's order and the ranges
 /// say all the filter does. The cheapest plan wins; a scan wins a tie.
 struct MemoryPlan {

@@ -286,7 +286,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         if !table.indexes.isEmpty {
             let plan = MemoryPlan.plan(query, in: table)
             if case .index(let number, let ranges) = plan.access {
-                _ = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, in: table, reserve: reserve, body)
+                _ = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, reserve: reserve, body)
                 return
             }
         }
@@ -327,12 +327,12 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     }
 
     /// Reads the rows of an index plan: the entries of its ranges in index order, each
-    /// row by its key, checked against the filter unless the ranges say all it does; in
+    /// entry's row checked against the filter unless the ranges say all it does; in
     /// order, offset and limit apply as they come and the read stops at the limit, else
     /// the rows are sorted afterwards. Returns the entries read.
     private func read(
         _ query: Query, plan: MemoryPlan, index: MemoryIndex, ranges: [(lower: [UInt8], upper: [UInt8]?)],
-        in table: MemoryEngine.RegisteredEntity, reserve: (Int) -> Void, _ body: (Row) throws -> Void
+        reserve: (Int) -> Void, _ body: (Row) throws -> Void
     ) throws -> Int {
         var entriesRead = 0
         var skipped = 0
@@ -441,7 +441,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         case .index(let number, let ranges):
             result.access = .index(table.indexes[number].components)
             if analyze {
-                result.actualRows = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, in: table, reserve: { _ in }) { _ in }
+                result.actualRows = try read(query, plan: plan, index: table.indexes[number], ranges: ranges, reserve: { _ in }) { _ in }
             }
         }
         return result

@@ -72,7 +72,7 @@ public struct QueryPlan: Sendable, Hashable, CustomStringConvertible {
     /// One line: the access, its ranges, and what happens afterwards.
     public var description: String {
         func components(_ list: [IndexDescription.Component]) -> String {
-            "(" + list.map { $0.attribute + ($0.isDescending ? " DESC" : "") }.joined(separator: ", ") + ")"
+            "(" + IndexDescription(list).summary + ")"
         }
         var text = "\(entity): "
         switch access {
