@@ -151,9 +151,10 @@ extension LMDBTransaction {
     /// - Throws: `DepotError.Code.schemaMismatch` for a change `SchemaMigration`
     ///   refuses; `DepotError.Code.invalidValue` when an existing value is too long for a
     ///   new index.
-    package func register(_ entity: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
-        if let current, current.entity == entity { return current }
+    package func register(_ declared: EntityDescription, current: RegisteredEntity?) throws -> RegisteredEntity {
+        if let current, current.entity.serves(declared) { return current }
         let dupSort = Int32(MDB_DUPSORT)
+        var entity = declared
         guard let stored = try readStoredEntity(entity.name) else {
             guard let main = try openDatabase(entity.name, flags: Int32(MDB_CREATE)) else {
                 throw corrupted("The database cannot be created", entity: entity.name)
@@ -178,6 +179,8 @@ extension LMDBTransaction {
             return RegisteredEntity(entity: entity, main: main, indexes: indexes, composites: composites, schemaVersion: 1)
         }
 
+        // Indexes the declaration leaves out stay until a migration step drops them.
+        entity = declared.keepingIndexes(of: stored.entity)
         let main = try requireDatabase(entity.name, flags: 0, entity: entity.name)
         if stored.entity == entity {
             var indexes: [IndexHandle] = []

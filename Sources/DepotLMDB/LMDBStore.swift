@@ -589,13 +589,14 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         let snapshot = catalog.snapshot
         let registered = snapshot.registry
         try Relationships.validate(entities, registered: { registered[$0]?.entity })
-        if entities.allSatisfy({ registered[$0.name]?.entity == $0 }) {
+        if entities.allSatisfy({ registered[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { registered.handle(named: $0.name) }
         }
         _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
             var updated: [String: RegisteredEntity] = [:]
-            // Read-only: only entities stored exactly as declared are opened.
-            if options.readOnly, try !entities.allSatisfy({ try transaction.readStoredEntity($0.name)?.entity == $0 }) {
+            // Read-only: only entities stored as declared (indexes kept beyond the
+            // declaration included) are opened.
+            if options.readOnly, try !entities.allSatisfy({ try transaction.readStoredEntity($0.name)?.entity.serves($0) ?? false }) {
                 throw DepotError.readOnly("LMDB store at \(directory)")
             }
             transaction.storeLog = log
@@ -606,7 +607,8 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         }
         for entity in entities {
             if let stored = registered[entity.name]?.entity {
-                if stored != entity, let migration = try? SchemaMigration.plan(from: stored, to: entity) { log.schemaMigrated(migration) }
+                let kept = entity.keepingIndexes(of: stored)
+                if stored != kept, let migration = try? SchemaMigration.plan(from: stored, to: kept) { log.schemaMigrated(migration) }
             } else {
                 log.schemaCreated(entity)
             }

@@ -25,7 +25,7 @@ extension PostgresStore {
         }
         var current = tables
         try Relationships.validate(entities, registered: { current[$0]?.entity })
-        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
+        if entities.allSatisfy({ current[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
         if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
@@ -43,13 +43,16 @@ extension PostgresStore {
             }
             var changed = false
             var created: [EntityDescription] = []
-            for (offset, entity) in entities.enumerated() {
+            for (offset, declared) in entities.enumerated() {
+                var entity = declared
                 // Another process may have registered or migrated the entity: under the
                 // lock the database is the truth.
                 if let stored = try storedDescription(of: entity.name) {
                     if current[entity.name]?.entity != stored {
                         current.set(stored, RegisteredEntity(entity: stored, serial: serial + offset))
                     }
+                    // Indexes the declaration leaves out stay until a migration step drops them.
+                    entity = declared.keepingIndexes(of: stored)
                     if stored == entity { continue }
                     let migration = try SchemaMigration.plan(from: stored, to: entity)
                     // Before the foreign key exists, which would refuse the default with

@@ -22,7 +22,7 @@ extension SQLiteStore {
         for entity in entities { try entity.validate() }
         var current = tables
         try Relationships.validate(entities, registered: { current[$0]?.entity })
-        if entities.allSatisfy({ current[$0.name]?.entity == $0 }) {
+        if entities.allSatisfy({ current[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
         if options.readOnly { throw DepotError.readOnly("SQLite store at \(path)") }
@@ -61,14 +61,17 @@ extension SQLiteStore {
             if try writer.schemaCookie() != state.withLockedValue({ $0.verifiedCookie }) {
                 try reloadDescriptions(on: writer, into: &current)
             }
-            for (offset, entity) in entities.enumerated() {
+            for (offset, declared) in entities.enumerated() {
                 // Another process may have registered or migrated the entity since this
                 // store read depot_entities at open; under the write lock the file is the
                 // truth, so refresh the entry from it before deciding.
-                if current[entity.name]?.entity != entity, let stored = try storedDescription(of: entity.name) {
+                if !(current[declared.name]?.entity.serves(declared) ?? false), let stored = try storedDescription(of: declared.name) {
                     current.set(stored, RegisteredEntity(entity: stored, serial: serial + offset))
                 }
+                var entity = declared
                 if let existing = current[entity.name]?.entry {
+                    // Indexes the declaration leaves out stay until a migration step drops them.
+                    entity = declared.keepingIndexes(of: existing.entity)
                     if existing.entity == entity { continue }
                     let migration = try SchemaMigration.plan(from: existing.entity, to: entity)
                     try migrate(migration, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity })

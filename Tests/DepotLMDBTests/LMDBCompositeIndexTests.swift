@@ -431,7 +431,7 @@ struct LMDBCompositeIndexTests {
         }
     }
 
-    @Test("an index declared on a store with records is built; a dropped one is emptied")
+    @Test("an index declared on a store with records is built; an undeclared one is kept until a step empties it")
     func addedIndexIsBuilt() async throws {
         let animals = IndexedAnimal.generate(800, seed: 5)
         let directory = TemporaryDirectory()
@@ -482,10 +482,21 @@ struct LMDBCompositeIndexTests {
             await store.close()
         }
         do {
-            // Declared without them again: the index databases are emptied.
+            // Declared without them again: kept and maintained, until a step drops them.
             let store = try LMDBStore(directory: directory.path)
             let plain = Controller<PlainAnimal, PlainAnimal>(store: store)
             #expect(try await plain.count() == animals.count)
+            #expect(try await store.register(PlainAnimal.self).first?.entity.indexes.isEmpty == false)
+            #expect(try await store.checkIntegrity() == [])
+            await store.close()
+        }
+        do {
+            let store = try LMDBStore(directory: directory.path)
+            var migrator = Migrator()
+            let indexes = try await store.register(PlainAnimal.self).first?.entity.indexes ?? []
+            for (i, index) in indexes.enumerated() { migrator.dropIndex("drop-\(i)", index, from: "Animal") }
+            #expect(try await migrator.migrate(store, registering: PlainAnimal.self).count == indexes.count)
+            #expect(try await store.register(PlainAnimal.self).first?.entity.indexes == [])
             let entries = try await store.write { transaction -> Int in
                 guard let t = transaction as? LMDBTransaction,
                     let dbi = try t.openDatabase("Animal.cix.\(IndexDescription.index("species", "name").name)", flags: 0)

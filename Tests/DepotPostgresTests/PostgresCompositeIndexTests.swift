@@ -98,7 +98,7 @@ struct PostgresCompositeIndexTests {
         await store.close()
     }
 
-    @Test("indexes are created, added to an existing table and dropped with the declaration; a unique one over duplicates is refused")
+    @Test("indexes are created, added to an existing table, kept when undeclared and dropped by a step; a unique one over duplicates is refused")
     func indexesFollowTheDeclaration() async throws {
         let schema = "ci_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
         let plain = try EntityDescription(
@@ -146,8 +146,13 @@ struct PostgresCompositeIndexTests {
             await store.close()
         }
         do {
+            // Removed from the declaration: kept, until a migration step drops it.
             let store = try TestServer.makeStore(schema: schema)
-            _ = try await store.register(plain)
+            #expect(try await store.register(plain).entity.indexes == indexed.indexes)
+            #expect(try await definitions(store).count == 1)
+            var migrator = Migrator()
+            migrator.dropIndex("drop-pet-species-name", .index("species", .descending("name")), from: "Pet")
+            #expect(try await migrator.migrate(store, registering: []) == ["drop-pet-species-name"])
             #expect(try await definitions(store).isEmpty)
             await store.close()
         }

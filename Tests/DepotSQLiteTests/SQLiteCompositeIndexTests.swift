@@ -208,10 +208,20 @@ struct SQLiteCompositeIndexTests {
                 await store.close()
             }
             #expect(try sqlite3CLI(path, "SELECT sql FROM sqlite_master WHERE name = '\(name)'").contains("CREATE INDEX"), "the index as it was")
-            // Removed from the declaration: dropped.
+            // Removed from the declaration: kept, until a migration step drops it.
             do {
                 let store = try SQLiteStore(path: path, log: StoreLog(logger: logger))
-                _ = try await store.register(plain)
+                let handle = try await store.register(plain)
+                #expect(handle.entity.indexes == indexed.indexes)
+                await store.close()
+            }
+            #expect(try sqlite3CLI(path, "SELECT count(*) FROM sqlite_master WHERE name = '\(name)'") == "1\n")
+            do {
+                let store = try SQLiteStore(path: path, log: StoreLog(logger: logger))
+                var migrator = Migrator()
+                migrator.dropIndex("drop-pet-species-name", .index("species", "name"), from: "Pet")
+                #expect(try await migrator.migrate(store, registering: []) == ["drop-pet-species-name"])
+                #expect(try await store.register(plain).entity.indexes == [])
                 await store.close()
             }
             #expect(try sqlite3CLI(path, "SELECT count(*) FROM sqlite_master WHERE name = '\(name)'") == "0\n")

@@ -97,11 +97,15 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         for entity in entities { try entity.validate() }
         var registered: [String: EntityDescription] = [:]
         for handle in try engine.entities() { registered[handle.name] = handle.entity }
-        if engine.isReadOnly, !entities.allSatisfy({ registered[$0.name] == $0 }) {
+        if engine.isReadOnly, !entities.allSatisfy({ registered[$0.name]?.serves($0) ?? false }) {
             throw DepotError.readOnly(storeDescription)
         }
         try Relationships.validate(entities, registered: { registered[$0] })
-        return try engine.register(entities)
+        // Indexes a declaration leaves out stay until a migration step drops them, on every
+        // engine: the engine is handed the description it is to hold.
+        return try engine.register(entities.map { declared in
+            registered[declared.name].map { declared.keepingIndexes(of: $0) } ?? declared
+        })
     }
 
     /// The handles of every entity the engine holds, registering the stored ones not yet

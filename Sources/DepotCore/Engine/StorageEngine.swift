@@ -60,7 +60,10 @@ public protocol StorageEngine: AnyObject, Sendable {
     /// in the same order.
     ///
     /// The runtime has validated each description and their references against the
-    /// entities already held, and refused a read-only store's change. An entity registered
+    /// entities already held, and refused a read-only store's change. A description is
+    /// the one the engine is to hold: the indexes of the entity held now that the
+    /// declaration leaves out are already added back
+    /// (``EntityDescription/keepingIndexes(of:)``). An entity registered
     /// with the same description returns the same handle. A changed one is migrated when
     /// ``SchemaMigration/plan(from:to:)`` allows it, else refused with what it throws.
     /// Called on the writer's lane; nothing else runs on the engine's writer meanwhile.

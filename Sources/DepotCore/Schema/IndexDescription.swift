@@ -113,3 +113,45 @@ public struct IndexDescription: Sendable, Hashable, Codable {
         }
     }
 }
+
+extension EntityDescription {
+    /// The description a store keeps when `stored` is what it held and `self` is declared:
+    /// the declared indexes, and the stored ones the declaration leaves out, in the stored
+    /// order with new ones after them.
+    ///
+    /// An index leaves a store only through a migration step
+    /// (``Migrator/dropIndex(_:_:from:)``), never because a declaration stopped naming it:
+    /// during a rolling deploy, servers still running the previous version open the store
+    /// with the previous declaration, and dropping on open would undo every index the new
+    /// version built. A kept index stays maintained by every write. A declared index whose
+    /// components match a stored one (same ``IndexDescription/name``) replaces it, so a
+    /// change of ``IndexDescription/isUnique`` alone still takes effect on open.
+    public func keepingIndexes(of stored: EntityDescription) -> EntityDescription {
+        guard !stored.indexes.isEmpty, stored.indexes != indexes else { return self }
+        var merged: [IndexDescription] = []
+        merged.reserveCapacity(stored.indexes.count + indexes.count)
+        for old in stored.indexes {
+            if let declared = indexes.first(where: { $0.name == old.name }) {
+                merged.append(declared)
+            } else if old.components.allSatisfy({ index(of: $0.attribute) != nil }) {
+                // An index over an attribute the declaration no longer has cannot be kept;
+                // opening refuses the removed attribute anyway.
+                merged.append(old)
+            }
+        }
+        for declared in indexes where !merged.contains(where: { $0.name == declared.name }) {
+            merged.append(declared)
+        }
+        guard merged != indexes else { return self }
+        var description = self
+        description.indexes = merged
+        return description
+    }
+
+    /// Whether a store holding `self` may serve `declared` as it is: equal, or equal once
+    /// the indexes `self` keeps beyond the declaration are counted
+    /// (``keepingIndexes(of:)``).
+    public func serves(_ declared: EntityDescription) -> Bool {
+        self == declared || self == declared.keepingIndexes(of: self)
+    }
+}

@@ -35,10 +35,12 @@ import Foundation
 ///   without an explicit step stays a ``DepotError/Code/schemaMismatch`` naming the
 ///   difference.
 /// - Schema steps (``renameAttribute(_:in:from:to:)``, ``changeType(_:of:in:to:optional:_:)``,
-///   ``dropAttribute(_:_:from:)``, ``renameEntity(_:from:to:)``,
+///   ``dropAttribute(_:_:from:)``, ``dropIndex(_:_:from:)``, ``renameEntity(_:from:to:)``,
 ///   ``registerSchemaStep(_:entity:describe:row:)``) rewrite one entity's stored schema and
 ///   every record in one transaction with their record; the store must be a
-///   ``SchemaRewritingStore`` (memory, SQLite and LMDB are).
+///   ``SchemaRewritingStore`` (every backend Depot ships is).
+/// - An index the declarations no longer name is kept, and maintained, until a
+///   ``dropIndex(_:_:from:)`` step removes it.
 /// - `plan(_:registering:)` says what would happen without writing anything.
 ///
 /// An entity others refer to keeps its name and its key's type through a schema step.
@@ -119,6 +121,27 @@ public struct Migrator: Sendable {
             for i in 0..<row.count where i != index { out.append(row[value: i]) }
             return out
         }
+    }
+
+    /// Removes one of an entity's indexes over several attributes (or one, descending),
+    /// named by its components: `dropIndex("drop-species-name", .index("species", "name"),
+    /// from: "Pet")`. No record changes.
+    ///
+    /// Opening a store with a declaration that no longer names an index keeps the index
+    /// (see ``EntityDescription/keepingIndexes(of:)``), so servers of the previous version
+    /// can still run beside the new one; this step is how it goes once none of them needs it.
+    /// Whether the index is unique does not matter: an entity has one index per component
+    /// list.
+    public mutating func dropIndex(_ name: String, _ index: IndexDescription, from entity: String) {
+        registerSchemaStep(name, entity: entity) { description throws(DepotError) in
+            var description = description
+            guard let position = description.indexes.firstIndex(where: { $0.name == index.name }) else {
+                let held = description.indexes.map { "(\($0.summary))" }.joined(separator: ", ")
+                throw DepotError(.invalidSchema, "The migration step \"\(name)\" drops the index (\(index.summary)) of \(description.name), but the stored \(description.name) has no such index (its indexes: \(held.isEmpty ? "none" : held)).")
+            }
+            description.indexes.remove(at: position)
+            return description
+        } row: { row, _, _ in row }
     }
 
     /// Changes an attribute's type (and whether it is optional), converting each value with
@@ -342,8 +365,12 @@ public struct Migrator: Sendable {
                     changes.append("create entity \(declared.name) (\(declared.attributes.map(\.name).joined(separator: ", ")))")
                     continue
                 }
-                if current == declared { continue }
-                let migration = try SchemaMigration.plan(from: current, to: declared)
+                let kept = declared.keepingIndexes(of: current)
+                for index in kept.indexes where !declared.indexes.contains(where: { $0.name == index.name }) {
+                    changes.append("keep the index \(declared.name) (\(index.summary)), no longer declared: a dropIndex step removes it")
+                }
+                if current == kept { continue }
+                let migration = try SchemaMigration.plan(from: current, to: kept)
                 for attribute in migration.addedAttributes {
                     let fill = SchemaMigration.fillValue(for: attribute)
                     changes.append("add \(declared.name).\(attribute.name) (\(attribute.type.rawValue)\(attribute.isOptional ? ", optional" : "")), existing records get \(fill.debugLiteral)")

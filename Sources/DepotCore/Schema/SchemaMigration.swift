@@ -24,6 +24,9 @@ public struct SchemaMigration: Sendable, Hashable {
     public let addedCompositeIndexes: [IndexDescription]
     /// Stored indexes the declaration no longer has (dropped before any is added, so an
     /// index that changes only whether it is unique is rebuilt; no record is touched).
+    /// Stores plan with the declaration after ``EntityDescription/keepingIndexes(of:)``,
+    /// so on open this holds only indexes whose uniqueness changed; a
+    /// ``Migrator/dropIndex(_:_:from:)`` step is how an index leaves a store.
     public let droppedCompositeIndexes: [IndexDescription]
 
     /// Whether there is nothing to do.

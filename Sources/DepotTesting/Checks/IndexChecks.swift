@@ -128,5 +128,42 @@ enum IndexChecks {
             try await pets.save(ListedPet(id: 10_000, species: "s7", name: "", weight: 1))
             try await expectEqual(pets.fetchAll(request).first?.id, 10_000, "a record written afterwards is in the index")
         },
+        ConformanceCheck("an index a declaration stops naming is kept and maintained until a step drops it") { store in
+            let pets = Controller<ListedPet, ListedPet>(store: store)
+            var all = Self.pets(count: 200)
+            try await pets.save(all)
+            // The previous version of the application, which never declared the index, opens
+            // the store beside the new one (a rolling deploy) and writes.
+            let previous = Controller<UnindexedPet, UnindexedPet>(store: store)
+            let kept = try await store.register(UnindexedPet.self).first?.entity.indexes
+            try expectEqual(kept, [.index("species", "name")], "the store keeps the undeclared index")
+            try await previous.save(UnindexedPet(id: 5_000, species: "s3", name: "", weight: 1))
+            try await previous.update(UnindexedPet(id: 3, species: "s3", name: "a", weight: 2))
+            _ = try await previous.delete(id: 11)
+            all.append(ListedPet(id: 5_000, species: "s3", name: "", weight: 1))
+            all.removeAll { $0.id == 3 || $0.id == 11 }
+            all.append(ListedPet(id: 3, species: "s3", name: "a", weight: 2))
+            let request = Request<ListedPet>(\.species == "s3").sorted(by: \.name).limit(10)
+            try await expectEqual(pets.fetchAll(request), Array(Self.expected(all, species: ["s3"]).prefix(10)), "the page after writes that did not declare the index")
+            try Self.expectIndexPlan(try await Self.plan(pets, request), "the page over the kept index")
+            try await expectEqual(pets.count(Request(\.species == "s3")), Self.expected(all, species: ["s3"]).count, "the count over the kept index")
+
+            var migrator = Migrator()
+            migrator.dropIndex("drop-listed-pet-species-name", .index("species", "name"), from: "ListedPet")
+            let plan = try await migrator.plan(store, registering: UnindexedPet.self)
+            try expectEqual(plan.pending, ["drop-listed-pet-species-name"], "the plan's pending step")
+            try expect(plan.automaticChanges.contains { $0.hasPrefix("keep the index ListedPet (species, name)") }, "the plan names the kept index: \(plan.automaticChanges)")
+            try await expectEqual(migrator.migrate(store, registering: UnindexedPet.self), ["drop-listed-pet-species-name"], "the step runs")
+            let dropped = try await store.register(UnindexedPet.self).first?.entity.indexes
+            try expectEqual(dropped, [], "the step drops the index")
+            let plain = Request<UnindexedPet>(\.species == "s3").sorted(by: \.name).limit(10)
+            try await expectEqual(previous.fetchAll(plain).map(\.id), Self.expected(all, species: ["s3"]).prefix(10).map(\.id), "the page without the index")
+
+            var missing = migrator
+            missing.dropIndex("drop-again", .index("species", "name"), from: "ListedPet")
+            try await expectError(.invalidSchema, "a step that drops an index the store does not have") {
+                try await missing.migrate(store, registering: UnindexedPet.self)
+            }
+        },
     ]
 }
