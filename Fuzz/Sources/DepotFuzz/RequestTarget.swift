@@ -6,7 +6,9 @@ import Foundation
 /// type, optional and not): a predicate tree of random shape and depth (including chains
 /// thousands deep), sort keys, and limit and offset from the numbers that break arithmetic.
 /// Resolving it gives a `Query` or a `DepotError`; a query must then give the same rows on
-/// every backend as evaluation in memory, and `ResultSet` positions and counts must agree.
+/// every backend as evaluation in memory, also on a copy of the entity with composite
+/// indexes (read through each backend's planner, whose `explain` must answer cleanly), and
+/// `ResultSet` positions and counts must agree.
 enum RequestTarget {
     static let entity = Sample.entity.description
     /// Attribute names, and names that are not attributes.
@@ -91,18 +93,28 @@ enum RequestTarget {
         guard let reference = try? request.resolved(for: Stores.all[0].entity) else { violated("the request resolved once, then not") }
         let expected = reference.apply(to: SampleRows.rows)
         if let limit = reference.limit, expected.count > limit { violated("\(expected.count) rows for limit \(limit)") }
-        for (name, store, entity) in Stores.all {
+        for (name, store, entity) in Stores.all + Stores.allIndexed {
             guard let query = try? request.resolved(for: entity) else { violated("\(name): the request does not resolve against its handle") }
             let result = blocking { completion in
                 store.submitRead({ transaction -> ([Row], Int) in
                     var rows: [Row] = []
                     try transaction.fetchRows(query) { rows.append($0) }
+                    if entity.name == Stores.indexed.name {
+                        // The plan, estimated and counted, is the planner's own view of
+                        // the same request: it must come out, or be refused, cleanly.
+                        do {
+                            let plan = try transaction.explain(query, analyze: rows.count % 2 == 0)
+                            if plan.entity != entity.name { violated("\(name) explains \(plan.entity) for \(entity.name)") }
+                        } catch {
+                            expectDepotError(error, "\(name) explaining \(query)")
+                        }
+                    }
                     return (rows, try transaction.count(query))
                 }, completion: completion)
             }
             switch result {
             case .failure(let error):
-                expectDepotError(error, "\(name) running \(query)")
+                expectDepotError(error, "\(name) running \(query) on \(entity.name)")
             case .success(let (rows, count)):
                 guard rows == expected else {
                     violated("\(name) returned \(rows.map { $0[value: 0].debugLiteral }) where evaluation in memory returns \(expected.map { $0[value: 0].debugLiteral }) for \(query)")

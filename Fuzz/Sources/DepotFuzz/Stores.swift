@@ -72,18 +72,42 @@ enum Stores {
         ($0.0, $0.1, handle(in: $0.1))
     }
 
-    /// `Sample`'s handle in `store` (registering an unchanged entity returns its handle).
-    static func handle(in store: any Store) -> EntityHandle {
-        try! blocking { store.submitRegistration([Sample.entity.description], completion: $0) }.get()[0]
+    /// Each store with the handle of ``indexed``, which holds the same rows.
+    static let allIndexed: [(name: String, store: any Store, entity: EntityHandle)] = all.map {
+        ($0.name, $0.store, handle(in: $0.store, indexed))
+    }
+
+    /// `Sample` under another name, with composite indexes of every shape the planners
+    /// know: a string and an integer, a descending optional before a double (nil and NaN in
+    /// the keys), three optionals, a bool before a descending date, and a unique one over
+    /// the key and a UUID. Requests on it go through each backend's planner, and must
+    /// answer as requests on `Sample`, which are scans.
+    static let indexed: EntityDescription = {
+        var description = Sample.entity.description
+        description.name = "IndexedSample"
+        description.indexes = [
+            .index("string", "int"),
+            .index(.descending("optionalInt"), "optionalDouble"),
+            .index("optionalString", "optionalDate", "uuid"),
+            .index("bool", .descending("date")),
+            .unique("id", "uuid"),
+        ]
+        return description
+    }()
+
+    /// The handle of `entity` in `store` (registering an unchanged entity returns its handle).
+    static func handle(in store: any Store, _ entity: EntityDescription = Sample.entity.description) -> EntityHandle {
+        try! blocking { store.submitRegistration([entity], completion: $0) }.get()[0]
     }
 
     private static func prepare<S: Store>(_ store: S) -> S {
-        let entity = handle(in: store)
-        _ = try! blocking { completion in
-            store.submitWrite({ transaction in
-                for row in SampleRows.rows { _ = try transaction.upsert(row, into: entity) }
-            }, completion: completion)
-        }.get()
+        for entity in [handle(in: store), handle(in: store, indexed)] {
+            _ = try! blocking { completion in
+                store.submitWrite({ transaction in
+                    for row in SampleRows.rows { _ = try transaction.upsert(row, into: entity) }
+                }, completion: completion)
+            }.get()
+        }
         return store
     }
 }
