@@ -83,7 +83,7 @@ package enum IndexKeyEncoding {
     /// A position where every key has the same byte (the high bytes of small integers,
     /// tags, padding) orders nothing and gets no pass, so keys of a few distinct values
     /// sort in a few linear passes, without a comparison call per pair.
-    static func radixOrder(_ buffer: UnsafeRawBufferPointer, width: Int, count: Int) -> [Int] {
+    package static func radixOrder(_ buffer: UnsafeRawBufferPointer, width: Int, count: Int) -> [Int] {
         var order = Array(0..<count)
         guard count > 1, width > 0, buffer.count >= width * count else { return order }
         // Every position's byte histogram, in one pass over the keys.
