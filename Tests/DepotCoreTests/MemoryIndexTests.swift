@@ -230,6 +230,92 @@ struct MemoryIndexTests {
         await store.close()
     }
 
+    /// The radix sort of a bulk save's fixed-width keys gives the byte order, equal keys in
+    /// queue order, whatever positions the keys share.
+    @Test(arguments: [1, 3, 8, 16, 25])
+    func radixOrderIsTheKeysByteOrder(_ width: Int) {
+        var g = Generator(state: UInt64(width))
+        for count in [0, 1, 2, 7, 300] {
+            // Some positions constant, some with few values, some with any.
+            var bytes: [UInt8] = []
+            for _ in 0..<count {
+                for position in 0..<width {
+                    switch position % 3 {
+                    case 0: bytes.append(0x80)
+                    case 1: bytes.append(UInt8.random(in: 0...2, using: &g))
+                    default: bytes.append(UInt8.random(in: 0...255, using: &g))
+                    }
+                }
+            }
+            let order = bytes.withUnsafeBytes { IndexKeyEncoding.radixOrder($0, width: width, count: count) }
+            let key = { (k: Int) in bytes[(k * width)..<((k + 1) * width)] }
+            let expected = (0..<count).sorted { a, b in
+                key(a).lexicographicallyPrecedes(key(b)) || (key(a).elementsEqual(key(b)) && a < b)
+            }
+            #expect(order == expected, "width \(width), \(count) keys")
+        }
+    }
+
+    /// Bulk saves into indexes whose keys have fixed widths but hold nils (a tag byte and
+    /// no value, so shorter keys, padded to the slot), inline or not, ascending and not.
+    @Test func bulkSavesKeepFixedWidthIndexesWithNilsInOrder() async throws {
+        let store = MemoryStore()
+        let attributes = [
+            AttributeDescription(name: "id", type: .uuid),
+            AttributeDescription(name: "seq", type: .int64),
+            AttributeDescription(name: "rank", type: .int64, isOptional: true),
+            AttributeDescription(name: "flag", type: .bool, isOptional: true),
+            AttributeDescription(name: "at", type: .date, isOptional: true),
+        ]
+        let byUUID = try await store.register(EntityDescription(
+            name: "Mark", attributes: attributes, primaryKeyIndex: 0,
+            indexes: [.index(.descending("rank")), .index("flag"), .index("flag", .descending("at"))]))
+        let bySeq = try await store.register(EntityDescription(
+            name: "SeqMark", attributes: attributes, primaryKeyIndex: 1,
+            indexes: [.index(.descending("rank")), .index("flag"), .index(.descending("flag"), "rank")]))
+        var g = Generator(state: 7)
+        func rows(_ ids: some Sequence<Int>) -> [Row] {
+            ids.map { id in
+                var row = Row()
+                row.append(.uuid(UUID()))
+                row.append(.int(Int64(id)))
+                row.append(Int.random(in: 0..<4, using: &g) == 0 ? .null : .int(Int64.random(in: -3...3, using: &g)))
+                row.append(Int.random(in: 0..<4, using: &g) == 0 ? .null : .bool(Bool.random(using: &g)))
+                row.append(Int.random(in: 0..<4, using: &g) == 0 ? .null : .date(Date(timeIntervalSinceReferenceDate: Double(Int.random(in: -2...2, using: &g)))))
+                return row
+            }
+        }
+        // Into empty indexes, then entries that sort among the existing ones.
+        for batch in [rows(0..<500), rows((500..<800).reversed()), rows(-300 ..< -100)] {
+            try await store.write { transaction in
+                for row in batch {
+                    try transaction.insert(row, into: byUUID)
+                    try transaction.insert(row, into: bySeq)
+                }
+            }
+            try store.checkInvariants()
+        }
+        // A read in an index's order gives the order a sort gives.
+        for handle in [byUUID, bySeq] {
+            let sort = [SortKey("rank", ascending: false), SortKey("seq")]
+            let query = try Self.query(handle, .constant(true), sort: sort)
+            let (read, scanned) = try await store.read { transaction in
+                var read: [Value] = []
+                try transaction.fetchRows(query) { read.append($0[value: 1]) }
+                var all: [Row] = []
+                try transaction.fetchRows(Self.query(handle, .constant(true), sort: [SortKey("seq")])) { all.append($0) }
+                // Descending puts nil last.
+                let scanned = all.sorted {
+                    let order = Value.compare($0[value: 2], $1[value: 2])
+                    return order > 0 || (order == 0 && Value.compare($0[value: 1], $1[value: 1]) < 0)
+                }.map { $0[value: 1] }
+                return (read, scanned)
+            }
+            #expect(read == scanned)
+        }
+        await store.close()
+    }
+
     @Test func uniqueIndexesRefuseDuplicatesAndAMigrationBuildsIndexes() async throws {
         let store = MemoryStore()
         let attributes = [

@@ -77,6 +77,52 @@ package enum IndexKeyEncoding {
         return nil
     }
 
+    /// The positions of `count` keys of `width` bytes each, laid end to end in `buffer`,
+    /// in the keys' byte order (equal keys in queue order): a least-significant-digit
+    /// radix sort, one stable counting pass per byte position from the last to the first.
+    /// A position where every key has the same byte (the high bytes of small integers,
+    /// tags, padding) orders nothing and gets no pass, so keys of a few distinct values
+    /// sort in a few linear passes, without a comparison call per pair.
+    package static func radixOrder(_ buffer: UnsafeRawBufferPointer, width: Int, count: Int) -> [Int] {
+        var order = Array(0..<count)
+        guard count > 1, width > 0, buffer.count >= width * count else { return order }
+        // Every position's byte histogram, in one pass over the keys.
+        var counts = [Int](repeating: 0, count: width * 256)
+        counts.withUnsafeMutableBufferPointer { counts in
+            var base = 0
+            for _ in 0..<count {
+                for position in 0..<width { counts[position &* 256 &+ Int(buffer[base &+ position])] &+= 1 }
+                base &+= width
+            }
+        }
+        var scratch = [Int](repeating: 0, count: count)
+        var position = width
+        while position > 0 {
+            position -= 1
+            let histogram = counts[(position * 256)..<(position * 256 + 256)]
+            if histogram.contains(count) { continue }
+            var starts = [Int](repeating: 0, count: 256)
+            var total = 0
+            for (byte, n) in histogram.enumerated() {
+                starts[byte] = total
+                total += n
+            }
+            order.withUnsafeBufferPointer { source in
+                scratch.withUnsafeMutableBufferPointer { target in
+                    starts.withUnsafeMutableBufferPointer { starts in
+                        for k in source {
+                            let byte = Int(buffer[k &* width &+ position])
+                            target[starts[byte]] = k
+                            starts[byte] &+= 1
+                        }
+                    }
+                }
+            }
+            swap(&order, &scratch)
+        }
+        return order
+    }
+
     private static func appendBigEndian(_ v: UInt64, to bytes: inout [UInt8]) {
         var shift: UInt64 = 56
         while true {
@@ -134,6 +180,10 @@ struct MemoryIndex: Sendable {
     /// allocates each: what keeps an index on a number cheap to write. Both compare as
     /// their bytes.
     let inlineKeys: Bool
+    /// The most bytes an entry key takes when every component and the key have fixed
+    /// widths (a nil component takes only its tag byte), else nil: what lets a batch of
+    /// entries be encoded into slots of one width and radix-sorted.
+    let maximumKeyWidth: Int?
     /// Encoded tuple + key → the row.
     var entries = RowTree()
 
@@ -150,6 +200,7 @@ struct MemoryIndex: Sendable {
             width = width.flatMap { total in IndexKeyEncoding.fixedWidth(of: entity.attributes[position].type).map { total + $0 + (isTagged ? 1 : 0) } }
         }
         self.inlineKeys = (width ?? .max) <= 16
+        self.maximumKeyWidth = width
     }
 
     /// The entry key (or range bound) with these bytes.
@@ -226,6 +277,78 @@ struct MemoryIndex: Sendable {
     /// Adds `row`'s entry, or replaces the row an entry with its key holds.
     mutating func insert(_ row: Row) {
         entries.updateValue(row, forKey: entryKey(of: row))
+    }
+
+    /// Adds the entries of new rows, none of which has an entry yet. They are encoded
+    /// into one buffer and sorted there, then put in the tree in order: as whole leaves
+    /// hung on its right edge when they all sort after its last entry (a bulk save into an
+    /// empty or ascending index), else one descent each. Keys of fixed widths sit in slots
+    /// of one width, zero-padded (entry keys are prefix-free, so padding changes no order),
+    /// and are radix-sorted; others are sorted by comparison.
+    mutating func insertNew(_ rows: [Row]) {
+        guard !rows.isEmpty else { return }
+        // The entries' own references to the rows, taken in queue order (the order the
+        // rows were made in, so their headers are touched one after another) and moved,
+        // not copied, into the tree in key order: a retain in key order would touch each
+        // row's header at random, a cache miss apiece.
+        let owned = UnsafeMutableBufferPointer<Row>.allocate(capacity: rows.count)
+        _ = owned.initialize(fromContentsOf: rows)
+        insertNew(rows, moving: owned)
+    }
+
+    /// ``insertNew(_:)`` with `owned`, an initialized copy of `rows`, whose every element
+    /// this moves into the tree; it deallocates `owned`.
+    private mutating func insertNew(_ rows: [Row], moving owned: UnsafeMutableBufferPointer<Row>) {
+        defer { owned.deallocate() }
+        let count = owned.count
+        guard count > 0, let base = owned.baseAddress else { return }
+        var bytes: [UInt8] = []
+        var order: [Int]
+        var ends: [Int] = []
+        // Slot width for fixed-width keys; inline keys are read back as whole 16-byte slots.
+        let inline = inlineKeys
+        let stride = maximumKeyWidth.map { inline ? 16 : $0 }
+        if let stride {
+            bytes.reserveCapacity(stride * count)
+            if !inline { ends.reserveCapacity(count) }
+            for row in rows {
+                let start = bytes.count
+                appendEntryKey(of: row, to: &bytes)
+                if !inline { ends.append(bytes.count) }
+                while bytes.count < start + stride { bytes.append(0) }
+            }
+            order = bytes.withUnsafeBytes { IndexKeyEncoding.radixOrder($0, width: stride, count: count) }
+        } else {
+            ends.reserveCapacity(count)
+            for row in rows {
+                appendEntryKey(of: row, to: &bytes)
+                ends.append(bytes.count)
+            }
+            order = Array(0..<count)
+            bytes.withUnsafeBytes { buffer in
+                order.sort {
+                    Value.compareBuffers(
+                        UnsafeRawBufferPointer(rebasing: buffer[($0 == 0 ? 0 : ends[$0 - 1])..<ends[$0]]),
+                        UnsafeRawBufferPointer(rebasing: buffer[($1 == 0 ? 0 : ends[$1 - 1])..<ends[$1]])) < 0
+                }
+            }
+        }
+        bytes.withUnsafeBytes { buffer in
+            func key(_ k: Int) -> Value {
+                if inline {
+                    return .uuid(UUID(uuid: buffer.loadUnaligned(fromByteOffset: k &* 16, as: uuid_t.self)))
+                }
+                let start = stride.map { k * $0 } ?? (k == 0 ? 0 : ends[k - 1])
+                return Self.key(UnsafeRawBufferPointer(rebasing: buffer[start..<ends[k]]), inline: false)
+            }
+            let first = key(order[0])
+            // `order` is a permutation of the rows: each element of `owned` is moved once.
+            if entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
+                entries.appendAscending(count: count) { j in (j == 0 ? first : key(order[j]), (base + order[j]).move()) }
+            } else {
+                for k in order { entries.updateValue((base + k).move(), forKey: key(k)) }
+            }
+        }
     }
 
     /// Removes `row`'s entry.

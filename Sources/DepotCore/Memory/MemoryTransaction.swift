@@ -88,83 +88,24 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             pendingLeaves.removeAll()
         }
 
-        /// The index entries of rows added since the last flush, for one index: their keys
-        /// end to end in one buffer, and the rows.
-        struct PendingEntries {
-            var bytes: [UInt8] = []
-            var ends: [Int] = []
-            var rows: [Row] = []
-        }
-
-        /// Index entries of rows added since the last flush, one list per index. A bulk
-        /// save queues them and puts each index's entries in its tree sorted, together
-        /// (appended as whole leaves when they all sort after the tree's last entry), rather
-        /// than descending the tree for every row in random order. The keys are sorted as
-        /// positions into one buffer, so sorting moves integers, not keys.
-        @exclusivity(unchecked) private var pendingEntries: [PendingEntries] = []
+        /// New rows whose index entries are not in the trees yet. A bulk save queues its
+        /// rows, one list for every index, and at the flush each index encodes and sorts
+        /// the entries of all of them together and puts them in its tree in order
+        /// (``MemoryIndex/insertNew(_:)``: whole leaves when they all sort after the tree's
+        /// last entry), rather than descending the tree for every row in random order.
+        @exclusivity(unchecked) private var pendingIndexRows: [Row] = []
 
         /// Queues the index entries of a new row (no unique index: those check the trees).
         func queueIndexEntries(of row: Row) {
-            if pendingEntries.isEmpty {
-                pendingEntries = Array(repeating: PendingEntries(), count: stored.indexes.count)
-                queuedIndexes = stored.indexes
-            }
-            for i in queuedIndexes.indices {
-                queuedIndexes[i].appendEntryKey(of: row, to: &pendingEntries[i].bytes)
-                pendingEntries[i].ends.append(pendingEntries[i].bytes.count)
-                pendingEntries[i].rows.append(row)
-            }
+            pendingIndexRows.append(row)
         }
-
-        /// The indexes' descriptions for encoding queued entries, taken once per batch (the
-        /// trees are not touched until the flush, which drops this copy first).
-        @exclusivity(unchecked) private var queuedIndexes: [MemoryIndex] = []
 
         /// Puts the queued index entries in their trees.
         func flushIndexEntries() {
-            guard !pendingEntries.isEmpty else { return }
-            let queued = pendingEntries
-            pendingEntries = []
-            // The copy shares the trees: released before they change, so they change in place.
-            queuedIndexes = []
-            for (i, pending) in queued.enumerated() where !pending.rows.isEmpty {
-                let ends = pending.ends
-                let inline = stored.indexes[i].inlineKeys
-                var order = Array(ends.indices)
-                var keys = ContiguousArray<Value>()
-                keys.reserveCapacity(order.count)
-                pending.bytes.withUnsafeBytes { buffer in
-                    func key(_ k: Int) -> UnsafeRawBufferPointer {
-                        UnsafeRawBufferPointer(rebasing: buffer[(k == 0 ? 0 : ends[k - 1])..<ends[k]])
-                    }
-                    if let width = ends.first, width <= 24, ends.enumerated().allSatisfy({ $0.element == width * ($0.offset + 1) }) {
-                        // Keys of one width up to three words (integers, doubles, dates,
-                        // booleans and their key): compared as big-endian words, which
-                        // orders them as their bytes, without a comparison call per pair.
-                        func word(_ k: Int, _ w: Int) -> UInt64 {
-                            var value: UInt64 = 0
-                            let start = k * width + w * 8
-                            for b in 0..<8 {
-                                value <<= 8
-                                if w * 8 + b < width { value |= UInt64(buffer[start + b]) }
-                            }
-                            return value
-                        }
-                        var packed = order.map { (word($0, 0), word($0, 1), word($0, 2), $0) }
-                        packed.sort { ($0.0, $0.1, $0.2) < ($1.0, $1.1, $1.2) }
-                        order = packed.map(\.3)
-                    } else {
-                        order.sort { Value.compareBuffers(key($0), key($1)) < 0 }
-                    }
-                    for k in order { keys.append(MemoryIndex.key(key(k), inline: inline)) }
-                }
-                let rows = ContiguousArray(order.map { pending.rows[$0] })
-                if let first = keys.first, stored.indexes[i].entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
-                    stored.indexes[i].entries.appendAscending(keys: keys, rows: rows)
-                } else {
-                    for (key, row) in zip(keys, rows) { stored.indexes[i].entries.updateValue(row, forKey: key) }
-                }
-            }
+            guard !pendingIndexRows.isEmpty else { return }
+            let rows = pendingIndexRows
+            pendingIndexRows = []
+            for i in stored.indexes.indices { stored.indexes[i].insertNew(rows) }
         }
 
         /// The entity's slot in the store's registry.

@@ -341,6 +341,28 @@ package struct RowTree: Sendable {
         appendLeaves(leaves)
     }
 
+    /// Appends `count` entries, the `j`-th being `entry(j)`, whose keys are ascending and
+    /// all above ``lastKey`` (the caller guarantees both): each leaf is filled straight
+    /// from `entry`, without arrays of the keys and rows in between.
+    mutating func appendAscending(count: Int, _ entry: (Int) -> (key: Value, row: Row)) {
+        guard count > 0 else { return }
+        var leaves: [Node] = []
+        leaves.reserveCapacity((count + RowTree.capacity - 1) / RowTree.capacity)
+        var start = 0
+        while start < count {
+            let end = min(start + RowTree.capacity, count)
+            let leaf = Node(leafKeys: [], rows: [])
+            for j in start..<end {
+                let (key, row) = entry(j)
+                leaf.keys.append(key)
+                leaf.rows.append(row)
+            }
+            leaves.append(leaf)
+            start = end
+        }
+        appendLeaves(leaves)
+    }
+
     /// Hangs new, non-empty leaves, each holding ascending keys above those of the one
     /// before and of the whole tree (the caller guarantees it), on the tree's right edge,
     /// without a descent per row: edge nodes that fill up split off a new right sibling.
