@@ -234,3 +234,83 @@ extension SQLQueryCompiler {
         return compiler.statement("DELETE FROM \(table.name) WHERE \(table.keyColumn) IN (\(chosen))\(returning)")
     }
 }
+
+// A select's SQL depends on its request's shape (which attributes, operators, list
+// lengths, sort keys, whether it is paged), not on its values: a backend can keep the SQL
+// per shape and skip building the same text again for every call.
+extension SQLQueryCompiler {
+    /// The shape of `query`'s SELECT and its parameters in the order ``select(_:table:columns:)``
+    /// binds them, from one walk that mirrors it; `nil` when a condition's parameters are
+    /// derived by the dialect (prefix and substring tests), whose queries always compile.
+    /// Two queries with equal shapes compile to the same SQL for the same table and columns.
+    package static func selectShape(_ query: Query) -> (shape: [Int], parameters: [Dialect.Parameter])? {
+        var shape: [Int] = []
+        var parameters: [Dialect.Parameter] = []
+        guard Self.shape(of: query.filter, into: &shape, &parameters) else { return nil }
+        shape.append(-1)
+        for key in query.sort {
+            shape.append(key.attributeIndex)
+            shape.append(key.ascending ? 1 : 0)
+        }
+        if query.limit != nil || query.offset > 0 {
+            shape.append(-2)
+            parameters.append(query.limit.map { Dialect.count(Int64($0)) } ?? Dialect.noLimit)
+            parameters.append(Dialect.count(Int64(query.offset)))
+        }
+        return (shape, parameters)
+    }
+
+    private static func shape(of filter: Filter, into shape: inout [Int], _ parameters: inout [Dialect.Parameter]) -> Bool {
+        switch filter {
+        case .constant(let b):
+            shape.append(0)
+            shape.append(b.map { $0 ? 1 : 0 } ?? 2)
+        case .compare(let index, let op, let value):
+            shape.append(1)
+            shape.append(index)
+            switch op {
+            case .equal: shape.append(0)
+            case .notEqual: shape.append(1)
+            case .less: shape.append(2)
+            case .lessOrEqual: shape.append(3)
+            case .greater: shape.append(4)
+            case .greaterOrEqual: shape.append(5)
+            }
+            if value.isNull {
+                shape.append(0)
+            } else {
+                shape.append(1)
+                parameters.append(Dialect.parameter(value))
+            }
+        case .oneOf(let index, let values, let includesNil):
+            shape.append(2)
+            shape.append(index)
+            shape.append(values.count)
+            shape.append(includesNil ? 1 : 0)
+            for value in values { parameters.append(Dialect.parameter(value)) }
+        case .notOneOf(let index, let values):
+            shape.append(3)
+            shape.append(index)
+            shape.append(values.count)
+            for value in values { parameters.append(Dialect.parameter(value)) }
+        case .isNil(let index):
+            shape.append(4)
+            shape.append(index)
+        case .isNotNil(let index):
+            shape.append(5)
+            shape.append(index)
+        case .hasPrefix, .contains:
+            return false
+        case .and(let parts), .or(let parts):
+            if case .and = filter { shape.append(6) } else { shape.append(7) }
+            shape.append(parts.count)
+            for part in parts {
+                guard Self.shape(of: part, into: &shape, &parameters) else { return false }
+            }
+        case .not(let inner):
+            shape.append(8)
+            return Self.shape(of: inner, into: &shape, &parameters)
+        }
+        return true
+    }
+}

@@ -48,6 +48,12 @@ package final class Connection: @unchecked Sendable {
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
     /// `in` lists cannot grow it without bound.
     private static let dynamicLimit = 256
+    /// The SQL of compiled selects by their request's shape (see
+    /// `SQLQueryCompiler.selectShape`), each with the table it was compiled for: a page
+    /// request repeated with other values then skips building its SQL again. An entry is
+    /// used only for the very table object it was compiled for, so a table registered again
+    /// (another column list, another name) compiles afresh.
+    private var selects: [SelectShape: (table: RegisteredEntity, sql: String)] = [:]
     /// Keeps the trace hook's context alive as long as the connection (see `traceStatements`).
     var traceContext: TraceContext?
     /// Keeps the WAL hook's context alive as long as the connection (see
@@ -159,6 +165,7 @@ package final class Connection: @unchecked Sendable {
     package func close() {
         fixed.removeAll()
         dynamic.removeAll()
+        selects.removeAll()
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
     }
@@ -242,6 +249,19 @@ package final class Connection: @unchecked Sendable {
         dynamic[sql] = made
         made.inUse = true
         return made
+    }
+
+    /// The SQL compiled earlier on this connection for a select of `shape` on `table`.
+    func selectSQL(_ shape: SelectShape, table: RegisteredEntity) -> String? {
+        guard let cached = selects[shape], cached.table === table else { return nil }
+        return cached.sql
+    }
+
+    /// Keeps `sql` as the select of `shape` on `table`.
+    func keepSelectSQL(_ sql: String, _ shape: SelectShape, table: RegisteredEntity) {
+        // Bounded like the statements: shapes vary with `in` lists' lengths.
+        if selects.count >= Self.dynamicLimit { selects.removeAll(keepingCapacity: true) }
+        selects[shape] = (table, sql)
     }
 
     /// Resets a statement and drops its bindings (so a large bound value is not kept).
@@ -433,4 +453,10 @@ extension Connection {
             return .uuid(UUID(uuid: uuid))
         }
     }
+}
+
+/// A select's request shape on one entity (see `SQLQueryCompiler.selectShape`).
+struct SelectShape: Hashable {
+    let serial: Int
+    let tokens: [Int]
 }

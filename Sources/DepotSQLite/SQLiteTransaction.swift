@@ -59,10 +59,27 @@ final class SQLiteTransaction: WriteTransaction {
             // than growing the caller's array step by step.
             reserve(max(0, try countAll(table) - query.offset))
         }
-        let compiled = try QueryCompiler.select(query, table: table)
-        let statement = try connection.statement(sql: compiled.sql)
+        let sql: String
+        let parameters: [Binding]
+        if let (tokens, values) = QueryCompiler.selectShape(query) {
+            // A list page asks the same shape again and again with other values: its SQL
+            // is built once per connection, only the parameters are walked each time.
+            let shape = SelectShape(serial: table.serial, tokens: tokens)
+            if let cached = connection.selectSQL(shape, table: table) {
+                sql = cached
+            } else {
+                sql = try QueryCompiler.select(query, table: table).sql
+                connection.keepSelectSQL(sql, shape, table: table)
+            }
+            parameters = values
+        } else {
+            let compiled = try QueryCompiler.select(query, table: table)
+            sql = compiled.sql
+            parameters = compiled.parameters
+        }
+        let statement = try connection.statement(sql: sql)
         defer { connection.release(statement) }
-        try bind(compiled.parameters, to: statement)
+        try bind(parameters, to: statement)
         let columns = StatementColumns(statement, table: table)
         while try connection.step(statement, "Fetching \(table.entity.name) records") {
             try body(columns)
