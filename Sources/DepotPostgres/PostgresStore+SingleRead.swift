@@ -1,4 +1,4 @@
-import DepotCore
+public import DepotCore
 
 // One round trip for a read that is one statement.
 //
@@ -10,6 +10,7 @@ import DepotCore
 // `REPEATABLE READ READ ONLY` transaction, which the core allows because such a read has no
 // effect outside what it returns.
 extension PostgresStore: SingleStatementReadingStore {
+    @usableFromInline
     package func submitSingleStatementRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
