@@ -29,7 +29,9 @@ import Synchronization
 /// tasks share on Linux, so that a call waiting for the server holds back no task.
 ///
 /// Reads run on a pool of reader connections in `REPEATABLE READ READ ONLY` transactions,
-/// so an operation sees one snapshot. Writes run one at a time per store on the writer
+/// so an operation sees one snapshot; a read that is one statement (a lookup by key, a
+/// controller's fetch, count or page) runs alone in autocommit mode, its own snapshot.
+/// Writes run one at a time per store on the writer
 /// connection, in `SERIALIZABLE` transactions: when two processes' operations conflict
 /// (each read what the other writes), PostgreSQL fails one with a serialization failure
 /// and the store runs that write's closure again from the start, up to

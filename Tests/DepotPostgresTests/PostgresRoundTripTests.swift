@@ -111,6 +111,78 @@ struct PostgresRoundTripTests {
     }
 }
 
+extension PostgresRoundTripTests {
+    /// The readers' exchanges during `body`.
+    func readerTrips(_ store: PostgresStore, _ body: () async throws -> Void) async throws -> Int {
+        let before = store.readers.reduce(0) { $0 + $1.roundTrips }
+        try await body()
+        return store.readers.reduce(0) { $0 + $1.roundTrips } - before
+    }
+
+    @Test("a fetch, a first, a count and a page are one autocommit statement each, with no BEGIN or ROLLBACK")
+    func singleReads() async throws {
+        let store = try TestServer.makeStore(readers: 1)
+        defer { Task { await store.close() } }
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save((1...30).map { Cat(id: $0, name: "Cat \($0)", weight: 1, age: Int($0 % 5)) })
+        let young = Request<CatRecord>(\.age < 2).sorted(by: \.name)
+        let set = cats.results.filter(\.age < 2).sorted(by: \.name)
+        // The first use of each statement prepares it (its own exchange).
+        _ = try await cats.fetchAll(young)
+        _ = try await cats.fetchFirst(young)
+        _ = try await cats.count(young)
+        let first = try await set.page(size: 5)
+        _ = try await set.page(size: 5, after: first.next)
+
+        var fetched: [Cat] = []
+        #expect(try await readerTrips(store) { fetched = try await cats.fetchAll(young) } == 1)
+        #expect(fetched.map(\.id) == (1...30).filter { $0 % 5 < 2 }.sorted { "Cat \($0)".utf8.lexicographicallyPrecedes("Cat \($1)".utf8) })
+        var firstID: Int64?
+        var counted = 0
+        #expect(try await readerTrips(store) { firstID = try await cats.fetchFirst(young)?.id } == 1)
+        #expect(firstID == fetched.first?.id)
+        #expect(try await readerTrips(store) { counted = try await cats.count(young) } == 1)
+        #expect(counted == fetched.count)
+        var page = Page<Cat>(items: [], next: nil)
+        #expect(try await readerTrips(store) { page = try await set.page(size: 5) } == 1)
+        #expect(page.items.map(\.id) == Array(fetched.prefix(5).map(\.id)))
+        #expect(try await readerTrips(store) { page = try await set.page(size: 5, after: page.next) } == 1)
+        #expect(page.items.map(\.id) == Array(fetched.dropFirst(5).prefix(5).map(\.id)))
+        // No reader was left inside a transaction, nor with an answer to read.
+        for reader in store.readers { #expect(!reader.isInTransaction) }
+        // A read closure still runs in a transaction: BEGIN with its statement, then ROLLBACK.
+        #expect(try await readerTrips(store) { _ = try await cats.read { try $0.count() } } == 2)
+    }
+
+    @Test("a read sent as one statement that goes on to a second runs again in one transaction")
+    func singleReadThatIsNot() async throws {
+        let store = try TestServer.makeStore(readers: 1)
+        defer { Task { await store.close() } }
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save((1...10).map { Cat(id: $0, name: "Cat \($0)", weight: 1, age: 1) })
+        let entity = try await cats.registeredEntity()
+        let query = Query(all: entity)
+        let runs = Counter()
+        let counts: [Int] = try await withCheckedThrowingContinuation { continuation in
+            store.submitSingleStatementRead({ transaction -> [Int] in
+                runs.increment()
+                return [try transaction.count(query), try transaction.count(query)]
+            }, completion: { continuation.resume(with: $0) })
+        }
+        #expect(counts == [10, 10])
+        #expect(runs.value == 2)
+        for reader in store.readers { #expect(!reader.isInTransaction) }
+    }
+}
+
+/// How many times something ran.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func increment() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
+
 /// The changes a subscription delivered, in order.
 final class Collected: @unchecked Sendable {
     private let lock = NSLock()

@@ -135,6 +135,19 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         }
     }
 
+    /// ``read(_:)`` for a `body` that reads with one statement and has no effect outside
+    /// what it returns (a page): a store may run it as a read of its own, without a
+    /// transaction around it.
+    @inlinable
+    func readOneStatement<T: Sendable>(_ body: @escaping @Sendable (ReadContext<Object, Managed>) throws -> T) async throws -> T {
+        let entity = try await registeredEntity()
+        let logger = callLogger
+        return try await access.read(DatabaseCall("fetch", entity.name), singleStatement: true) { transaction in
+            CallLogger.adopt(logger)
+            return try body(ReadContext(transaction, entity: entity))
+        }
+    }
+
     /// Runs `body` in one write transaction: its reads see its writes; it commits when
     /// `body` returns and rolls back when it throws (the error is rethrown unchanged).
     @inlinable
@@ -162,7 +175,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
         let logger = callLogger
-        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0.count }) {
+        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0.count }, singleStatement: true) {
             CallLogger.adopt(logger)
             return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query)
         }
@@ -174,7 +187,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.atMostOne.resolved(for: entity)
         let logger = callLogger
-        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0 == nil ? 0 : 1 }) {
+        return try await access.read(DatabaseCall("fetch", entity.name), rows: { $0 == nil ? 0 : 1 }, singleStatement: true) {
             CallLogger.adopt(logger)
             return try ReadContext<Object, Managed>($0, entity: entity).fetchAll(query).first
         }
@@ -196,7 +209,7 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
         let entity = try await registeredEntity()
         let query = try request.resolved(for: entity)
         let logger = callLogger
-        return try await access.read(DatabaseCall("count", entity.name), rows: { _ in 1 }) {
+        return try await access.read(DatabaseCall("count", entity.name), rows: { _ in 1 }, singleStatement: true) {
             CallLogger.adopt(logger)
             return try $0.count(query)
         }

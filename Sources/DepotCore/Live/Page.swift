@@ -305,7 +305,7 @@ extension ResultSet {
             sortKeys: base.sort.map { SortKey(base.entity.attributes[$0.attributeIndex].name, ascending: $0.ascending) },
             limit: fetchLimit, offset: cursor == nil ? request.offset : 0, extraDepth: 1)
         let pageSize = want
-        let (items, last, more) = try await controller.read { context -> ([Object], Row?, Bool) in
+        let (items, last, more) = try await controller.readOneStatement { context -> ([Object], Row?, Bool) in
             var objects: [Object] = []
             var last: Row?
             var more = false

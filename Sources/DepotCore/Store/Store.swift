@@ -182,6 +182,23 @@ package protocol RowRead: AnyObject, Sendable {
     func finish(_ result: Result<Bool, any Error>)
 }
 
+/// A capability: a store that runs a read of one statement faster than a read transaction
+/// around it (PostgreSQL runs the statement in autocommit mode, which is its own snapshot,
+/// with no `BEGIN` and no `ROLLBACK`).
+///
+/// A controller's reads that are one statement (`fetchAll`, `fetchFirst`, `count`, a page)
+/// come here when the store has it. `body` may still run more than one statement (a
+/// request that reads related records); the store then runs it again in a read
+/// transaction, so `body` must have no effect outside what it returns.
+@usableFromInline
+package protocol SingleStatementReadingStore: Store {
+    /// Runs `body`, which reads with one statement, as a read of its own, then calls
+    /// `completion` with what it returned or threw.
+    func submitSingleStatementRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void)
+}
+
 /// A store that lists the entities it holds: those registered in this process and, for a
 /// store on files, those its files hold. Tools that work without the application's record
 /// types (JSON import and export, `StoreCopy`, the `depot` command) read the schema here.

@@ -13,6 +13,7 @@ struct StoreAccess: Sendable {
     @usableFromInline let onCallingThread: (any ExecutorReadingStore)?
     @usableFromInline let rows: (any RowReadingStore)?
     @usableFromInline let inlineWrites: (any InlineWritingStore)?
+    @usableFromInline let singleStatement: (any SingleStatementReadingStore)?
 
     @usableFromInline
     init(_ store: any Store) {
@@ -21,6 +22,7 @@ struct StoreAccess: Sendable {
         onCallingThread = store as? any ExecutorReadingStore
         rows = store as? any RowReadingStore
         inlineWrites = (store as? any InlineWritingStore).flatMap { $0.writesInline ? $0 : nil }
+        singleStatement = store as? any SingleStatementReadingStore
     }
 
     @inlinable @inline(__always)
@@ -77,22 +79,29 @@ struct StoreAccess: Sendable {
     /// is a ``StoreExecutor`` thread; otherwise on the store's threads.
     @inlinable
     func read<T: Sendable>(
-        _ call: @autoclosure () -> DatabaseCall, rows: (T) -> Int? = { _ in nil },
+        _ call: @autoclosure () -> DatabaseCall, rows: (T) -> Int? = { _ in nil }, singleStatement: Bool = false,
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T
     ) async throws -> T {
         if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
-            return try await telemetry.span(call(), on: tracer, rows: rows) { try await readUntraced(body) }
+            return try await telemetry.span(call(), on: tracer, rows: rows) { try await readUntraced(singleStatement: singleStatement, body) }
         }
-        return try await readUntraced(body)
+        return try await readUntraced(singleStatement: singleStatement, body)
     }
 
+    /// `singleStatement`: `body` reads with one statement and has no effect outside what it
+    /// returns, so a ``SingleStatementReadingStore`` may run it as a read of its own.
     @inlinable
-    func readUntraced<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+    func readUntraced<T: Sendable>(singleStatement: Bool = false, _ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         if let inline { return try inline.readInline(body) }
         if let onCallingThread, StoreExecutor.isCurrent {
             var result: T?
             let ran = try onCallingThread.readOnCallingThread(singleStatement: false) { result = try body($0) }
             if ran, let result { return result }
+        }
+        if singleStatement, let single = self.singleStatement {
+            return try await withCheckedThrowingContinuation { continuation in
+                single.submitSingleStatementRead(body) { continuation.resume(with: $0) }
+            }
         }
         return try await withCheckedThrowingContinuation { continuation in
             store.submitRead(body) { continuation.resume(with: $0) }
