@@ -214,8 +214,9 @@ load-deps:
 
 # The HTTP load benchmark (scripts/load/run.sh): the example in release mode on loopback,
 # one backend after another (memory, SQLite, LMDB), driven by wrk through 80 % reads by id,
-# 10 % list pages and 10 % writes for LOAD_SECONDS (15) each; prints requests/s, p50/p99
-# latency and errors, and writes load-report/{results.json,report.md}. About 2 minutes after
+# 10 % list pages and 10 % writes for LOAD_SECONDS (15) each, then the list page alone and
+# GET /health (the HTTP ceiling) against the same server; prints requests/s, p50/p99
+# latency and errors, and writes load-report/{results.json,report.md}. About 3 minutes after
 # the build.
 load: deps load-deps
 	$(SWIFT) build -c release --package-path Examples/PetClinic --product pet-clinic

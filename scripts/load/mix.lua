@@ -2,6 +2,8 @@
 --   80 % GET /pets/{id}       a seeded pet, chosen at random
 --   10 % GET /pets?...         a page of 20, filtered by species and sorted by name
 --   10 % POST /pets            a new pet for a seeded owner
+-- SCENARIO picks what is sent: "mix" (the above, the default), "list" (only the page of
+-- 20) or "health" (only GET /health, which touches no store: the HTTP ceiling).
 -- PETS (how many pets were seeded) and OWNER (their owner's id) come from the environment.
 -- Seeded pet ids are 00000000-0000-4000-8000-<index as 12 hex digits>, as scripts/load/run.sh makes them.
 
@@ -10,6 +12,7 @@ local owner = os.getenv("OWNER") or ""
 local species = { "cat", "dog", "parrot" }
 local counter = 0
 local json = { ["Content-Type"] = "application/json" }
+local scenario = os.getenv("SCENARIO") or "mix"
 
 function setup(thread)
   thread:set("id", math.random(1, 1000000))
@@ -21,7 +24,10 @@ end
 
 function request()
   counter = counter + 1
-  local r = math.random(100)
+  if scenario == "health" then
+    return wrk.format("GET", "/health")
+  end
+  local r = scenario == "list" and 85 or math.random(100)
   if r <= 80 then
     return wrk.format("GET", string.format("/pets/00000000-0000-4000-8000-%012x", math.random(0, pets - 1)))
   elseif r <= 90 then

@@ -8,7 +8,10 @@
 #
 #   LOAD_BACKENDS      backends, in order (default "memory sqlite lmdb"; add postgres with
 #                      LOAD_POSTGRES_URL set, which `make load-postgres` does)
-#   LOAD_SECONDS       measured seconds per backend (15)
+#   LOAD_SCENARIOS     what wrk sends, each measured in turn against the same server (default
+#                      "mix list health": the mix, the list page alone, and GET /health,
+#                      which touches no store and gives the machine's HTTP ceiling)
+#   LOAD_SECONDS       measured seconds per backend and scenario (15)
 #   LOAD_CONNECTIONS   concurrent connections (32); LOAD_THREADS wrk threads (2)
 #   LOAD_PETS          seeded pets (10000)
 #   LOAD_OUTPUT        report folder (load-report)
@@ -16,6 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 backends=${LOAD_BACKENDS:-memory sqlite lmdb}
+scenarios=${LOAD_SCENARIOS:-mix list health}
+for scenario in $scenarios; do
+    case "$scenario" in mix|list|health) ;; *) echo "load: unknown scenario $scenario (mix, list, health)" >&2; exit 1 ;; esac
+done
 seconds=${LOAD_SECONDS:-15}
 connections=${LOAD_CONNECTIONS:-32}
 threads=${LOAD_THREADS:-2}
@@ -83,19 +90,27 @@ for backend in $backends; do
     curl -sf --max-time 120 "$base/pets/import" -H 'content-type: application/json' --data-binary "@$work/seed.json" > "$work/import.json" \
         || { echo "load: the seed import failed" >&2; exit 1; }
 
-    # Warm-up (not measured), then the measured run.
-    PETS=$pets OWNER=$owner wrk -t"$threads" -c"$connections" -d3s --timeout 5s -s scripts/load/mix.lua "$base" > /dev/null
-    PETS=$pets OWNER=$owner wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 5s --latency -s scripts/load/mix.lua "$base" > "$work/$backend.wrk"
-    line=$(sed -n 's/^LOAD //p' "$work/$backend.wrk")
-    [ -n "$line" ] || { echo "load: wrk printed no summary:" >&2; cat "$work/$backend.wrk" >&2; exit 1; }
+    # Per scenario: a warm-up (not measured), then the measured run.
+    lines=()
+    for scenario in $scenarios; do
+        SCENARIO=$scenario PETS=$pets OWNER=$owner wrk -t"$threads" -c"$connections" -d3s --timeout 5s -s scripts/load/mix.lua "$base" > /dev/null
+        SCENARIO=$scenario PETS=$pets OWNER=$owner wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 5s --latency -s scripts/load/mix.lua "$base" > "$work/$backend-$scenario.wrk"
+        line=$(sed -n 's/^LOAD //p' "$work/$backend-$scenario.wrk")
+        [ -n "$line" ] || { echo "load: wrk printed no summary:" >&2; cat "$work/$backend-$scenario.wrk" >&2; exit 1; }
+        echo "   $scenario: $line"
+        lines+=("$scenario $line")
+    done
 
     kill -TERM "$server"
     status=0
     wait "$server" || status=$?
     server=""
-    fields=${line#\{}
-    rows+=("{\"backend\":\"$backend\",${fields%\}},\"shutdownStatus\":$status}")
-    echo "   $line, exit after SIGTERM: $status"
+    for entry in "${lines[@]}"; do
+        scenario=${entry%% *}
+        fields=${entry#* \{}
+        rows+=("{\"backend\":\"$backend\",\"scenario\":\"$scenario\",${fields%\}},\"shutdownStatus\":$status}")
+    done
+    echo "   exit after SIGTERM: $status"
     [ "$status" = 0 ] || { echo "load: the server exited $status after SIGTERM:" >&2; tail -20 "$work/$backend.err" >&2; exit 1; }
 done
 
@@ -112,22 +127,24 @@ mkdir -p "$output"
 } > "$output/results.json"
 
 table() {
-    echo "| backend | requests/s | p50 | p90 | p99 | max | errors |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| backend | scenario | requests/s | p50 | p90 | p99 | max | errors |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|"
     for row in "${rows[@]}"; do
         echo "$row" | awk '{
             match($0, /"backend":"[^"]*"/); b = substr($0, RSTART + 11, RLENGTH - 12)
+            match($0, /"scenario":"[^"]*"/); sc = substr($0, RSTART + 12, RLENGTH - 13)
             split("requestsPerSecond p50us p90us p99us maxus errors", keys, " ")
             for (k in keys) { if (match($0, "\"" keys[k] "\":[0-9.]+")) v[keys[k]] = substr($0, RSTART + length(keys[k]) + 3, RLENGTH - length(keys[k]) - 3) }
-            printf "| %s | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f ms | %d |\n", b, v["requestsPerSecond"], v["p50us"] / 1000, v["p90us"] / 1000, v["p99us"] / 1000, v["maxus"] / 1000, v["errors"]
+            printf "| %s | %s | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f ms | %d |\n", b, sc, v["requestsPerSecond"], v["p50us"] / 1000, v["p90us"] / 1000, v["p99us"] / 1000, v["maxus"] / 1000, v["errors"]
         }'
     done
 }
 {
     echo "# PetClinic under HTTP load"
     echo
-    echo "$date; $cores cores ($cpu); wrk -t$threads -c$connections, ${seconds} s per backend after a 3 s warm-up;"
-    echo "$pets pets seeded; mix: 80 % GET /pets/{id}, 10 % a page of 20 by species and name, 10 % POST /pets."
+    echo "$date; $cores cores ($cpu); wrk -t$threads -c$connections, ${seconds} s per backend and scenario after a 3 s warm-up;"
+    echo "$pets pets seeded; scenarios: mix (80 % GET /pets/{id}, 10 % a page of 20 by species and name, 10 % POST /pets),"
+    echo "list (the page alone), health (GET /health, no store: the HTTP ceiling), each against the same server in turn."
     echo "Server and wrk share the machine's cores; errors count socket errors and non-2xx answers."
     echo
     table
