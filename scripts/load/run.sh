@@ -23,6 +23,7 @@ scenarios=${LOAD_SCENARIOS:-mix list health}
 for scenario in $scenarios; do
     case "$scenario" in mix|list|health) ;; *) echo "load: unknown scenario $scenario (mix, list, health)" >&2; exit 1 ;; esac
 done
+[ -n "${scenarios// }" ] || { echo "load: LOAD_SCENARIOS names no scenario (mix, list, health)" >&2; exit 1; }
 seconds=${LOAD_SECONDS:-15}
 connections=${LOAD_CONNECTIONS:-32}
 threads=${LOAD_THREADS:-2}
