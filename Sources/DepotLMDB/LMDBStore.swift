@@ -183,7 +183,12 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             do {
                 try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: options.createDirectories)
             } catch {
-                throw DepotError(.permissionDenied, "Cannot create the store directory \(directory): \(error.localizedDescription).")
+                // Another process opening the same new store may have created the directory
+                // between the check above and this call; its directory is the one we want.
+                var raced: ObjCBool = false
+                guard fileManager.fileExists(atPath: directory, isDirectory: &raced), raced.boolValue else {
+                    throw DepotError(.permissionDenied, "Cannot create the store directory \(directory): \(error.localizedDescription).")
+                }
             }
         }
         let path = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path

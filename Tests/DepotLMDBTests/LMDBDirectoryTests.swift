@@ -1,5 +1,6 @@
 import DepotCore
 import Foundation
+import Synchronization
 import Testing
 
 import DepotLMDB
@@ -41,5 +42,35 @@ struct LMDBDirectoryTests {
         let store = try LMDBStore(directory: directory, options: .init(createDirectories: true))
         await store.close()
         #expect(FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent("data.mdb")))
+    }
+
+    /// Two processes opening one new store both see no directory and both try to create it;
+    /// the one that loses that race must open the directory the other made, not fail. The
+    /// race is run here between threads: every attempt opens the store or is told it is
+    /// already open in this process, never that its directory cannot be created.
+    @Test func openersRacingToCreateTheDirectoryAllSeeOneStore() async throws {
+        let root = TemporaryDirectory()
+        defer { root.remove() }
+        try FileManager.default.createDirectory(atPath: root.path, withIntermediateDirectories: true)
+        for round in 0..<20 {
+            let directory = (root.path as NSString).appendingPathComponent("db\(round)")
+            let outcomes = Mutex<(stores: [LMDBStore], errors: [DepotError])>(([], []))
+            DispatchQueue.concurrentPerform(iterations: 4) { _ in
+                do {
+                    let store = try LMDBStore(directory: directory)
+                    outcomes.withLock { $0.stores.append(store) }
+                } catch let error as DepotError {
+                    outcomes.withLock { $0.errors.append(error) }
+                } catch {
+                    outcomes.withLock { $0.errors.append(DepotError(.io, "\(error)")) }
+                }
+            }
+            let (stores, errors) = outcomes.withLock { $0 }
+            for store in stores { await store.close() }
+            #expect(stores.count == 1, "round \(round): \(stores.count) stores opened, errors \(errors)")
+            for error in errors {
+                #expect(error.code == .busy, "round \(round): \(error.code): \(error.message)")
+            }
+        }
     }
 }
