@@ -41,6 +41,43 @@ package enum IndexKeyEncoding {
         if descending { invert(&bytes, from: start) }
     }
 
+    /// Writes the encoding of a fixed-width `value` (see ``fixedWidth(of:)``; nil only when
+    /// `tagged`) at `target`, the same bytes ``append(_:descending:tagged:to:)`` appends,
+    /// and returns how many it wrote; a string or data value writes nothing and returns nil.
+    /// A bulk insert writes its keys into one buffer this way, with no array growth per byte.
+    static func write(_ value: Value, descending: Bool, tagged: Bool, to target: UnsafeMutableRawPointer) -> Int? {
+        var width = 0
+        if tagged {
+            target.storeBytes(of: value.isNull ? absent : present, as: UInt8.self)
+            width = 1
+        }
+        switch value {
+        case .null:
+            break
+        case .int(let v):
+            target.storeBytes(of: (UInt64(bitPattern: v) ^ (1 << 63)).bigEndian, toByteOffset: width, as: UInt64.self)
+            width += 8
+        case .double(let v):
+            target.storeBytes(of: orderedBits(v).bigEndian, toByteOffset: width, as: UInt64.self)
+            width += 8
+        case .date(let v):
+            target.storeBytes(of: orderedBits(v.timeIntervalSinceReferenceDate).bigEndian, toByteOffset: width, as: UInt64.self)
+            width += 8
+        case .bool(let v):
+            target.storeBytes(of: v ? 1 : 0, toByteOffset: width, as: UInt8.self)
+            width += 1
+        case .uuid(let v):
+            target.storeBytes(of: v.uuid, toByteOffset: width, as: uuid_t.self)
+            width += 16
+        case .string, .data:
+            return nil
+        }
+        if descending {
+            for i in 0..<width { target.storeBytes(of: ~target.load(fromByteOffset: i, as: UInt8.self), toByteOffset: i, as: UInt8.self) }
+        }
+        return width
+    }
+
     /// The bytes of a value of `type` when every value has the same number (the tag
     /// byte not counted), or nil.
     static func fixedWidth(of type: AttributeType) -> Int? {
@@ -135,9 +172,14 @@ package enum IndexKeyEncoding {
     /// Doubles in Depot's order: negative values below positive ones, `-0.0` equal to
     /// `0.0`, NaN above everything and equal to itself.
     private static func appendDouble(_ v: Double, to bytes: inout [UInt8]) {
+        appendBigEndian(orderedBits(v), to: &bytes)
+    }
+
+    /// `v`'s bits as an unsigned number in Depot's order of doubles.
+    private static func orderedBits(_ v: Double) -> UInt64 {
         let canonical: Double = v.isNaN ? .nan : (v == 0 ? 0 : v)
         let bits = canonical.bitPattern
-        appendBigEndian(bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63), to: &bytes)
+        return bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63)
     }
 
     /// Bytes with 0x00 written as 0x00 0xFF, so the terminator 0x00 0x00 sorts below any
@@ -287,67 +329,84 @@ struct MemoryIndex: Sendable {
     /// and are radix-sorted; others are sorted by comparison.
     mutating func insertNew(_ rows: [Row]) {
         guard !rows.isEmpty else { return }
-        // The entries' own references to the rows, taken in queue order (the order the
-        // rows were made in, so their headers are touched one after another) and moved,
-        // not copied, into the tree in key order: a retain in key order would touch each
-        // row's header at random, a cache miss apiece.
         let owned = UnsafeMutableBufferPointer<Row>.allocate(capacity: rows.count)
         _ = owned.initialize(fromContentsOf: rows)
-        insertNew(rows, moving: owned)
+        insertNew(moving: owned)
     }
 
-    /// ``insertNew(_:)`` with `owned`, an initialized copy of `rows`, whose every element
-    /// this moves into the tree; it deallocates `owned`.
-    private mutating func insertNew(_ rows: [Row], moving owned: UnsafeMutableBufferPointer<Row>) {
+    /// ``insertNew(_:)`` with `owned`, initialized rows, every one of which this moves into
+    /// the tree (their references become the entries', with no retain or release); it
+    /// deallocates `owned`. The rows are read in `owned`'s order (the order they were
+    /// made in, so their storage is touched one row after another) and moved in key order.
+    mutating func insertNew(moving owned: UnsafeMutableBufferPointer<Row>) {
         defer { owned.deallocate() }
         let count = owned.count
         guard count > 0, let base = owned.baseAddress else { return }
+        if let stride = maximumKeyWidth.map({ inlineKeys ? 16 : $0 }) {
+            insertFixedWidth(count: count, rows: base, stride: stride)
+            return
+        }
         var bytes: [UInt8] = []
-        var order: [Int]
         var ends: [Int] = []
-        // Slot width for fixed-width keys; inline keys are read back as whole 16-byte slots.
-        let inline = inlineKeys
-        let stride = maximumKeyWidth.map { inline ? 16 : $0 }
-        if let stride {
-            bytes.reserveCapacity(stride * count)
-            if !inline { ends.reserveCapacity(count) }
-            for row in rows {
-                let start = bytes.count
-                appendEntryKey(of: row, to: &bytes)
-                if !inline { ends.append(bytes.count) }
-                while bytes.count < start + stride { bytes.append(0) }
+        ends.reserveCapacity(count)
+        for row in owned {
+            appendEntryKey(of: row, to: &bytes)
+            ends.append(bytes.count)
+        }
+        var order = Array(0..<count)
+        bytes.withUnsafeBytes { buffer in
+            order.sort {
+                Value.compareBuffers(
+                    UnsafeRawBufferPointer(rebasing: buffer[($0 == 0 ? 0 : ends[$0 - 1])..<ends[$0]]),
+                    UnsafeRawBufferPointer(rebasing: buffer[($1 == 0 ? 0 : ends[$1 - 1])..<ends[$1]])) < 0
             }
-            order = bytes.withUnsafeBytes { IndexKeyEncoding.radixOrder($0, width: stride, count: count) }
-        } else {
-            ends.reserveCapacity(count)
-            for row in rows {
-                appendEntryKey(of: row, to: &bytes)
-                ends.append(bytes.count)
-            }
-            order = Array(0..<count)
-            bytes.withUnsafeBytes { buffer in
-                order.sort {
-                    Value.compareBuffers(
-                        UnsafeRawBufferPointer(rebasing: buffer[($0 == 0 ? 0 : ends[$0 - 1])..<ends[$0]]),
-                        UnsafeRawBufferPointer(rebasing: buffer[($1 == 0 ? 0 : ends[$1 - 1])..<ends[$1]])) < 0
-                }
+            hang(count: count, rows: base, order: order) { k in
+                Self.key(UnsafeRawBufferPointer(rebasing: buffer[(k == 0 ? 0 : ends[k - 1])..<ends[k]]), inline: false)
             }
         }
-        bytes.withUnsafeBytes { buffer in
-            func key(_ k: Int) -> Value {
-                if inline {
-                    return .uuid(UUID(uuid: buffer.loadUnaligned(fromByteOffset: k &* 16, as: uuid_t.self)))
-                }
-                let start = stride.map { k * $0 } ?? (k == 0 ? 0 : ends[k - 1])
-                return Self.key(UnsafeRawBufferPointer(rebasing: buffer[start..<ends[k]]), inline: false)
+    }
+
+    /// The fixed-width case of ``insertNew(moving:)``: every key written straight into a
+    /// zeroed slot of `stride` bytes and the slots radix-sorted.
+    private mutating func insertFixedWidth(count: Int, rows base: UnsafeMutablePointer<Row>, stride: Int) {
+        let slots = UnsafeMutableRawBufferPointer.allocate(byteCount: stride * count, alignment: 8)
+        defer { slots.deallocate() }
+        slots.initializeMemory(as: UInt8.self, repeating: 0)
+        guard let start = slots.baseAddress else { return }
+        let lengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: inlineKeys ? 0 : count)
+        defer { lengths.deallocate() }
+        for k in 0..<count {
+            let row = base[k]
+            let slot = start + k &* stride
+            var width = 0
+            for (i, position) in positions.enumerated() {
+                width += IndexKeyEncoding.write(row[value: position], descending: components[i].isDescending, tagged: tagged[i], to: slot + width) ?? 0
             }
-            let first = key(order[0])
-            // `order` is a permutation of the rows: each element of `owned` is moved once.
-            if entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
-                entries.appendAscending(count: count) { j in (j == 0 ? first : key(order[j]), (base + order[j]).move()) }
-            } else {
-                for k in order { entries.updateValue((base + k).move(), forKey: key(k)) }
+            width += IndexKeyEncoding.write(row[value: keyPosition], descending: false, tagged: false, to: slot + width) ?? 0
+            if !inlineKeys { lengths[k] = width }
+        }
+        let buffer = UnsafeRawBufferPointer(slots)
+        let order = IndexKeyEncoding.radixOrder(buffer, width: stride, count: count)
+        if inlineKeys {
+            hang(count: count, rows: base, order: order) { k in
+                .uuid(UUID(uuid: buffer.loadUnaligned(fromByteOffset: k &* 16, as: uuid_t.self)))
             }
+        } else {
+            hang(count: count, rows: base, order: order) { k in
+                Self.key(UnsafeRawBufferPointer(rebasing: buffer[(k &* stride)..<(k &* stride &+ lengths[k])]), inline: false)
+            }
+        }
+    }
+
+    /// Moves the rows at `base` into the tree in `order` (a permutation of `0..<count`, the
+    /// entries' key order), the `k`-th under `key(k)`.
+    private mutating func hang(count: Int, rows base: UnsafeMutablePointer<Row>, order: [Int], key: (Int) -> Value) {
+        let first = key(order[0])
+        // `order` is a permutation of the rows: each row is moved once.
+        if entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
+            entries.appendAscending(count: count) { j in (j == 0 ? first : key(order[j]), (base + order[j]).move()) }
+        } else {
+            for k in order { entries.updateValue((base + k).move(), forKey: key(k)) }
         }
     }
 

@@ -93,19 +93,52 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         /// the entries of all of them together and puts them in its tree in order
         /// (``MemoryIndex/insertNew(_:)``: whole leaves when they all sort after the tree's
         /// last entry), rather than descending the tree for every row in random order.
-        @exclusivity(unchecked) private var pendingIndexRows: [Row] = []
+        /// The queue is a buffer of its own, not an array, so that at the flush the last
+        /// index takes the queue's references to the rows as its entries' (one retain per
+        /// row per index, none released).
+        @exclusivity(unchecked) private var pendingIndexRows: UnsafeMutableBufferPointer<Row> = .init(start: nil, count: 0)
+        @exclusivity(unchecked) private var pendingIndexCount = 0
+
+        deinit {
+            // A transaction rolled back (or abandoned) with rows still queued.
+            if pendingIndexCount > 0 { _ = pendingIndexRows.extracting(0..<pendingIndexCount).deinitialize() }
+            pendingIndexRows.deallocate()
+        }
 
         /// Queues the index entries of a new row (no unique index: those check the trees).
         func queueIndexEntries(of row: Row) {
-            pendingIndexRows.append(row)
+            if pendingIndexCount == pendingIndexRows.count {
+                let larger = UnsafeMutableBufferPointer<Row>.allocate(capacity: max(64, pendingIndexRows.count * 2))
+                if pendingIndexCount > 0, let from = pendingIndexRows.baseAddress, let to = larger.baseAddress {
+                    to.moveInitialize(from: from, count: pendingIndexCount)
+                }
+                pendingIndexRows.deallocate()
+                pendingIndexRows = larger
+            }
+            pendingIndexRows.initializeElement(at: pendingIndexCount, to: row)
+            pendingIndexCount += 1
         }
 
         /// Puts the queued index entries in their trees.
         func flushIndexEntries() {
-            guard !pendingIndexRows.isEmpty else { return }
-            let rows = pendingIndexRows
-            pendingIndexRows = []
-            for i in stored.indexes.indices { stored.indexes[i].insertNew(rows) }
+            guard pendingIndexCount > 0, let from = pendingIndexRows.baseAddress else { return }
+            let count = pendingIndexCount
+            let indexCount = stored.indexes.count
+            for i in 0..<indexCount {
+                let rows = UnsafeMutableBufferPointer<Row>.allocate(capacity: count)
+                if i == indexCount - 1 {
+                    rows.baseAddress?.moveInitialize(from: from, count: count)
+                    pendingIndexCount = 0
+                } else {
+                    rows.baseAddress?.initialize(from: from, count: count)
+                }
+                stored.indexes[i].insertNew(moving: rows)
+            }
+            if pendingIndexCount > 0 {
+                // No index to take them (not reached: rows are queued only when there are indexes).
+                _ = pendingIndexRows.extracting(0..<pendingIndexCount).deinitialize()
+                pendingIndexCount = 0
+            }
         }
 
         /// The entity's slot in the store's registry.
