@@ -96,6 +96,26 @@ struct MemoryIndexTests {
         try Query(entity: handle, predicate: predicate, sortKeys: sort, limit: limit, offset: offset)
     }
 
+    /// A bulk insert writes fixed-width keys in place; they must be the very bytes the
+    /// appending encoder gives, or a bulk-saved entry would sort apart from a single one.
+    @Test(arguments: [AttributeType.int64, .double, .bool, .date, .uuid])
+    func keysWrittenInPlaceEqualAppendedKeys(_ type: AttributeType) {
+        var g = Generator(state: 11)
+        for _ in 0..<2_000 {
+            let tagged = Bool.random(using: &g)
+            let descending = Bool.random(using: &g)
+            let value = tagged && Bool.random(using: &g) ? Value.null : Self.randomValue(type, &g)
+            var appended: [UInt8] = []
+            IndexKeyEncoding.append(value, descending: descending, tagged: tagged, to: &appended)
+            var written = [UInt8](repeating: 0xAA, count: 32)
+            let width = written.withUnsafeMutableBytes { IndexKeyEncoding.write(value, descending: descending, tagged: tagged, to: $0.baseAddress!) }
+            #expect(width == appended.count, "\(value) descending \(descending) tagged \(tagged)")
+            #expect(Array(written.prefix(width ?? 0)) == appended, "\(value) descending \(descending) tagged \(tagged)")
+        }
+        var none = [UInt8](repeating: 0, count: 8)
+        #expect(none.withUnsafeMutableBytes { IndexKeyEncoding.write(.string("a"), descending: false, tagged: true, to: $0.baseAddress!) } == nil)
+    }
+
     @Test func aListPageReadsItsIndexRangeInOrder() async throws {
         let store = MemoryStore()
         let (pets, _) = try await Self.pets(store)

@@ -45,7 +45,7 @@ package enum IndexKeyEncoding {
     /// `tagged`) at `target`, the same bytes ``append(_:descending:tagged:to:)`` appends,
     /// and returns how many it wrote; a string or data value writes nothing and returns nil.
     /// A bulk insert writes its keys into one buffer this way, with no array growth per byte.
-    static func write(_ value: Value, descending: Bool, tagged: Bool, to target: UnsafeMutableRawPointer) -> Int? {
+    package static func write(_ value: Value, descending: Bool, tagged: Bool, to target: UnsafeMutableRawPointer) -> Int? {
         var width = 0
         if tagged {
             target.storeBytes(of: value.isNull ? absent : present, as: UInt8.self)
