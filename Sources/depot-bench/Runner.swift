@@ -4,14 +4,16 @@ import Foundation
 
 /// The workloads, as docs/benchmarks/README.md describes them.
 enum Workload: String, CaseIterable, Codable {
-    case w1 = "W1", w2 = "W2", w3 = "W3", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
+    case w1 = "W1", w1x = "W1x", w2 = "W2", w3 = "W3", w3x = "W3x", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
     case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7", w8 = "W8", w8n = "W8n", w8c = "W8c"
 
     var summary: String {
         switch self {
         case .w1: "save N objects in one call (fresh store)"
+        case .w1x: "W1 into an entity that also declares a composite index on (age, name) (Depot's stores only)"
         case .w2: "fetch all N objects"
         case .w3: "1,000 saves of one object, each its own durable commit (fresh store)"
+        case .w3x: "W3 into an entity that also declares a composite index on (age, name) (Depot's stores only)"
         case .w3e: "W3 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)); raw engines: W3"
         case .w3h: "W3 for the raw engines behind the same async hand-off as Depot's writes (each save handed to a serial queue and awaited)"
         case .w3c: "W3's 1,000 saves from 8 concurrent tasks, each save awaited (raw engines: W3, one commit per save)"
@@ -31,13 +33,13 @@ enum Workload: String, CaseIterable, Codable {
     }
 
     /// Whether the workload needs the populated store (the others start from a fresh one).
-    var readsPopulatedStore: Bool { ![.w1, .w3, .w3e, .w3h, .w3c, .w7].contains(self) }
+    var readsPopulatedStore: Bool { ![.w1, .w1x, .w3, .w3x, .w3e, .w3h, .w3c, .w7].contains(self) }
 
     /// Whether only the raw engines run it: the hand-off baselines and the floor.
     var isRawOnly: Bool { [.w3h, .w4ph, .w6t].contains(self) }
 
     /// Whether only Depot's stores run it (a raw engine has no store executor to prefer).
-    var isDepotOnly: Bool { self == .w6e || self == .w8n }
+    var isDepotOnly: Bool { [.w1x, .w3x, .w6e, .w8n].contains(self) }
 
     /// Whether the workload reads W8's pets (which the populated store then holds too).
     var readsPets: Bool { [.w8, .w8n, .w8c].contains(self) }
@@ -281,7 +283,7 @@ struct Runner {
             for i in measurements.indices {
                 let median = measurements[i].medianMs
                 switch workload {
-                case .w1, .w7: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
+                case .w1, .w1x, .w7: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w2: measurements[i].objectsPerSecond = Double(records) / (median / 1000)
                 case .w4p, .w4pe, .w4ph: measurements[i].perCallMicroseconds = median * 1000 / Double(fixture.callLookups.count)
                 default: break
@@ -341,6 +343,20 @@ struct Runner {
             return try await withFreshSubject(kind, run: run) { subject in
                 let (_, ms) = try await time { try await subject.saveEach(fixture.singles) }
                 return Sample(ms: ms, checksumOK: try await subject.count() == fixture.singles.count)
+            }
+        case .w1x, .w3x:
+            let cats = (workload == .w1x ? fixture.cats : fixture.singles).map(IndexedCat.init)
+            return try await withFreshSubject(kind, run: run) { subject in
+                guard let depot = subject as? DepotSubject else { throw BenchError("\(workload.rawValue) is for Depot's stores") }
+                let controller = try await depot.indexedCats()
+                let (_, ms) = try await time {
+                    if workload == .w1x {
+                        try await controller.save(cats)
+                    } else {
+                        for cat in cats { try await controller.save(cat) }
+                    }
+                }
+                return Sample(ms: ms, checksumOK: try await controller.count() == cats.count)
             }
         case .w3e:
             return try await withFreshSubject(kind, run: run) { subject in
@@ -423,7 +439,7 @@ struct Runner {
                 }
                 let ok = zip(listPages.walkSpecies, walks).allSatisfy { name, walk in walk.pets[...] == listPages.walk(name) }
                 return Sample(ms: ms / Double(walks.count), checksumOK: ok, pageNanoseconds: walks.map(\.nanoseconds))
-            case .w1, .w3, .w3e, .w3h, .w3c, .w7:
+            case .w1, .w1x, .w3, .w3x, .w3e, .w3h, .w3c, .w7:
                 throw BenchError("unreachable")
             }
         }
