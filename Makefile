@@ -189,8 +189,9 @@ bench-postgres: deps
 	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
-# package of its own so that it reaches Depot's public API only), through the conformance
-# suite; and the example service (Examples/PetClinic, a package of its own that depends on Depot by
+# package of its own so that it reaches Depot's public API only; its source is a link to
+# Tests/OutsideEngineTests/SortedArrayEngine.swift, which `swift test` runs too), through
+# the conformance suite; and the example service (Examples/PetClinic, a package of its own that depends on Depot by
 # path): its API tests on memory, SQLite, LMDB and PostgreSQL (a throwaway server), and the
 # built server process stopped with SIGTERM under load. It builds in this package's .build,
 # where the modules it shares with `make test` (Depot, swift-syntax, the rest of Depot's

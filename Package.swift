@@ -133,6 +133,11 @@ let package = Package(
         .testTarget(
             name: "DepotCoreTests",
             dependencies: ["DepotCore", "DepotTesting", .product(name: "PropertyBased", package: "swift-property-based")]),
+        // A backend written outside Depot: a sorted-array engine (the one "Writing a backend"
+        // walks through) under EngineStore, through the whole conformance suite. It imports
+        // the public products only, with plain imports; Examples/SortedArrayEngine compiles
+        // the same file in a package of its own, where nothing `package` is in reach.
+        .testTarget(name: "OutsideEngineTests", dependencies: ["DepotCore", "DepotTesting"]),
         // Test-only: an SQLite VFS that makes writes and syncs fail on demand
         // (DepotSQLiteTests' fault-injection tests).
         .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),

@@ -79,8 +79,9 @@ struct DocumentationExampleTests {
         return blocks
     }
 
-    /// The tests, and the outside engine of "Writing a backend" (a package of its own,
-    /// compiled and tested by `make example-test`), which that article quotes.
+    /// The tests (among them Tests/OutsideEngineTests, the outside engine that "Writing a
+    /// backend" quotes), and Examples/SortedArrayEngine, the package that compiles that
+    /// engine with nothing `package` in reach (`make example-test`).
     static func testFiles() throws -> [(String, [String])] {
         var files: [(String, [String])] = []
         for folder in ["Tests", "Examples/SortedArrayEngine"] {

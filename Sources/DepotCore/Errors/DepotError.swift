@@ -119,6 +119,20 @@ extension DepotError {
         DepotError(.duplicateKey, "Another \(entity) already has \(attribute) = \(value.debugLiteral), and \(attribute) is declared unique.")
     }
 
+    /// `duplicateKey`: another record of `entity` has the values `row` has in every
+    /// component of the unique composite `index`: "Another Visit already has pet = 3,
+    /// day = 12, and the index (pet, day) is declared unique." What an engine throws for a
+    /// unique ``IndexDescription``, as ``duplicateUnique(entity:attribute:value:)`` is for a
+    /// unique attribute.
+    public static func duplicateUnique(entity: EntityDescription, index: IndexDescription, row: Row) -> DepotError {
+        let values = index.components.map { component in
+            let value = entity.index(of: component.attribute).flatMap { $0 < row.count ? row[value: $0].debugLiteral : nil } ?? "?"
+            return "\(component.attribute) = \(value)"
+        }
+        let attributes = index.components.map(\.attribute).joined(separator: ", ")
+        return DepotError(.duplicateKey, "Another \(entity.name) already has \(values.joined(separator: ", ")), and the index (\(attributes)) is declared unique.")
+    }
+
     /// `closed`: the store, described by `store`, has been closed.
     public static func closed(_ store: String) -> DepotError {
         DepotError(.closed, "The \(store) has been closed; open a new store to continue.")

@@ -434,7 +434,6 @@ struct MemoryIndex: Sendable {
 
     /// The refusal of a row that shares a unique index's values with another.
     func duplicate(_ row: Row, entity: EntityDescription) -> DepotError {
-        let values = zip(components, positions).map { "\($0.attribute) = \(row[value: $1].debugLiteral)" }.joined(separator: ", ")
-        return DepotError(.duplicateKey, "Another \(entity.name) already has \(values), and the index (\(components.map(\.attribute).joined(separator: ", "))) is declared unique.")
+        DepotError.duplicateUnique(entity: entity, index: IndexDescription(components, unique: true), row: row)
     }
 }
