@@ -67,6 +67,7 @@ extension StoreURL {
             if let value = self[option: "retries"], let retries = Int(value) { options.retries = retries }
             if let value = self[option: "consistency"] { options.consistency = value == "eventual" ? .eventual : .readYourWrites }
             if let value = self[option: "standbyWait"], let wait = Self.parseDuration(value) { options.standbyWait = wait }
+            if let value = self[option: "preparedStatements"] { options.preparedStatements = value == "true" }
             options.readOnly = readOnly
             return try PostgresStore(url: postgresConnectionString, options: options, log: log)
             #else

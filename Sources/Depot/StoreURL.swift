@@ -98,6 +98,7 @@ public struct StoreURL: Sendable, Hashable, CustomStringConvertible {
         OptionSpec(name: "retries", kind: .integer(0...1000), help: "how often a write aborted by a serialization failure runs again (default 20)"),
         OptionSpec(name: "consistency", kind: .choice(["read-your-writes", "eventual"]), help: "with several hosts, what a read on a standby sees: read-your-writes waits until the standby replayed the store's last write (default); eventual takes it as it is"),
         OptionSpec(name: "standbyWait", kind: .duration, help: "with several hosts, how long a read waits for a standby to replay the store's last write before the primary serves it (default 2s)"),
+        OptionSpec(name: "preparedStatements", kind: .choice(["true", "false"]), help: "false: send every statement unprepared, for a connection pooler in transaction mode that does not track prepared statements (default true: each connection prepares the statements it sends again)"),
     ]
 
     /// The libpq connection parameters a `postgres:` URL passes on to the client.

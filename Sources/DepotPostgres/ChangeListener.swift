@@ -23,7 +23,7 @@ extension PostgresStore {
     func notification(_ recorder: ChangeRecorder) -> PGConnection.Step? {
         guard !recorder.isEmpty else { return nil }
         return PGConnection.Step(
-            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, instance: instance))], name: "depot_notify",
+            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, instance: instance))], prepare: true,
             context: "Notifying other processes of a write")
     }
 

@@ -14,13 +14,23 @@ extension PGConnection {
     struct Step {
         var sql: String
         var params: [PGParam] = []
-        /// The prepared statement's name, for a statement prepared once per connection.
-        var name: String?
+        /// Whether the statement goes through the connection's prepared-statement cache
+        /// (``PGStatementCache``): for statements sent again and again (reads, writes by
+        /// key, the schema probe), not for transaction control or DDL.
+        var prepare = false
         var context: String
         /// Whether the steps before this one end their implicit transaction first (a sync
         /// point): an autocommit statement commits before this step runs, in the same round
         /// trip.
         var syncBefore = false
+    }
+
+    /// How a step goes out: unnamed, prepared already under `name`, or to be prepared under
+    /// `name` in the same round trip.
+    private struct Sending {
+        var name: String?
+        var key: PGStatementCache.Key?
+        var preparing = false
     }
 
     /// Runs SQL without parameters (transaction control, DDL).
@@ -33,15 +43,23 @@ extension PGConnection {
         _ = try run([Step(sql: sql, context: context())])
     }
 
-    /// Runs a statement with binary parameters and binary results. With `name`, the
-    /// statement is prepared once per connection under that name and reused.
+    /// Runs a statement with binary parameters and binary results. With `prepare`, the
+    /// statement goes through the connection's prepared-statement cache.
     @discardableResult
-    func query(_ sql: String, _ params: [PGParam], name: String? = nil, _ context: @autoclosure () -> String) throws(DepotError) -> PGResult {
-        try run([Step(sql: sql, params: params, name: name, context: context())])[0]
+    func query(_ sql: String, _ params: [PGParam], prepare: Bool = false, _ context: @autoclosure () -> String) throws(DepotError) -> PGResult {
+        try run([Step(sql: sql, params: params, prepare: prepare, context: context())])[0]
     }
 
     /// Runs `steps` in order in one round trip (after a pending BEGIN); returns their
     /// results. A failing step throws, and the steps after it did not run.
+    ///
+    /// A cached statement whose plan PostgreSQL refuses because the table under it changed
+    /// its result columns (`cached plan must not change result type`, after a schema change
+    /// the store has not taken in yet) empties the cache and runs the steps once more, when
+    /// that cannot repeat anything: the connection was outside a transaction before them
+    /// (a transaction they began is rolled back and begun again) and the failing step was
+    /// in their first sync segment. Otherwise the error stands and the next use prepares
+    /// the statement afresh.
     func run(_ steps: [Step]) throws(DepotError) -> [PGResult] {
         let handle = try liveHandle()
         if needsReset {
@@ -58,33 +76,60 @@ extension PGConnection {
         for step in steps where step.params.count > Self.parameterLimit {
             throw DepotError(.invalidPredicate, "\(step.context): \(step.params.count) values in one statement are more than PostgreSQL takes (\(Self.parameterLimit)); split the list.")
         }
-        // Prepared before the BEGIN is taken: a failure here leaves the transaction still
-        // to begin, not silently gone.
-        for step in steps {
-            if let name = step.name, !prepared.contains(name) {
-                var types = step.params.map(\.oid)
-                roundTrips += 1
-                guard let result = PQprepare(handle, name, step.sql, Int32(truncatingIfNeeded: step.params.count), &types) else {
-                    throw connectionLost(step.context)
-                }
-                try check(PGResult(result), step.context)
-                prepared.insert(name)
+        if let statementEpoch {
+            let epoch = statementEpoch()
+            if epoch != cachedEpoch {
+                cachedEpoch = epoch
+                statements.invalidateAll()
             }
         }
+        let idle = PQtransactionStatus(handle) == PQTRANS_IDLE
+        if idle { deallocateEvicted(handle) }
+        let begin = pendingBegin, probe = probePending, failureBefore = lastFailure
+        do {
+            return try runOnce(steps, on: handle)
+        } catch {
+            guard let stale = staleStep else { throw error }
+            staleStep = nil
+            statements.invalidateAll()
+            let firstSegment = steps.firstIndex(where: \.syncBefore).map { stale < $0 } ?? true
+            guard idle, firstSegment, !lost, !isBroken else { throw error }
+            if begin != nil {
+                guard (try? execute("ROLLBACK", "Rolling back a statement planned for an old schema")) != nil, !isInTransaction else { throw error }
+                pendingBegin = begin
+            }
+            probePending = probe
+            lastFailure = failureBefore
+            commitSent = false
+            return try runOnce(steps, on: handle)
+        }
+    }
+
+    /// Sends the DEALLOCATEs of the statements dropped from the cache, outside a
+    /// transaction (one that failed would refuse them); a failure leaves the statement to
+    /// die with the session.
+    private func deallocateEvicted(_ handle: OpaquePointer) {
+        guard !statements.evicted.isEmpty else { return }
+        let names = statements.takeEvicted()
+        roundTrips += 1
+        if let result = PQexec(handle, names.map { "DEALLOCATE \($0)" }.joined(separator: "; ")) { PQclear(result) }
+    }
+
+    private func sending(_ step: Step) -> Sending {
+        guard step.prepare, usesPreparedStatements else { return Sending() }
+        let key = PGStatementCache.Key(sql: step.sql, types: step.params.map(\.oid))
+        if let name = statements.name(of: key) { return Sending(name: name, key: key) }
+        return Sending(name: statements.freshName(), key: key, preparing: true)
+    }
+
+    private func runOnce(_ steps: [Step], on handle: OpaquePointer) throws(DepotError) -> [PGResult] {
+        staleStep = nil
         var all = steps
         if steps.contains(where: { $0.sql == "COMMIT" }) { commitSent = true }
         var probeAt: Int?
         if probePending {
             probePending = false
-            if !prepared.contains(Self.schemaProbeName) {
-                roundTrips += 1
-                guard let result = PQprepare(handle, Self.schemaProbeName, Self.schemaProbe, 0, nil) else {
-                    throw connectionLost("Preparing the schema probe")
-                }
-                try check(PGResult(result), "Preparing the schema probe")
-                prepared.insert(Self.schemaProbeName)
-            }
-            all.insert(Step(sql: Self.schemaProbe, name: Self.schemaProbeName, context: "Reading the schema version"), at: 0)
+            all.insert(Step(sql: Self.schemaProbe, prepare: true, context: "Reading the schema version"), at: 0)
             probeAt = 0
         }
         if let begin = pendingBegin {
@@ -92,30 +137,60 @@ extension PGConnection {
             all.insert(Step(sql: begin, context: "Beginning a transaction"), at: 0)
             probeAt = probeAt.map { $0 + 1 }
         }
+        // Where the caller's steps begin in `all`.
+        let offset = all.count - steps.count
+        let plan = all.map(sending)
         roundTrips += 1
-        if all.count == 1 {
-            guard let raw = send(all[0], on: handle, wait: true) else { throw connectionLost(all[0].context) }
+        if all.count == 1, !plan[0].preparing {
+            guard let raw = send(all[0], as: plan[0].name, on: handle, wait: true) else { throw connectionLost(all[0].context) }
             let result = PGResult(raw)
-            try check(result, all[0].context)
+            do throws(DepotError) {
+                try check(result, all[0].context)
+            } catch {
+                if isStalePlan(plan[0]) { staleStep = 0 }
+                throw error
+            }
             return [result]
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionLost(all[0].context) }
         var results: [PGResult] = []
         var failure: DepotError?
         var sent = 0
-        for step in all {
+        for (step, how) in zip(all, plan) {
             if step.syncBefore, sent > 0, PQpipelineSync(handle) != 1 { break }
-            guard send(step, on: handle, wait: false) != nil else { break }
+            if how.preparing, let name = how.name {
+                let types = step.params.map(\.oid)
+                guard PQsendPrepare(handle, name, step.sql, Int32(truncatingIfNeeded: types.count), types) == 1 else { break }
+            }
+            guard send(step, as: how.name, on: handle, wait: false) != nil else { break }
             sent += 1
         }
         if PQpipelineSync(handle) != 1 { failure = connectionLost(all[0].context) }
-        for (index, step) in all.prefix(sent).enumerated() {
+        for (index, (step, how)) in zip(all, plan).prefix(sent).enumerated() {
             if step.syncBefore, index > 0 {
                 // The sync point's own result, after the steps before it.
                 while let raw = PQgetResult(handle) {
                     let status = PQresultStatus(raw)
                     PQclear(raw)
                     if status == PGRES_PIPELINE_SYNC { break }
+                }
+            }
+            if how.preparing, let name = how.name, let key = how.key {
+                guard let raw = PQgetResult(handle) else {
+                    failure = failure ?? connectionLost(step.context)
+                    break
+                }
+                let prepared = PGResult(raw)
+                while let extra = PQgetResult(handle) { PQclear(extra) }
+                let status = PQresultStatus(raw)
+                if status == PGRES_COMMAND_OK {
+                    statements.insert(key, name: name)
+                } else if status != PGRES_PIPELINE_ABORTED {
+                    do throws(DepotError) {
+                        try check(prepared, step.context)
+                    } catch {
+                        failure = failure ?? error
+                    }
                 }
             }
             guard let raw = PQgetResult(handle) else {
@@ -130,6 +205,7 @@ extension PGConnection {
             do throws(DepotError) {
                 try check(result, step.context)
             } catch {
+                if isStalePlan(how), index >= offset, staleStep == nil { staleStep = index - offset }
                 failure = failure ?? error
             }
             results.append(result)
@@ -154,6 +230,8 @@ extension PGConnection {
             do throws(DepotError) {
                 try schemaCheck(self, probed.rowCount > 0 ? probed.text(0, 0) : nil)
             } catch {
+                // The store reloads the schema and runs the work again itself.
+                staleStep = nil
                 failure = error
             }
         }
@@ -163,9 +241,17 @@ extension PGConnection {
         return Array(results.suffix(steps.count))
     }
 
+    /// Whether the last failure is PostgreSQL refusing a statement prepared by an earlier
+    /// call because its result columns changed under it (`cached plan must not change
+    /// result type`, SQLSTATE 0A000; matched by the code and the statement, since the
+    /// message's language follows the server's `lc_messages`).
+    private func isStalePlan(_ how: Sending) -> Bool {
+        lastFailure?.sqlState == "0A000" && how.name != nil && !how.preparing
+    }
+
     /// Sends one statement in binary form; with `wait`, returns its result (else a marker
     /// that the send succeeded).
-    private func send(_ step: Step, on handle: OpaquePointer, wait: Bool) -> OpaquePointer? {
+    private func send(_ step: Step, as name: String?, on handle: OpaquePointer, wait: Bool) -> OpaquePointer? {
         let params = step.params
         // All parameters' bytes in one buffer; pointers into it for libpq.
         var buffer: [UInt8] = []
@@ -193,13 +279,13 @@ extension PGConnection {
             }
             let types = params.map(\.oid)
             if wait {
-                if let name = step.name {
+                if let name {
                     return PQexecPrepared(handle, name, count, values, lengths, formats, 1)
                 }
                 return PQexecParams(handle, step.sql, count, types, values, lengths, formats, 1)
             }
             let queued: Int32
-            if let name = step.name {
+            if let name {
                 queued = PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
             } else {
                 queued = PQsendQueryParams(handle, step.sql, count, types, values, lengths, formats, 1)

@@ -15,7 +15,19 @@ final class PGConnection: @unchecked Sendable {
     /// queue, each blocked one held back every task behind it until libdispatch added a
     /// thread, about a second later.
     let queue = DispatchQueue(label: "depot.postgres.connection")
-    var prepared: Set<String> = []
+    /// The statements this connection has prepared (see ``PGStatementCache``).
+    var statements = PGStatementCache()
+    /// Whether statements marked for it go through ``statements``; off with the URL option
+    /// `preparedStatements=false` (a pooler in transaction mode hands each transaction to
+    /// any server session, where a statement prepared on another does not exist).
+    var usesPreparedStatements = true
+    /// The store's count of schema changes it made or took in: when it moved since the
+    /// cache was last used, every cached statement is dropped (see ``PGStatementCache``).
+    var statementEpoch: (() -> UInt64)?
+    var cachedEpoch: UInt64 = 0
+    /// Set by a run whose statement failed with a plan made for an old schema: the index
+    /// of that statement among the caller's steps.
+    var staleStep: Int?
     /// The exchanges with the server so far (a statement, a pipeline, a PREPARE, a ROLLBACK
     /// not waited for): what the tests count to show that a call costs one round trip.
     var roundTrips = 0
@@ -54,7 +66,6 @@ final class PGConnection: @unchecked Sendable {
     /// again once the registry is reloaded.
     var schemaReloadNeeded = false
     static let schemaProbe = "SELECT value FROM depot_meta WHERE key = 'schema'"
-    static let schemaProbeName = "depot_schema_probe"
 
     /// Where the server's notices and warnings go: the store's logger. libpq's default
     /// prints them on the process's standard error, which a server's operators read as
@@ -120,7 +131,7 @@ final class PGConnection: @unchecked Sendable {
 
     /// After a reconnect the server has none of the prepared statements.
     func forgetPrepared() {
-        prepared.removeAll()
+        statements.forgetAll()
         pendingBegin = nil
         probePending = false
         rollbackInFlight = false

@@ -7,8 +7,7 @@ import Synchronization
 /// lists follow the declared attribute order, which is the row order.
 final class RegisteredEntity: Sendable {
     let entity: EntityDescription
-    /// Unique per registration in this process: names the prepared statements, so a
-    /// migrated entity never reuses a statement built for its old columns.
+    /// Unique per registration in this process: tells a migrated entity's layouts apart.
     let serial: Int
     let types: [AttributeType]
     let keyIndex: Int
@@ -33,11 +32,6 @@ final class RegisteredEntity: Sendable {
     /// answered so (see `PostgresStore+SingleStatement.swift`).
     let upsertsInsert = Atomic<Bool>(true)
 
-    enum Kind: String {
-        case selectByKey = "s", insert = "i", insertUnlessKeyExists = "n", upsert = "p", update = "u", deleteByKey = "d"
-        case singleInsert = "si", singleUpdate = "su", singleDelete = "sd"
-    }
-
     /// A write of one record as one autocommit statement: a data-modifying CTE that writes
     /// the row only while the schema version is the one the registry was verified at, sends
     /// the change notification for each row it wrote (so only a write that took effect is
@@ -52,9 +46,6 @@ final class RegisteredEntity: Sendable {
         let update: String
         let delete: String
     }
-
-    /// The prepared statement's name on every connection.
-    func statementName(_ kind: Kind) -> String { "depot_\(serial)_\(kind.rawValue)" }
 
     init(entity: EntityDescription, serial: Int) {
         self.entity = entity

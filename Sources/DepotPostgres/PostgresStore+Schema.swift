@@ -91,7 +91,7 @@ extension PostgresStore {
         // and the advisory lock serialize schema changes already.
         try writer.execute("BEGIN ISOLATION LEVEL READ COMMITTED", what)
         do {
-            try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], name: "depot_lock", "Locking the schema \(options.schema)")
+            try writer.query("SELECT pg_advisory_xact_lock($1)", [.int(Self.lockKey(options.schema))], prepare: true, "Locking the schema \(options.schema)")
             let result = try body()
             try writer.execute("COMMIT", what)
             // Standbys serve no read before they replayed the change.

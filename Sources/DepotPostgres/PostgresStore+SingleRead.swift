@@ -15,43 +15,21 @@ extension PostgresStore: SingleStatementReadingStore {
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        pool.checkOut { reader in
-            self.healthy(reader)
-            guard self.standbyCaughtUp(reader) else {
-                let result = Result { try self.log.transaction("read") { try self.readOnPrimary(body) } }
-                self.pool.checkIn(reader)
-                self.end()
-                return completion(result)
+        dispatchRead(body, { reader throws -> T in
+            let single = SingleStatementRead(PostgresTransaction(connection: reader, tables: self.tables, writable: false))
+            reader.probeNextStatement()
+            let result: T
+            do {
+                defer { single.real.isFinished = true }
+                result = try body(single)
+            } catch {
+                guard single.wantedAnother else { throw error }
+                return try self.readInTransaction(on: reader, body)
             }
-            let read = {
-                try self.log.transaction("read") {
-                    try self.retryingAfterSchemaChange(on: reader) { () throws -> T in
-                        let single = SingleStatementRead(PostgresTransaction(connection: reader, tables: self.tables, writable: false))
-                        reader.probeNextStatement()
-                        let result: T
-                        do {
-                            defer { single.real.isFinished = true }
-                            result = try body(single)
-                        } catch {
-                            guard single.wantedAnother else { throw error }
-                            return try self.readInTransaction(on: reader, body)
-                        }
-                        // A read that caught the refusal of its second statement itself.
-                        if single.wantedAnother { return try self.readInTransaction(on: reader, body) }
-                        return result
-                    }
-                }
-            }
-            var result = Result { try read() }
-            if case .failure = result, self.rerunsAfterLoss(reader) {
-                self.healthy(reader)
-                result = Result { try read() }
-            }
-            self.pool.checkIn(reader)
-            self.end()
-            completion(result)
-        }
+            // A read that caught the refusal of its second statement itself.
+            if single.wantedAnother { return try self.readInTransaction(on: reader, body) }
+            return result
+        }, completion: completion)
     }
 }
 

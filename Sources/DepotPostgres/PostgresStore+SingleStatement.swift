@@ -90,19 +90,19 @@ extension PostgresStore {
         let table = write.table
         let verified = state.withLockedValue { $0.verifiedVersion }
         var recorder = changes.makeRecorder(detailedAlways: true)
-        let sql: String, kind: RegisteredEntity.Kind, params: [PGParam], what: String
+        let sql: String, params: [PGParam], what: String
         switch write.kind {
         case .insert, .upsert(inserting: true):
             recorder.record(entity: table.entity.name, key: write.key, existedBefore: false, existsAfter: true)
-            (sql, kind, what) = (table.single.insert, .singleInsert, write.kind == .insert ? "Inserting" : "Saving")
+            (sql, what) = (table.single.insert, write.kind == .insert ? "Inserting" : "Saving")
             params = write.params
         case .update, .upsert(inserting: false):
             recorder.record(entity: table.entity.name, key: write.key, existedBefore: true, existsAfter: true)
-            (sql, kind, what) = (table.single.update, .singleUpdate, write.kind == .update ? "Updating" : "Saving")
+            (sql, what) = (table.single.update, write.kind == .update ? "Updating" : "Saving")
             params = write.params
         case .delete:
             recorder.record(entity: table.entity.name, key: write.key, existedBefore: true, existsAfter: false)
-            (sql, kind, what) = (table.single.delete, .singleDelete, "Deleting")
+            (sql, what) = (table.single.delete, "Deleting")
             params = [.value(write.key)]
         }
         let extra: [PGParam] = [
@@ -114,7 +114,7 @@ extension PostgresStore {
         writer.commitSent = true
         let result: PGResult
         do throws(DepotError) {
-            let statement = PGConnection.Step(sql: sql, params: params + extra, name: table.statementName(kind), context: context)
+            let statement = PGConnection.Step(sql: sql, params: params + extra, prepare: true, context: context)
             if hasStandbys {
                 // The position after its commit, for read-your-writes, in the same round trip.
                 var position = Self.positionStep

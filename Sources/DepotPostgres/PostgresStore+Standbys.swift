@@ -44,7 +44,7 @@ extension PostgresStore {
     }
 
     /// The statement that reads the primary's write-ahead log position after a commit.
-    static let positionStep = PGConnection.Step(sql: "SELECT pg_current_wal_insert_lsn()::text", context: "Reading the write-ahead log position")
+    static let positionStep = PGConnection.Step(sql: "SELECT pg_current_wal_insert_lsn()::text", prepare: true, context: "Reading the write-ahead log position")
 
     /// The primary's write-ahead log position now, read on `connection`.
     static func currentPosition(_ connection: PGConnection) throws(DepotError) -> UInt64 {

@@ -101,11 +101,18 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         /// How long a read waits for a standby to replay this store's last write before the
         /// primary serves it; 2 seconds by default (URL option `standbyWait`).
         public var standbyWait: Duration
+        /// Whether each connection prepares the statements it sends again (reads, writes by
+        /// key) and keeps a bounded number of them; `true` by default (URL option
+        /// `preparedStatements`). Turn it off behind a connection pooler in transaction mode
+        /// that does not track prepared statements (PgBouncer before 1.21, or with
+        /// `max_prepared_statements = 0`): it hands each transaction to any server session,
+        /// where a statement prepared on another does not exist.
+        public var preparedStatements: Bool
 
         /// Creates options; each one not given keeps the default its property names.
         public init(
             schema: String = "public", readers: Int = 4, durability: Durability = .full, statementTimeout: Duration? = nil, retries: Int = 20, readOnly: Bool = false,
-            consistency: Consistency = .readYourWrites, standbyWait: Duration = .seconds(2)
+            consistency: Consistency = .readYourWrites, standbyWait: Duration = .seconds(2), preparedStatements: Bool = true
         ) {
             self.schema = schema
             self.readers = readers
@@ -115,6 +122,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             self.readOnly = readOnly
             self.consistency = consistency
             self.standbyWait = standbyWait
+            self.preparedStatements = preparedStatements
         }
     }
 
@@ -141,7 +149,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     let instance = UUID().uuidString
 
     struct State: Sendable {
-        var tables = EntityRegistry<RegisteredEntity>()
+        var tables = EntityRegistry<RegisteredEntity>() {
+            // A registry that changed may mean tables that changed: the connections drop
+            // their prepared statements before their next one (see PGStatementCache).
+            didSet { epoch &+= 1 }
+        }
+        var epoch: UInt64 = 0
         var nextSerial = 1
         /// The schema version (`depot_meta`, key `schema`) the registry was last verified
         /// at (see `PostgresStore+SchemaWatch.swift`); nil when the store records none yet.
@@ -215,6 +228,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         let primary: [(String, String)] = hasStandbys ? [("target_session_attrs", "read-write")] : []
         let standby: [(String, String)] = hasStandbys ? [("target_session_attrs", "prefer-standby")] : []
         let writer = try PGConnection.open(conninfo, settings: [], logger: log.logger, overrides: primary)
+        writer.usesPreparedStatements = options.preparedStatements
         var opened: [PGConnection] = [writer]
         do throws(DepotError) {
             let (stored, version) = try Self.prepareSchema(writer, options: options)
@@ -225,6 +239,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             if hasStandbys { lastSchemaChange.store(try Self.currentPosition(writer), ordering: .relaxed) }
             for _ in 0..<options.readers {
                 let reader = try PGConnection.open(conninfo, settings: settings, logger: log.logger, overrides: standby)
+                reader.usesPreparedStatements = options.preparedStatements
                 opened.append(reader)
                 if hasStandbys { try reader.readRecoveryState() }
             }
@@ -247,6 +262,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         }
         for connection in [writer] + readers {
             connection.schemaCheck = { [weak self] connection, version throws(DepotError) in try self?.checkSchemaVersion(connection, version) }
+            connection.statementEpoch = { [weak self] in self?.state.withLockedValue { $0.epoch } ?? 0 }
         }
         listener?.start(store: self)
         log.opened("postgres", at: "schema \(options.schema)", ["depot.readers": .stringConvertible(options.readers), "depot.entities": .stringConvertible(state.withLockedValue { $0.tables.all.count })])
@@ -412,20 +428,32 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        dispatchRead(body, { reader in try self.readInTransaction(on: reader, body) }, completion: completion)
+    }
+
+    /// Runs a read on a reader connection checked out of the pool: made healthy first; on
+    /// the primary (in a transaction of the writer's, `primary`) when the reader is a
+    /// standby that has not caught up; again after the registry took in a schema change
+    /// (``retryingAfterSchemaChange(on:_:)``), and once more on the connection made afresh
+    /// when it was lost (``rerunsAfterLoss(_:)``). `read` is the work on the reader.
+    func dispatchRead<T: Sendable>(
+        _ primary: @escaping @Sendable (any ReadTransaction) throws -> T, _ read: @escaping @Sendable (PGConnection) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
         do { try begin() } catch { return completion(.failure(error)) }
         pool.checkOut { reader in
             self.healthy(reader)
-            guard self.standbyCaughtUp(reader) else {
-                let result = Result { try self.log.transaction("read") { try self.readOnPrimary(body) } }
-                self.pool.checkIn(reader)
-                self.end()
-                return completion(result)
-            }
-            let read = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try self.readInTransaction(on: reader, body) } } }
-            var result = Result { try read() }
-            if case .failure = result, self.rerunsAfterLoss(reader) {
-                self.healthy(reader)
-                result = Result { try read() }
+            let result: Result<T, any Error>
+            if self.standbyCaughtUp(reader) {
+                let attempt = { try self.log.transaction("read") { try self.retryingAfterSchemaChange(on: reader) { try read(reader) } } }
+                var first = Result { try attempt() }
+                if case .failure = first, self.rerunsAfterLoss(reader) {
+                    self.healthy(reader)
+                    first = Result { try attempt() }
+                }
+                result = first
+            } else {
+                result = Result { try self.log.transaction("read") { try self.readOnPrimary(primary) } }
             }
             self.pool.checkIn(reader)
             self.end()
@@ -448,34 +476,12 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        pool.checkOut { reader in
-            self.healthy(reader)
-            guard self.standbyCaughtUp(reader) else {
-                let result = Result { try self.log.transaction("read") { try self.readOnPrimary { try $0.fetchRow(entity, key: key, visit) } } }
-                self.pool.checkIn(reader)
-                self.end()
-                return completion(result)
-            }
-            let read = { () throws -> Bool in
-                try self.log.transaction("read") { () throws -> Bool in
-                    try self.retryingAfterSchemaChange(on: reader) { () throws -> Bool in
-                        let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
-                        defer { transaction.isFinished = true }
-                        reader.probeNextStatement()
-                        return try transaction.fetchRow(entity, key: key, visit)
-                    }
-                }
-            }
-            var result = Result { try read() }
-            if case .failure = result, self.rerunsAfterLoss(reader) {
-                self.healthy(reader)
-                result = Result { try read() }
-            }
-            self.pool.checkIn(reader)
-            self.end()
-            completion(result)
-        }
+        dispatchRead({ try $0.fetchRow(entity, key: key, visit) }, { reader in
+            let transaction = PostgresTransaction(connection: reader, tables: self.tables, writable: false)
+            defer { transaction.isFinished = true }
+            reader.probeNextStatement()
+            return try transaction.fetchRow(entity, key: key, visit)
+        }, completion: completion)
     }
 
     // MARK: Writes

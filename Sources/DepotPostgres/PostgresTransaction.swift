@@ -35,7 +35,7 @@ final class PostgresTransaction: WriteTransaction {
         let table = try table(query.handle)
         if query.limit == 0 { return }
         let compiled = try PGQueryCompiler.select(query, table: table)
-        let result = try connection.query(compiled.sql, compiled.parameters, "Fetching \(table.entity.name) records")
+        let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Fetching \(table.entity.name) records")
         let count = result.rowCount
         reserve(count)
         let columns = PGColumns(result, table: table)
@@ -49,7 +49,7 @@ final class PostgresTransaction: WriteTransaction {
         let table = try table(entity)
         guard key.type == table.keyType else { return false }
         let result = try connection.query(
-            table.selectByKey, [.value(key)], name: table.statementName(.selectByKey), "Reading a \(entity.name) record")
+            table.selectByKey, [.value(key)], prepare: true, "Reading a \(entity.name) record")
         guard result.rowCount > 0 else { return false }
         try body(PGColumns(result, table: table))
         return true
@@ -58,7 +58,7 @@ final class PostgresTransaction: WriteTransaction {
     func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         let compiled = try PGQueryCompiler.count(query, table: table)
-        let result = try connection.query(compiled.sql, compiled.parameters, "Counting \(table.entity.name) records")
+        let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Counting \(table.entity.name) records")
         guard result.rowCount > 0 else { return 0 }
         return Int(result.int64(0, 0))
     }
@@ -76,7 +76,7 @@ final class PostgresTransaction: WriteTransaction {
         for part in compiled.doubleSums {
             doubleSums[part.attribute] = try doubleSum(part, entity: entity, keyCount: keyCount)
         }
-        let result = try connection.query(compiled.query.sql, compiled.query.parameters, "Aggregating \(entity.name) records")
+        let result = try connection.query(compiled.query.sql, compiled.query.parameters, prepare: true, "Aggregating \(entity.name) records")
         let columns = PGColumns(result, types: compiled.types, entity: entity.name)
         var rows: [AggregateRow] = []
         rows.reserveCapacity(result.rowCount)
@@ -122,7 +122,7 @@ final class PostgresTransaction: WriteTransaction {
     /// group and binary exponent the sum of the significands, then the counts of NaNs,
     /// infinities, finite values and negative zeros.
     private func doubleSum(_ part: PGQueryCompiler.DoubleSumQuery, entity: EntityDescription, keyCount: Int) throws -> [[Value]: ExactSum] {
-        let result = try connection.query(part.query.sql, part.query.parameters, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
+        let result = try connection.query(part.query.sql, part.query.parameters, prepare: true, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
         let columns = PGColumns(result, types: part.types, entity: entity.name)
         var sums: [[Value]: ExactSum] = [:]
         for row in 0..<result.rowCount {
@@ -215,9 +215,9 @@ final class PostgresTransaction: WriteTransaction {
     /// one round trip): PostgreSQL aborts the whole transaction on a failed statement, where
     /// the other backends fail only the statement, and the savepoint gives back that
     /// behaviour, so a closure that catches a duplicate can go on.
-    private func runWrite(_ sql: String, _ params: [PGParam], kind: RegisteredEntity.Kind, row: Row, table: RegisteredEntity, what: String) throws(DepotError) -> PGResult {
+    private func runWrite(_ sql: String, _ params: [PGParam], row: Row, table: RegisteredEntity, what: String) throws(DepotError) -> PGResult {
         let context = "\(what) the \(table.entity.name) with primary key \(row[value: table.keyIndex].debugLiteral)"
-        let statement = PGConnection.Step(sql: sql, params: params, name: table.statementName(kind), context: context)
+        let statement = PGConnection.Step(sql: sql, params: params, prepare: true, context: context)
         do {
             guard table.hasUniqueAttributes else { return try connection.run([statement])[0] }
             return try connection.run([
@@ -252,7 +252,7 @@ final class PostgresTransaction: WriteTransaction {
         // ON CONFLICT on the key: a duplicate key is reported without aborting the
         // transaction.
         let result = try runWrite(
-            table.insertUnlessKeyExists, try params(row, table: table), kind: .insertUnlessKeyExists, row: row, table: table, what: "Inserting")
+            table.insertUnlessKeyExists, try params(row, table: table), row: row, table: table, what: "Inserting")
         let key = row[value: table.keyIndex]
         if result.affectedRows == 0 {
             throw DepotError(.duplicateKey, "A \(entity.name) with primary key \(key.debugLiteral) already exists. Use save(_:) to upsert or update(_:) to change it.")
@@ -262,7 +262,7 @@ final class PostgresTransaction: WriteTransaction {
 
     func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
-        let result = try runWrite(table.upsert, try params(row, table: table), kind: .upsert, row: row, table: table, what: "Saving")
+        let result = try runWrite(table.upsert, try params(row, table: table), row: row, table: table, what: "Saving")
         let inserted = result.bool(0, 0)
         recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: !inserted, existsAfter: true)
         return inserted
@@ -270,7 +270,7 @@ final class PostgresTransaction: WriteTransaction {
 
     func update(_ row: Row, in entity: EntityHandle) throws {
         let table = try writableTable(entity)
-        let result = try runWrite(table.update, try params(row, table: table), kind: .update, row: row, table: table, what: "Updating")
+        let result = try runWrite(table.update, try params(row, table: table), row: row, table: table, what: "Updating")
         let key = row[value: table.keyIndex]
         if result.affectedRows == 0 {
             throw DepotError(.notFound, "No \(entity.name) has primary key \(key.debugLiteral). Insert it first, or use save(_:) to upsert.")
@@ -282,7 +282,7 @@ final class PostgresTransaction: WriteTransaction {
         let table = try writableTable(entity)
         guard key.type == table.keyType else { return false }
         let result = try connection.query(
-            table.deleteByKey, [.value(key)], name: table.statementName(.deleteByKey), "Deleting the \(entity.name) with primary key \(key.debugLiteral)")
+            table.deleteByKey, [.value(key)], prepare: true, "Deleting the \(entity.name) with primary key \(key.debugLiteral)")
         let deleted = result.affectedRows > 0
         if deleted { recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: false) }
         return deleted
@@ -292,7 +292,7 @@ final class PostgresTransaction: WriteTransaction {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let compiled = try PGQueryCompiler.delete(query, table: table, returningKeys: true)
-        let result = try connection.query(compiled.sql, compiled.parameters, "Deleting \(table.entity.name) records")
+        let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Deleting \(table.entity.name) records")
         let keys = PGColumns(result, types: [table.keyType], entity: table.entity.name, names: [table.entity.primaryKey.name], keyIndex: 0)
         for row in 0..<result.rowCount {
             keys.row = row

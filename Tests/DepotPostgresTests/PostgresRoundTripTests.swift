@@ -6,7 +6,8 @@ import Testing
 @testable import DepotPostgres
 
 /// A call that is one statement costs one exchange with the server, counted on the
-/// connection (every statement, pipeline, PREPARE and ROLLBACK sent counts one): the
+/// connection (every statement, pipeline, DEALLOCATE and ROLLBACK sent counts one; a
+/// statement prepared for the cache is prepared in its own round trip): the
 /// semantics of those calls are the conformance suite's.
 @Suite("PostgresStore round trips", .enabled(if: TestServer.available), .serialized)
 struct PostgresRoundTripTests {
@@ -25,7 +26,7 @@ struct PostgresRoundTripTests {
         let collector = Collected()
         let subscription = store.changes.observe(entities: ["Cat"]) { collector.add($0) }
         defer { subscription.cancel() }
-        // The first use of each statement prepares it (its own exchange).
+        // Every statement used once, so that each is prepared.
         try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
         try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 4))
         try await cats.insert(Cat(id: 2, name: "Felix", weight: 3, age: 2))
@@ -43,8 +44,9 @@ struct PostgresRoundTripTests {
         #expect(try await writerTrips(store) { try await cats.save(Cat(id: 3, name: "Third", weight: 1, age: 1)) } == 1)
         #expect(try await writerTrips(store) { try await cats.insert(Cat(id: 4, name: "Four", weight: 1, age: 1)) } == 1)
         // A duplicate insert: the statement takes no effect, and a transaction (BEGIN with
-        // the insert, then ROLLBACK) gives the error, as before; the first prepares it.
-        for expected in [4, 3] {
+        // the insert, then ROLLBACK) gives the error, as before; preparing the transaction's
+        // insert goes in the same exchange.
+        for expected in [3, 3] {
             #expect(
                 try await writerTrips(store) {
                     do {
@@ -127,7 +129,7 @@ extension PostgresRoundTripTests {
         try await cats.save((1...30).map { Cat(id: $0, name: "Cat \($0)", weight: 1, age: Int($0 % 5)) })
         let young = Request<CatRecord>(\.age < 2).sorted(by: \.name)
         let set = cats.results.filter(\.age < 2).sorted(by: \.name)
-        // The first use of each statement prepares it (its own exchange).
+        // Every statement used once, so that each is prepared.
         _ = try await cats.fetchAll(young)
         _ = try await cats.fetchFirst(young)
         _ = try await cats.count(young)

@@ -51,7 +51,12 @@ struct StoreURLTests {
         let tuned = try #require(try await openStore(url: "\(base)&schema=\(schema)&consistency=eventual&standbyWait=250ms") as? PostgresStore)
         #expect(tuned.options.consistency == .eventual && tuned.options.standbyWait == .milliseconds(250))
         await tuned.close()
+        let unprepared = try #require(try await openStore(url: "\(base)&schema=\(schema)&preparedStatements=false") as? PostgresStore)
+        #expect(unprepared.options.preparedStatements == false)
+        #expect(try await Controller<Cat, CatRecord>(store: unprepared).count() == 500)
+        await unprepared.close()
         await #expect(throws: DepotError.self) { try await openStore(url: "\(base)&schema=\(schema)&consistency=strong") }
+        await #expect(throws: DepotError.self) { try await openStore(url: "\(base)&schema=\(schema)&preparedStatements=no") }
     }
     #else
     /// Without the trait, a postgres: URL is refused before any connection, saying how to
