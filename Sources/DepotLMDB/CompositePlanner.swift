@@ -28,11 +28,15 @@ package enum CompositePlanner {
     }
 
     /// The candidate plan of every composite index the query can use.
-    package static func candidates(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool) -> [Plan] {
+    /// `describing`: whether the plans carry their ranges as conditions (``Plan/rangeText``),
+    /// which only `explain` shows; a fetch skips formatting them.
+    package static func candidates(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool, describing: Bool = false) -> [Plan] {
         if handles.composites.isEmpty { return [] }
         let conjuncts = conjuncts(of: query.filter)
         return handles.composites.compactMap {
-            candidate($0, query: query, conjuncts: conjuncts, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
+            candidate(
+                $0, query: query, conjuncts: conjuncts, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder,
+                describing: describing)
         }
     }
 
@@ -41,7 +45,7 @@ package enum CompositePlanner {
     /// so they stay in one function.
     static func candidate(
         _ index: CompositeHandle, query: Query, conjuncts: [Filter], handles: RegisteredEntity, maxKeySize: Int,
-        needsOrder: Bool
+        needsOrder: Bool, describing: Bool = false
     ) -> Plan? {
         let entity = handles.entity
         let pk = entity.primaryKeyIndex
@@ -77,7 +81,7 @@ package enum CompositePlanner {
                 guard let bytes = encode(value, e) else { continue }
                 prefix += bytes
                 fixed[position] = bytes
-                prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)")
+                if describing { prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)") }
                 consumed.insert(c)
                 e += 1
                 continue componentLoop
@@ -89,7 +93,7 @@ package enum CompositePlanner {
         let prefixRange = KeyRange(lower: prefix.isEmpty ? nil : prefix, upper: prefix.isEmpty ? nil : KeyEncoding.successor(ofPrefix: prefix), upperInclusive: false)
         var ranges: [KeyRange]? = prefix.isEmpty ? nil : [prefixRange]
         var restricted = e > 0
-        if e > 0 { rangeTexts = [prefixTexts.joined(separator: " AND ")] }
+        if e > 0 && describing { rangeTexts = [prefixTexts.joined(separator: " AND ")] }
         if e < components.count {
             let position = index.positions[e]
             let descending = components[e].isDescending
@@ -100,8 +104,8 @@ package enum CompositePlanner {
                 var usable = true
                 for value in values + (includesNil ? [Value.null] : []) {
                     guard let bytes = encode(value, e) else { usable = false; break }
-                    let text = "\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)"
-                    keys.append((prefix + bytes, (prefixTexts + [text]).joined(separator: " AND ")))
+                    let text = describing ? (prefixTexts + ["\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)"]).joined(separator: " AND ") : ""
+                    keys.append((prefix + bytes, text))
                 }
                 if usable {
                     inList = (c, keys)
@@ -151,12 +155,12 @@ package enum CompositePlanner {
                     }
                     range = range.intersection(bound).intersection(nonNull)
                     consumed.insert(c)
-                    texts.append(describe(conjunct, entity))
+                    if describing { texts.append(describe(conjunct, entity)) }
                     any = true
                 }
                 if any {
                     ranges = range.isEmpty ? [] : [range]
-                    rangeTexts = [texts.joined(separator: " AND ")]
+                    if describing { rangeTexts = [texts.joined(separator: " AND ")] }
                     restricted = true
                 }
             }
@@ -177,8 +181,10 @@ package enum CompositePlanner {
                 let after = direction ? KeyRange(upper: bound, upperInclusive: false) : KeyRange(lower: bound, lowerInclusive: false)
                 ranges = (ranges ?? [.all]).map { $0.intersection(after) }.filter { !$0.isEmpty }
                 consumed.insert(c)
-                let text = describeKeyset(conjunct, sort: query.sort, entity)
-                rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
+                if describing {
+                    let text = describeKeyset(conjunct, sort: query.sort, entity)
+                    rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
+                }
                 keyset = true
                 break
             }
