@@ -39,6 +39,23 @@ final class SQLiteTransaction: WriteTransaction {
         return try tables.resolve(entity)
     }
 
+    /// The statement of `query` as a `kind` statement, marked in use, and its parameters:
+    /// kept per request shape on the connection (as a select's is; a count and a delete
+    /// bind the same parameters in the same order as the select of their request), or
+    /// compiled each time when the request's parameters are derived by the dialect.
+    private func shapedStatement(
+        _ query: Query, _ kind: SelectShape.Kind, table: RegisteredEntity,
+        compile: () throws(DepotError) -> CompiledQuery
+    ) throws(DepotError) -> (Statement, [Binding]) {
+        guard let (tokens, values) = QueryCompiler.selectShape(query) else {
+            let compiled = try compile()
+            return (try connection.statement(sql: compiled.sql), compiled.parameters)
+        }
+        let shape = SelectShape(serial: table.serial, kind: kind, tokens: tokens)
+        let statement = try connection.statement(shape: shape, table: table) { () throws(DepotError) in try compile().sql }.statement
+        return (statement, values)
+    }
+
     private func bind(_ bindings: [Binding], to statement: Statement) throws(DepotError) {
         for (i, binding) in bindings.enumerated() {
             try connection.bind(binding, at: Int32(i + 1), in: statement)
@@ -59,28 +76,28 @@ final class SQLiteTransaction: WriteTransaction {
             // than growing the caller's array step by step.
             reserve(max(0, try countAll(table) - query.offset))
         }
-        let sql: String
+        let statement: Statement
+        let columns: StatementColumns
         let parameters: [Binding]
         if let (tokens, values) = QueryCompiler.selectShape(query) {
-            // A list page asks the same shape again and again with other values: its SQL
-            // is built once per connection, only the parameters are walked each time.
-            let shape = SelectShape(serial: table.serial, tokens: tokens)
-            if let cached = connection.selectSQL(shape, table: table) {
-                sql = cached
-            } else {
-                sql = try QueryCompiler.select(query, table: table).sql
-                connection.keepSelectSQL(sql, shape, table: table)
+            // A list page asks the same shape again and again with other values: its
+            // statement is prepared once per connection, only the parameters are walked
+            // each time.
+            let shape = SelectShape(serial: table.serial, kind: .select, tokens: tokens)
+            let shaped = try connection.statement(shape: shape, table: table) { () throws(DepotError) in
+                try QueryCompiler.select(query, table: table).sql
             }
+            statement = shaped.statement
+            columns = shaped.columns
             parameters = values
         } else {
             let compiled = try QueryCompiler.select(query, table: table)
-            sql = compiled.sql
+            statement = try connection.statement(sql: compiled.sql)
+            columns = StatementColumns(statement, table: table)
             parameters = compiled.parameters
         }
-        let statement = try connection.statement(sql: sql)
         defer { connection.release(statement) }
         try bind(parameters, to: statement)
-        let columns = StatementColumns(statement, table: table)
         while try connection.step(statement, "Fetching \(table.entity.name) records") {
             try body(columns)
         }
@@ -127,10 +144,11 @@ final class SQLiteTransaction: WriteTransaction {
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
             return try countAll(table)
         }
-        let compiled = try QueryCompiler.count(query, table: table)
-        let statement = try connection.statement(sql: compiled.sql)
+        let (statement, parameters) = try shapedStatement(query, .count, table: table) { () throws(DepotError) in
+            try QueryCompiler.count(query, table: table)
+        }
         defer { connection.release(statement) }
-        try bind(compiled.parameters, to: statement)
+        try bind(parameters, to: statement)
         guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
@@ -288,10 +306,11 @@ final class SQLiteTransaction: WriteTransaction {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let recording = recorder.isDetailed
-        let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)
-        let statement = try connection.statement(sql: compiled.sql)
+        let (statement, parameters) = try shapedStatement(query, .delete(returningKeys: recording), table: table) { () throws(DepotError) in
+            try QueryCompiler.delete(query, table: table, returningKeys: recording)
+        }
         defer { connection.release(statement) }
-        try bind(compiled.parameters, to: statement)
+        try bind(parameters, to: statement)
         var deleted = 0
         while try connection.step(statement, "Deleting \(table.entity.name) records") {
             let key = try connection.column(0, of: statement, as: table.keyType)
