@@ -18,6 +18,16 @@ final class SQLiteTransaction: WriteTransaction {
     /// the transaction began).
     var recorder: ChangeRecorder
     var isFinished = false
+    /// A read of one statement in autocommit mode (see `SQLiteStore.submitSingleStatementRead`):
+    /// its first statement runs; a second is refused with ``SecondStatement`` and the read
+    /// runs again in a transaction, so that its statements share one snapshot.
+    var oneStatement = false
+    private var ranStatement = false
+    /// Whether a read of one statement went on to another.
+    private(set) var wantedAnother = false
+
+    /// The refusal of a second statement in a read of one statement.
+    struct SecondStatement: Error {}
 
     init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
@@ -26,6 +36,17 @@ final class SQLiteTransaction: WriteTransaction {
         self.explicit = explicit
         self.recorder = recorder
         connection.lastError = nil
+    }
+
+    /// Counts a statement of a read of one statement, refusing the second.
+    @inline(__always)
+    func startStatement() throws {
+        guard oneStatement else { return }
+        if ranStatement {
+            wantedAnother = true
+            throw SecondStatement()
+        }
+        ranStatement = true
     }
 
     @inline(__always)
@@ -66,6 +87,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
+        try startStatement()
         if query.limit == 0 { return }
         if let limit = query.limit {
             // A page: at most `limit` rows, whatever the table holds. Counting the table
@@ -111,7 +133,9 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
-        try Self.fetchRow(entity, key: key, table: try table(entity), on: connection, body)
+        let table = try table(entity)
+        try startStatement()
+        return try Self.fetchRow(entity, key: key, table: table, on: connection, body)
     }
 
     /// One row by key on `connection`: the lookup `fetchRow` makes, and what a single-row
@@ -141,6 +165,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
+        try startStatement()
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
             return try countAll(table)
         }
@@ -155,6 +180,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
+        try startStatement()
         let compiled = try QueryCompiler.aggregate(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
