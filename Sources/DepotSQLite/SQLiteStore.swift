@@ -715,6 +715,21 @@ extension SQLiteStore: SingleStatementReadingStore {
     }
 }
 
+extension SQLiteStore: SingleStatementExecutorReadingStore {
+    /// Runs `body`, which reads with one statement, right here with an idle reader
+    /// connection as a read of its own (see `readOneStatement`); returns `false` when every
+    /// reader is busy.
+    @usableFromInline
+    package func readOneStatementOnCallingThread(_ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try begin()
+        defer { end() }
+        guard let reader = pool.takeIdle() else { return false }
+        defer { pool.checkIn(reader) }
+        try readOneStatement(on: reader.connection, body)
+        return true
+    }
+}
+
 extension SQLiteStore: CatalogStore {
     /// Every entity registered in this process or found in the file's `depot_entities`
     /// when the store opened.

@@ -31,6 +31,14 @@ struct SQLiteSingleStatementReadTests {
             #expect(ran.filter { $0.hasPrefix("SELECT") }.count == 2, "\(ran)")
             #expect(!ran.contains { $0.hasPrefix("BEGIN") || $0.hasPrefix("ROLLBACK") }, "\(ran)")
 
+            // The same from a task preferring the store's executor, on the calling thread.
+            before = statements.all.count
+            let page = try await withTaskExecutorPreference(store.executor) { try await cats.fetchAll(request) }
+            #expect(try await page == reference.fetchAll(request))
+            ran = Array(statements.all[before...])
+            #expect(ran.filter { $0.hasPrefix("SELECT") }.count == 1, "\(ran)")
+            #expect(!ran.contains { $0.hasPrefix("BEGIN") || $0.hasPrefix("ROLLBACK") }, "\(ran)")
+
             let entity = try await cats.registeredEntity()
             before = statements.all.count
             let (count, rows) = try await withCheckedThrowingContinuation { continuation in
