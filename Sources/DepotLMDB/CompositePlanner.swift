@@ -50,7 +50,8 @@ package enum CompositePlanner {
         let entity = handles.entity
         let pk = entity.primaryKeyIndex
         let components = index.description.components
-        var consumed = Set<Int>()
+        // The conjuncts the ranges express, each once: a few, searched in place.
+        var consumed: [Int] = []
         var prefix: [UInt8] = []
         /// The encoding of each component fixed by equality, by attribute position.
         var fixed: [Int: [UInt8]] = [:]
@@ -82,7 +83,7 @@ package enum CompositePlanner {
                 prefix += bytes
                 fixed[position] = bytes
                 if describing { prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)") }
-                consumed.insert(c)
+                consumed.append(c)
                 e += 1
                 continue componentLoop
             }
@@ -113,7 +114,7 @@ package enum CompositePlanner {
                 }
             }
             if let inList {
-                consumed.insert(inList.c)
+                consumed.append(inList.c)
                 var seen = Set<[UInt8]>()
                 let keys = inList.keys.filter { seen.insert($0.key).inserted }.sorted { $0.key.lexicographicallyPrecedes($1.key) }
                 ranges = keys.map { KeyRange(lower: $0.key, upper: KeyEncoding.successor(ofPrefix: $0.key), upperInclusive: false) }
@@ -154,7 +155,7 @@ package enum CompositePlanner {
                         continue
                     }
                     range = range.intersection(bound).intersection(nonNull)
-                    consumed.insert(c)
+                    consumed.append(c)
                     if describing { texts.append(describe(conjunct, entity)) }
                     any = true
                 }
@@ -180,7 +181,7 @@ package enum CompositePlanner {
                 KeyEncoding.appendPrimaryKey(values[keyAt], to: &bound)
                 let after = direction ? KeyRange(upper: bound, upperInclusive: false) : KeyRange(lower: bound, lowerInclusive: false)
                 ranges = (ranges ?? [.all]).map { $0.intersection(after) }.filter { !$0.isEmpty }
-                consumed.insert(c)
+                consumed.append(c)
                 if describing {
                     let text = describeKeyset(conjunct, sort: query.sort, entity)
                     rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
@@ -194,7 +195,7 @@ package enum CompositePlanner {
         for range in ranges ?? [] {
             if (range.lower?.count ?? 0) > maxKeySize || (range.upper?.count ?? 0) > maxKeySize { return nil }
         }
-        let restricting = conjuncts.filter { $0 != .constant(true) }.count
+        let restricting = conjuncts.reduce(0) { $1 == .constant(true) ? $0 : $0 + 1 }
         let consumedCount = consumed.count
         var plan = Plan(
             source: .composite(index), ranges: ranges, exact: consumedCount == restricting, ordered: direction != nil,
@@ -208,7 +209,8 @@ package enum CompositePlanner {
     /// Whether reading `index`, with its first `fixedCount` components fixed, yields the
     /// query's order forwards (`false`) or backwards (`true`); `nil` when it does not.
     static func orderDirection(_ index: CompositeHandle, fixedCount: Int, query: Query, pk: Int) -> Bool? {
-        let fixed = Set(index.positions.prefix(fixedCount))
+        // A few positions: searched in place rather than hashed into a set, on every fetch.
+        let fixed = index.positions.prefix(fixedCount)
         // At most one record when the primary key is fixed: any order is its order.
         if fixed.contains(pk) { return false }
         var sort = query.sort.filter { !fixed.contains($0.attributeIndex) }
