@@ -28,11 +28,15 @@ package enum CompositePlanner {
     }
 
     /// The candidate plan of every composite index the query can use.
-    package static func candidates(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool) -> [Plan] {
+    /// `describing`: whether the plans carry their ranges as conditions (``Plan/rangeText``),
+    /// which only `explain` shows; a fetch skips formatting them.
+    package static func candidates(_ query: Query, handles: RegisteredEntity, maxKeySize: Int, needsOrder: Bool, describing: Bool = false) -> [Plan] {
         if handles.composites.isEmpty { return [] }
         let conjuncts = conjuncts(of: query.filter)
         return handles.composites.compactMap {
-            candidate($0, query: query, conjuncts: conjuncts, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
+            candidate(
+                $0, query: query, conjuncts: conjuncts, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder,
+                describing: describing)
         }
     }
 
@@ -41,12 +45,13 @@ package enum CompositePlanner {
     /// so they stay in one function.
     static func candidate(
         _ index: CompositeHandle, query: Query, conjuncts: [Filter], handles: RegisteredEntity, maxKeySize: Int,
-        needsOrder: Bool
+        needsOrder: Bool, describing: Bool = false
     ) -> Plan? {
         let entity = handles.entity
         let pk = entity.primaryKeyIndex
         let components = index.description.components
-        var consumed = Set<Int>()
+        // The conjuncts the ranges express, each once: a few, searched in place.
+        var consumed: [Int] = []
         var prefix: [UInt8] = []
         /// The encoding of each component fixed by equality, by attribute position.
         var fixed: [Int: [UInt8]] = [:]
@@ -77,8 +82,8 @@ package enum CompositePlanner {
                 guard let bytes = encode(value, e) else { continue }
                 prefix += bytes
                 fixed[position] = bytes
-                prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)")
-                consumed.insert(c)
+                if describing { prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)") }
+                consumed.append(c)
                 e += 1
                 continue componentLoop
             }
@@ -89,7 +94,7 @@ package enum CompositePlanner {
         let prefixRange = KeyRange(lower: prefix.isEmpty ? nil : prefix, upper: prefix.isEmpty ? nil : KeyEncoding.successor(ofPrefix: prefix), upperInclusive: false)
         var ranges: [KeyRange]? = prefix.isEmpty ? nil : [prefixRange]
         var restricted = e > 0
-        if e > 0 { rangeTexts = [prefixTexts.joined(separator: " AND ")] }
+        if e > 0 && describing { rangeTexts = [prefixTexts.joined(separator: " AND ")] }
         if e < components.count {
             let position = index.positions[e]
             let descending = components[e].isDescending
@@ -100,8 +105,8 @@ package enum CompositePlanner {
                 var usable = true
                 for value in values + (includesNil ? [Value.null] : []) {
                     guard let bytes = encode(value, e) else { usable = false; break }
-                    let text = "\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)"
-                    keys.append((prefix + bytes, (prefixTexts + [text]).joined(separator: " AND ")))
+                    let text = describing ? (prefixTexts + ["\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)"]).joined(separator: " AND ") : ""
+                    keys.append((prefix + bytes, text))
                 }
                 if usable {
                     inList = (c, keys)
@@ -109,7 +114,7 @@ package enum CompositePlanner {
                 }
             }
             if let inList {
-                consumed.insert(inList.c)
+                consumed.append(inList.c)
                 var seen = Set<[UInt8]>()
                 let keys = inList.keys.filter { seen.insert($0.key).inserted }.sorted { $0.key.lexicographicallyPrecedes($1.key) }
                 ranges = keys.map { KeyRange(lower: $0.key, upper: KeyEncoding.successor(ofPrefix: $0.key), upperInclusive: false) }
@@ -150,13 +155,13 @@ package enum CompositePlanner {
                         continue
                     }
                     range = range.intersection(bound).intersection(nonNull)
-                    consumed.insert(c)
-                    texts.append(describe(conjunct, entity))
+                    consumed.append(c)
+                    if describing { texts.append(describe(conjunct, entity)) }
                     any = true
                 }
                 if any {
                     ranges = range.isEmpty ? [] : [range]
-                    rangeTexts = [texts.joined(separator: " AND ")]
+                    if describing { rangeTexts = [texts.joined(separator: " AND ")] }
                     restricted = true
                 }
             }
@@ -176,9 +181,11 @@ package enum CompositePlanner {
                 KeyEncoding.appendPrimaryKey(values[keyAt], to: &bound)
                 let after = direction ? KeyRange(upper: bound, upperInclusive: false) : KeyRange(lower: bound, lowerInclusive: false)
                 ranges = (ranges ?? [.all]).map { $0.intersection(after) }.filter { !$0.isEmpty }
-                consumed.insert(c)
-                let text = describeKeyset(conjunct, sort: query.sort, entity)
-                rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
+                consumed.append(c)
+                if describing {
+                    let text = describeKeyset(conjunct, sort: query.sort, entity)
+                    rangeTexts = rangeTexts.isEmpty ? [text] : rangeTexts.map { $0 + " AND " + text }
+                }
                 keyset = true
                 break
             }
@@ -188,7 +195,7 @@ package enum CompositePlanner {
         for range in ranges ?? [] {
             if (range.lower?.count ?? 0) > maxKeySize || (range.upper?.count ?? 0) > maxKeySize { return nil }
         }
-        let restricting = conjuncts.filter { $0 != .constant(true) }.count
+        let restricting = conjuncts.reduce(0) { $1 == .constant(true) ? $0 : $0 + 1 }
         let consumedCount = consumed.count
         var plan = Plan(
             source: .composite(index), ranges: ranges, exact: consumedCount == restricting, ordered: direction != nil,
@@ -202,7 +209,8 @@ package enum CompositePlanner {
     /// Whether reading `index`, with its first `fixedCount` components fixed, yields the
     /// query's order forwards (`false`) or backwards (`true`); `nil` when it does not.
     static func orderDirection(_ index: CompositeHandle, fixedCount: Int, query: Query, pk: Int) -> Bool? {
-        let fixed = Set(index.positions.prefix(fixedCount))
+        // A few positions: searched in place rather than hashed into a set, on every fetch.
+        let fixed = index.positions.prefix(fixedCount)
         // At most one record when the primary key is fixed: any order is its order.
         if fixed.contains(pk) { return false }
         var sort = query.sort.filter { !fixed.contains($0.attributeIndex) }

@@ -19,7 +19,7 @@ extension LMDBTransaction {
                 entity: entity.name, access: .primaryKey, ranges: [], sortsAfterwards: false, filtersAfterwards: false,
                 estimatedRows: 0, actualRows: analyze ? 0 : nil, backendDetail: "The filter matches nothing; nothing is read.")
         }
-        let plan = try plan(query, handles, needsOrder: true)
+        let plan = try plan(query, handles, needsOrder: true, describing: true)
         var estimate = try measure(plan, handles, cap: Self.explainEstimateCap)
         if let window = window(plan, query, needsOrder: true) { estimate = min(estimate, window) }
 

@@ -90,9 +90,12 @@ extension LMDBTransaction {
     ///
     /// When composite indexes fit the query too, the plan of least estimated cost wins (see
     /// ``choose(_:_:_:needsOrder:)``).
-    package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
+    ///
+    /// `describing`: whether a composite plan carries its ranges as conditions, for `explain`.
+    package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool, describing: Bool = false) throws -> Plan {
         let single = try singleAttributePlan(query, handles, needsOrder: needsOrder)
-        let composites = CompositePlanner.candidates(query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder)
+        let composites = CompositePlanner.candidates(
+            query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder, describing: describing)
         if composites.isEmpty { return single }
         // Most conditions expressed first: among plans of equal cost, the narrower one.
         let ordered = composites.enumerated().sorted { (a: (offset: Int, element: Plan), b: (offset: Int, element: Plan)) -> Bool in

@@ -243,6 +243,10 @@ extension SQLQueryCompiler {
     /// binds them, from one walk that mirrors it; `nil` when a condition's parameters are
     /// derived by the dialect (prefix and substring tests), whose queries always compile.
     /// Two queries with equal shapes compile to the same SQL for the same table and columns.
+    ///
+    /// Inlinable, so a backend runs it specialized for its dialect: generic, every call
+    /// looked up the metadata of the parameters' arrays at run time.
+    @inlinable
     package static func selectShape(_ query: Query) -> (shape: [Int], parameters: [Dialect.Parameter])? {
         var shape: [Int] = []
         var parameters: [Dialect.Parameter] = []
@@ -260,7 +264,8 @@ extension SQLQueryCompiler {
         return (shape, parameters)
     }
 
-    private static func shape(of filter: Filter, into shape: inout [Int], _ parameters: inout [Dialect.Parameter]) -> Bool {
+    @inlinable
+    static func shape(of filter: Filter, into shape: inout [Int], _ parameters: inout [Dialect.Parameter]) -> Bool {
         switch filter {
         case .constant(let b):
             shape.append(0)

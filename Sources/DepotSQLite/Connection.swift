@@ -48,12 +48,13 @@ package final class Connection: @unchecked Sendable {
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
     /// `in` lists cannot grow it without bound.
     private static let dynamicLimit = 256
-    /// The SQL of compiled selects by their request's shape (see
-    /// `SQLQueryCompiler.selectShape`), each with the table it was compiled for: a page
-    /// request repeated with other values then skips building its SQL again. An entry is
-    /// used only for the very table object it was compiled for, so a table registered again
-    /// (another column list, another name) compiles afresh.
-    private var selects: [SelectShape: (table: RegisteredEntity, sql: String)] = [:]
+    /// Compiled statements by their request's shape (see `SQLQueryCompiler.selectShape`),
+    /// each with the table it was compiled for: a page request repeated with other values
+    /// then skips building its SQL again, and finding its statement by the SQL's text, and
+    /// reuses the reader over its columns. An entry is used only for the very table object
+    /// it was compiled for, so a table registered again (another column list, another
+    /// name) compiles afresh.
+    private var shaped: [SelectShape: ShapedStatement] = [:]
     /// Keeps the trace hook's context alive as long as the connection (see `traceStatements`).
     var traceContext: TraceContext?
     /// Keeps the WAL hook's context alive as long as the connection (see
@@ -165,7 +166,7 @@ package final class Connection: @unchecked Sendable {
     package func close() {
         fixed.removeAll()
         dynamic.removeAll()
-        selects.removeAll()
+        shaped.removeAll()
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
     }
@@ -251,17 +252,31 @@ package final class Connection: @unchecked Sendable {
         return made
     }
 
-    /// The SQL compiled earlier on this connection for a select of `shape` on `table`.
-    func selectSQL(_ shape: SelectShape, table: RegisteredEntity) -> String? {
-        guard let cached = selects[shape], cached.table === table else { return nil }
-        return cached.sql
-    }
-
-    /// Keeps `sql` as the select of `shape` on `table`.
-    func keepSelectSQL(_ sql: String, _ shape: SelectShape, table: RegisteredEntity) {
-        // Bounded like the statements: shapes vary with `in` lists' lengths.
-        if selects.count >= Self.dynamicLimit { selects.removeAll(keepingCapacity: true) }
-        selects[shape] = (table, sql)
+    /// The statement of a request of `shape` on `table`, marked in use (give it back with
+    /// ``release(_:)``), and a reader over its columns as `table`'s attributes: the one
+    /// kept for the shape, else one prepared from `compile()`'s SQL and kept. A nested use
+    /// of a shape whose statement is being stepped gets a statement of its own.
+    func statement(
+        shape: SelectShape, table: RegisteredEntity, compile: () throws(DepotError) -> String
+    ) throws(DepotError) -> (statement: Statement, columns: StatementColumns) {
+        if let kept = shaped[shape], kept.table === table {
+            if !kept.statement.inUse {
+                kept.statement.inUse = true
+                return (kept.statement, kept.columns)
+            }
+            let fresh = try prepare(kept.sql, cached: false)
+            fresh.inUse = true
+            return (fresh, StatementColumns(fresh, table: table))
+        }
+        let sql = try compile()
+        let made = try prepare(sql, cached: true)
+        let kept = ShapedStatement(table: table, sql: sql, statement: made, columns: StatementColumns(made, table: table))
+        // Bounded like the statements: shapes vary with `in` lists' lengths. A statement in
+        // use stays alive through its caller's reference.
+        if shaped.count >= Self.dynamicLimit { shaped.removeAll(keepingCapacity: true) }
+        shaped[shape] = kept
+        made.inUse = true
+        return (made, kept.columns)
     }
 
     /// Resets a statement and drops its bindings (so a large bound value is not kept).
@@ -455,8 +470,31 @@ extension Connection {
     }
 }
 
-/// A select's request shape on one entity (see `SQLQueryCompiler.selectShape`).
+/// A statement's request shape on one entity (see `SQLQueryCompiler.selectShape`): which
+/// statement (a select, a count, a delete) and the request's shape.
 struct SelectShape: Hashable {
+    enum Kind: Hashable {
+        case select
+        case count
+        case delete(returningKeys: Bool)
+    }
+
     let serial: Int
+    let kind: Kind
     let tokens: [Int]
+}
+
+/// A statement kept for a request shape (see `Connection.statement(shape:table:compile:)`).
+final class ShapedStatement {
+    let table: RegisteredEntity
+    let sql: String
+    let statement: Statement
+    let columns: StatementColumns
+
+    init(table: RegisteredEntity, sql: String, statement: Statement, columns: StatementColumns) {
+        self.table = table
+        self.sql = sql
+        self.statement = statement
+        self.columns = columns
+    }
 }

@@ -437,6 +437,33 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
         return true
     }
 
+    /// A read of one statement (a controller's `fetchAll`, `fetchFirst`, `count`, a page)
+    /// in autocommit mode, where the statement is its own snapshot: without the `BEGIN`,
+    /// the snapshot's schema read and the `ROLLBACK` of a read transaction (the statement's
+    /// first step checks the schema instead, as a lookup by key's does). Should the read
+    /// go on to a second statement, the two would see different snapshots: it stops there
+    /// and runs again from its start in a read transaction, which the caller allows, since
+    /// such a read has no effect outside what it returns.
+    func readOneStatement<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
+        try log.transaction("read") {
+            try retryingAfterSchemaChange(on: connection) { () throws -> T in
+                let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false)
+                transaction.oneStatement = true
+                let result: T
+                do {
+                    defer { transaction.isFinished = true }
+                    result = try body(transaction)
+                } catch {
+                    guard transaction.wantedAnother else { throw error }
+                    return try readInTransaction(on: connection, body)
+                }
+                // A read that caught the refusal of its second statement itself.
+                if transaction.wantedAnother { return try readInTransaction(on: connection, body) }
+                return result
+            }
+        }
+    }
+
     func readNow<T>(on connection: Connection, _ body: (any ReadTransaction) throws -> T) throws -> T {
         try log.transaction("read") { try retryingAfterSchemaChange(on: connection) { try readInTransaction(on: connection, body) } }
     }
@@ -669,6 +696,39 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
     }
 }
 
+
+extension SQLiteStore: SingleStatementReadingStore {
+    /// Runs `body`, which reads with one statement, on a reader connection as a read of its
+    /// own (see `readOneStatement`).
+    @usableFromInline
+    package func submitSingleStatementRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do { try begin() } catch { return completion(.failure(error)) }
+        pool.checkOut { reader in
+            let result = Result { try self.readOneStatement(on: reader.connection, body) }
+            self.pool.checkIn(reader)
+            self.end()
+            completion(result)
+        }
+    }
+}
+
+extension SQLiteStore: SingleStatementExecutorReadingStore {
+    /// Runs `body`, which reads with one statement, right here with an idle reader
+    /// connection as a read of its own (see `readOneStatement`); returns `false` when every
+    /// reader is busy.
+    @usableFromInline
+    package func readOneStatementOnCallingThread(_ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try begin()
+        defer { end() }
+        guard let reader = pool.takeIdle() else { return false }
+        defer { pool.checkIn(reader) }
+        try readOneStatement(on: reader.connection, body)
+        return true
+    }
+}
 
 extension SQLiteStore: CatalogStore {
     /// Every entity registered in this process or found in the file's `depot_entities`

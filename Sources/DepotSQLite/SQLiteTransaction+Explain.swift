@@ -10,6 +10,7 @@ extension SQLiteTransaction {
     /// those the statement returned.
     func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         if isFinished { throw DepotError.transactionEnded }
+        try startStatement()
         let table = try tables.resolve(query.handle)
         let compiled = try QueryCompiler.select(query, table: table)
         let statement = try connection.prepare("EXPLAIN QUERY PLAN " + compiled.sql, cached: false)

@@ -18,6 +18,16 @@ final class SQLiteTransaction: WriteTransaction {
     /// the transaction began).
     var recorder: ChangeRecorder
     var isFinished = false
+    /// A read of one statement in autocommit mode (see `SQLiteStore.submitSingleStatementRead`):
+    /// its first statement runs; a second is refused with ``SecondStatement`` and the read
+    /// runs again in a transaction, so that its statements share one snapshot.
+    var oneStatement = false
+    private var ranStatement = false
+    /// Whether a read of one statement went on to another.
+    private(set) var wantedAnother = false
+
+    /// The refusal of a second statement in a read of one statement.
+    struct SecondStatement: Error {}
 
     init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
@@ -26,6 +36,17 @@ final class SQLiteTransaction: WriteTransaction {
         self.explicit = explicit
         self.recorder = recorder
         connection.lastError = nil
+    }
+
+    /// Counts a statement of a read of one statement, refusing the second.
+    @inline(__always)
+    func startStatement() throws {
+        guard oneStatement else { return }
+        if ranStatement {
+            wantedAnother = true
+            throw SecondStatement()
+        }
+        ranStatement = true
     }
 
     @inline(__always)
@@ -39,6 +60,23 @@ final class SQLiteTransaction: WriteTransaction {
         return try tables.resolve(entity)
     }
 
+    /// The statement of `query` as a `kind` statement, marked in use, and its parameters:
+    /// kept per request shape on the connection (as a select's is; a count and a delete
+    /// bind the same parameters in the same order as the select of their request), or
+    /// compiled each time when the request's parameters are derived by the dialect.
+    private func shapedStatement(
+        _ query: Query, _ kind: SelectShape.Kind, table: RegisteredEntity,
+        compile: () throws(DepotError) -> CompiledQuery
+    ) throws(DepotError) -> (Statement, [Binding]) {
+        guard let (tokens, values) = QueryCompiler.selectShape(query) else {
+            let compiled = try compile()
+            return (try connection.statement(sql: compiled.sql), compiled.parameters)
+        }
+        let shape = SelectShape(serial: table.serial, kind: kind, tokens: tokens)
+        let statement = try connection.statement(shape: shape, table: table) { () throws(DepotError) in try compile().sql }.statement
+        return (statement, values)
+    }
+
     private func bind(_ bindings: [Binding], to statement: Statement) throws(DepotError) {
         for (i, binding) in bindings.enumerated() {
             try connection.bind(binding, at: Int32(i + 1), in: statement)
@@ -49,6 +87,7 @@ final class SQLiteTransaction: WriteTransaction {
 
     func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
+        try startStatement()
         if query.limit == 0 { return }
         if let limit = query.limit {
             // A page: at most `limit` rows, whatever the table holds. Counting the table
@@ -59,28 +98,28 @@ final class SQLiteTransaction: WriteTransaction {
             // than growing the caller's array step by step.
             reserve(max(0, try countAll(table) - query.offset))
         }
-        let sql: String
+        let statement: Statement
+        let columns: StatementColumns
         let parameters: [Binding]
         if let (tokens, values) = QueryCompiler.selectShape(query) {
-            // A list page asks the same shape again and again with other values: its SQL
-            // is built once per connection, only the parameters are walked each time.
-            let shape = SelectShape(serial: table.serial, tokens: tokens)
-            if let cached = connection.selectSQL(shape, table: table) {
-                sql = cached
-            } else {
-                sql = try QueryCompiler.select(query, table: table).sql
-                connection.keepSelectSQL(sql, shape, table: table)
+            // A list page asks the same shape again and again with other values: its
+            // statement is prepared once per connection, only the parameters are walked
+            // each time.
+            let shape = SelectShape(serial: table.serial, kind: .select, tokens: tokens)
+            let shaped = try connection.statement(shape: shape, table: table) { () throws(DepotError) in
+                try QueryCompiler.select(query, table: table).sql
             }
+            statement = shaped.statement
+            columns = shaped.columns
             parameters = values
         } else {
             let compiled = try QueryCompiler.select(query, table: table)
-            sql = compiled.sql
+            statement = try connection.statement(sql: compiled.sql)
+            columns = StatementColumns(statement, table: table)
             parameters = compiled.parameters
         }
-        let statement = try connection.statement(sql: sql)
         defer { connection.release(statement) }
         try bind(parameters, to: statement)
-        let columns = StatementColumns(statement, table: table)
         while try connection.step(statement, "Fetching \(table.entity.name) records") {
             try body(columns)
         }
@@ -94,7 +133,9 @@ final class SQLiteTransaction: WriteTransaction {
     }
 
     func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
-        try Self.fetchRow(entity, key: key, table: try table(entity), on: connection, body)
+        let table = try table(entity)
+        try startStatement()
+        return try Self.fetchRow(entity, key: key, table: table, on: connection, body)
     }
 
     /// One row by key on `connection`: the lookup `fetchRow` makes, and what a single-row
@@ -124,19 +165,22 @@ final class SQLiteTransaction: WriteTransaction {
 
     func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
+        try startStatement()
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
             return try countAll(table)
         }
-        let compiled = try QueryCompiler.count(query, table: table)
-        let statement = try connection.statement(sql: compiled.sql)
+        let (statement, parameters) = try shapedStatement(query, .count, table: table) { () throws(DepotError) in
+            try QueryCompiler.count(query, table: table)
+        }
         defer { connection.release(statement) }
-        try bind(compiled.parameters, to: statement)
+        try bind(parameters, to: statement)
         guard try connection.step(statement, "Counting \(table.entity.name) records") else { return 0 }
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
     func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
+        try startStatement()
         let compiled = try QueryCompiler.aggregate(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }
@@ -288,10 +332,11 @@ final class SQLiteTransaction: WriteTransaction {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let recording = recorder.isDetailed
-        let compiled = try QueryCompiler.delete(query, table: table, returningKeys: recording)
-        let statement = try connection.statement(sql: compiled.sql)
+        let (statement, parameters) = try shapedStatement(query, .delete(returningKeys: recording), table: table) { () throws(DepotError) in
+            try QueryCompiler.delete(query, table: table, returningKeys: recording)
+        }
         defer { connection.release(statement) }
-        try bind(compiled.parameters, to: statement)
+        try bind(parameters, to: statement)
         var deleted = 0
         while try connection.step(statement, "Deleting \(table.entity.name) records") {
             let key = try connection.column(0, of: statement, as: table.keyType)

@@ -21,8 +21,8 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb, postgres, raw-postgres (the last two need --postgres-url).")
     var backends = "memory,sqlite,raw-sqlite,lmdb,raw-lmdb"
 
-    @Option(help: "Comma-separated workloads: W1, W1x, W2, W3, W3x, W3e, W3h, W3c, W4, W4p, W4pe, W4ph, W5, W6, W6e, W6t, W7, W8, W8n, W8c.")
-    var workloads = "W1,W1x,W2,W3,W3x,W3e,W3h,W3c,W4,W4p,W4pe,W4ph,W5,W6,W6e,W6t,W7,W8,W8n,W8c"
+    @Option(help: "Comma-separated workloads: W1, W1x, W2, W3, W3x, W3e, W3h, W3c, W4, W4p, W4pe, W4ph, W5, W6, W6e, W6t, W7, W8, W8e, W8n, W8c.")
+    var workloads = "W1,W1x,W2,W3,W3x,W3e,W3h,W3c,W4,W4p,W4pe,W4ph,W5,W6,W6e,W6t,W7,W8,W8e,W8n,W8c"
 
     @Option(help: "A PostgreSQL server for the postgres and raw-postgres subjects (a libpq URI; each run uses schemas of its own and drops them at the end). Default: DEPOT_BENCH_POSTGRES_URL.")
     var postgresURL: String?

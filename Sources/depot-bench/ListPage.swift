@@ -141,6 +141,17 @@ extension DepotSubject {
         return try await plainPets.fetchAll(Request(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)).map(\.pet)
     }
 
+    /// W8e: the list pages from a task preferring the store's executor, as a server whose
+    /// requests run there (the README's advice, the example's middleware) reads them.
+    func listPagesPreferringStoreExecutor(species: [String]) async throws -> [[BenchPet]] {
+        guard let store else { throw BenchError("\(name) is not open") }
+        return try await withTaskExecutorPreference(store.executor) {
+            var pages: [[BenchPet]] = []
+            for name in species { pages.append(try await listPage(species: name, indexed: true)) }
+            return pages
+        }
+    }
+
     /// W8c through `ResultSet.page(size:after:)`, each page handed the previous one's cursor.
     func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64]) {
         guard let indexedPets else { throw BenchError("\(name) holds no pets") }

@@ -5,7 +5,7 @@ import Foundation
 /// The workloads, as docs/benchmarks/README.md describes them.
 enum Workload: String, CaseIterable, Codable {
     case w1 = "W1", w1x = "W1x", w2 = "W2", w3 = "W3", w3x = "W3x", w3e = "W3e", w3h = "W3h", w3c = "W3c", w4 = "W4", w4p = "W4p", w4pe = "W4pe", w4ph = "W4ph"
-    case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7", w8 = "W8", w8n = "W8n", w8c = "W8c"
+    case w5 = "W5", w6 = "W6", w6e = "W6e", w6t = "W6t", w7 = "W7", w8 = "W8", w8e = "W8e", w8n = "W8n", w8c = "W8c"
 
     var summary: String {
         switch self {
@@ -27,6 +27,7 @@ enum Workload: String, CaseIterable, Codable {
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
         case .w8: "the list page: N pets, species == x (one of 16) sorted by name, limit 20, composite index on (species, name) (time per page)"
+        case .w8e: "W8 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)), as the README tells servers to call Depot; raw engines: W8"
         case .w8n: "W8 on the same pets with species indexed alone, no composite index (Depot's stores only; time per page)"
         case .w8c: "up to 200 cursor pages of 20 of one species walked in order with page(size:after:), composite index (time per walk)"
         }
@@ -42,7 +43,7 @@ enum Workload: String, CaseIterable, Codable {
     var isDepotOnly: Bool { [.w1x, .w3x, .w6e, .w8n].contains(self) }
 
     /// Whether the workload reads W8's pets (which the populated store then holds too).
-    var readsPets: Bool { [.w8, .w8n, .w8c].contains(self) }
+    var readsPets: Bool { [.w8, .w8e, .w8n, .w8c].contains(self) }
 }
 
 /// A subject's name, its raw counterpart and how to make a fresh instance.
@@ -419,13 +420,17 @@ struct Runner {
                 }
                 let count = try await subject.count()
                 return Sample(ms: ms, checksumOK: mix.checksum == fixture.callChecksum && count == fixture.cats.count, latencies: mix.latencies)
-            case .w8, .w8n:
+            case .w8, .w8e, .w8n:
                 guard let listPages = fixture.listPages else { throw BenchError("W8 has no pets") }
-                let species = workload == .w8 ? listPages.querySpecies : Array(listPages.querySpecies.prefix(ListPageFixture.slowQueries))
+                let species = workload == .w8n ? Array(listPages.querySpecies.prefix(ListPageFixture.slowQueries)) : listPages.querySpecies
                 var pages: [[BenchPet]] = []
                 pages.reserveCapacity(species.count)
                 let (_, ms) = try await time {
-                    for name in species { pages.append(try await subject.listPage(species: name, indexed: workload == .w8)) }
+                    if workload == .w8e {
+                        pages = try await subject.listPagesPreferringStoreExecutor(species: species)
+                    } else {
+                        for name in species { pages.append(try await subject.listPage(species: name, indexed: workload == .w8)) }
+                    }
                 }
                 let ok = zip(species, pages).allSatisfy { name, page in page[...] == listPages.firstPage(name) }
                 return Sample(ms: ms / Double(species.count), checksumOK: ok)

@@ -55,6 +55,9 @@ protocol BenchSubject: AnyObject {
     /// W8: the first page of a species' pets sorted by name (then id), through the
     /// composite index, or (`indexed: false`, Depot's stores only: W8n) without it.
     func listPage(species: String, indexed: Bool) async throws -> [BenchPet]
+    /// W8e: W8's list pages, one per species in `species`, from a task preferring the
+    /// store's executor (the raw engines: W8).
+    func listPagesPreferringStoreExecutor(species: [String]) async throws -> [[BenchPet]]
     /// W8c: up to `pages` pages of a species' pets in the list page's order, each page
     /// starting after the last pet of the one before; the pets and each page's time.
     func walkPages(species: String, pages: Int) async throws -> (pets: [BenchPet], nanoseconds: [UInt64])
@@ -87,6 +90,13 @@ extension BenchSubject {
     /// The raw engines' W4' already reads on the calling task.
     func lookUpEachPreferringStoreExecutor(_ ids: [Int64]) async throws -> Int64 {
         try await lookUpEach(ids)
+    }
+
+    /// The raw engines' W8 already reads on the calling task.
+    func listPagesPreferringStoreExecutor(species: [String]) async throws -> [[BenchPet]] {
+        var pages: [[BenchPet]] = []
+        for name in species { pages.append(try await listPage(species: name, indexed: true)) }
+        return pages
     }
 
     /// The raw engines already commit on the calling task.
@@ -133,7 +143,7 @@ final class DepotSubject: BenchSubject {
     let name: String
     let rawCounterpart: String?
     private let makeStore: (URL) throws -> any Store
-    private var store: (any Store)?
+    private(set) var store: (any Store)?
     private var cats: Controller<Cat, CatRecord>?
     /// W8's controllers, kept from `savePets` on: a controller registers its entity on
     /// first use, which an application does once, not per request.

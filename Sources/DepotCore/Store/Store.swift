@@ -274,6 +274,19 @@ package protocol ExecutorReadingStore: Store {
     func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool
 }
 
+/// A capability: an ``ExecutorReadingStore`` that runs a read of one statement (a
+/// controller's `fetchAll`, `fetchFirst`, `count`, a page) on the calling thread as a read
+/// of its own, without a transaction around it (SQLite: in autocommit mode), as a
+/// ``SingleStatementReadingStore`` runs those it is submitted. `body` may still run more
+/// than one statement; the store then runs it again in a read transaction, so `body` must
+/// have no effect outside what it returns.
+@usableFromInline
+package protocol SingleStatementExecutorReadingStore: ExecutorReadingStore {
+    /// Runs `body` on the calling thread, a ``StoreExecutor`` thread; returns `false`,
+    /// without running it, when the read would have to wait for a connection.
+    func readOneStatementOnCallingThread(_ body: (any ReadTransaction) throws -> Void) throws -> Bool
+}
+
 extension Store {
     /// Runs the write through ``submitWrite(_:completion:)``: a backend without a faster
     /// way to run a write whose result the caller keeps.

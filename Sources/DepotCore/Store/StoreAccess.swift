@@ -11,6 +11,7 @@ struct StoreAccess: Sendable {
     @usableFromInline let store: any Store
     @usableFromInline let inline: (any InlineReadingStore)?
     @usableFromInline let onCallingThread: (any ExecutorReadingStore)?
+    @usableFromInline let oneStatementOnCallingThread: (any SingleStatementExecutorReadingStore)?
     @usableFromInline let rows: (any RowReadingStore)?
     @usableFromInline let inlineWrites: (any InlineWritingStore)?
     @usableFromInline let singleStatement: (any SingleStatementReadingStore)?
@@ -20,6 +21,7 @@ struct StoreAccess: Sendable {
         self.store = store
         inline = (store as? any InlineReadingStore).flatMap { $0.readsInline ? $0 : nil }
         onCallingThread = store as? any ExecutorReadingStore
+        oneStatementOnCallingThread = store as? any SingleStatementExecutorReadingStore
         rows = store as? any RowReadingStore
         inlineWrites = (store as? any InlineWritingStore).flatMap { $0.writesInline ? $0 : nil }
         singleStatement = store as? any SingleStatementReadingStore
@@ -95,7 +97,12 @@ struct StoreAccess: Sendable {
         if let inline { return try inline.readInline(body) }
         if let onCallingThread, StoreExecutor.isCurrent {
             var result: T?
-            let ran = try onCallingThread.readOnCallingThread(singleStatement: false) { result = try body($0) }
+            let ran: Bool
+            if singleStatement, let oneStatementOnCallingThread {
+                ran = try oneStatementOnCallingThread.readOneStatementOnCallingThread { result = try body($0) }
+            } else {
+                ran = try onCallingThread.readOnCallingThread(singleStatement: false) { result = try body($0) }
+            }
             if ran, let result { return result }
         }
         if singleStatement, let single = self.singleStatement {
