@@ -23,11 +23,11 @@ enum Workload: String, CaseIterable, Codable {
         case .w4ph: "W4' for the raw engines behind the same async hand-off as Depot's reads (each lookup handed to a concurrent queue and awaited)"
         case .w5: "age > 10, sorted by name, limit 100 (time per query)"
         case .w6: "4 concurrent readers doing W4' for as long as one writer does W3 (raw engines behind the same async hand-off as Depot)"
-        case .w6e: "W6 with the readers and the writer preferring the store's executor, as the README tells servers to call Depot (Depot's stores only; compared with W6t)"
+        case .w6e: "W6 with the readers and the writer preferring the store's executor, as the article Using Depot in a server tells servers to call Depot (Depot's stores only; compared with W6t)"
         case .w6t: "W6 for the raw engines on plain threads, no async hand-off (the floor)"
         case .w7: "import N objects from a JSON array (fresh store); raw engines: JSONDecoder into structs, then one transaction"
         case .w8: "the list page: N pets, species == x (one of 16) sorted by name, limit 20, composite index on (species, name) (time per page)"
-        case .w8e: "W8 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)), as the README tells servers to call Depot; raw engines: W8"
+        case .w8e: "W8 from a task preferring the store's executor (withTaskExecutorPreference(store.executor)), as the article Using Depot in a server tells servers to call Depot; raw engines: W8"
         case .w8n: "W8 on the same pets with species indexed alone, no composite index (Depot's stores only; time per page)"
         case .w8c: "up to 200 cursor pages of 20 of one species walked in order with page(size:after:), composite index (time per walk)"
         }
