@@ -22,8 +22,13 @@ enum PostgresDialect: SQLDialect {
     /// LIMIT NULL is no limit.
     static let noLimit = PGParam(oid: PGParam.int8Oid, bytes: nil)
 
-    static func orderKey(_ column: String, ascending: Bool) -> String {
-        "\(column) \(ascending ? "ASC NULLS FIRST" : "DESC NULLS LAST")"
+    /// PostgreSQL sorts NULL last ascending and first descending unless told otherwise,
+    /// and an index serves an ORDER BY only when their nulls orders agree (it does not
+    /// reason from NOT NULL). A column without nil is ordered in the default order, which
+    /// its primary key, unique constraint or index has (see ``PGDDL/indexColumn(_:descending:nullable:)``);
+    /// a nullable one says where nil goes.
+    static func orderKey(_ column: String, ascending: Bool, nullable: Bool) -> String {
+        PGDDL.indexColumn(column, descending: !ascending, nullable: nullable)
     }
 
     static func hasPrefix(_ c: String, _ prefix: String, _ parameters: inout SQLParameters<Self>) -> String {

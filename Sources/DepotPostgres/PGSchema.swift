@@ -210,8 +210,14 @@ enum PGDDL {
         attribute.isIndexed && !attribute.isUnique && attribute.name != entity.primaryKey.name
     }
 
+    /// The index of an indexed attribute, in the order Depot sorts by, as a declared index
+    /// of that one attribute is (``compositeIndexColumns(_:in:)``), then the primary key.
+    /// Made in PostgreSQL's default order, the index of a nullable attribute served no sort
+    /// Depot asks for, read forwards or backwards, and a request sorted by the attribute
+    /// with a limit read and sorted every record.
     static func createIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> String {
-        "CREATE INDEX IF NOT EXISTS \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(quoted(attribute.name)))"
+        let columns = compositeIndexColumns(IndexDescription([.ascending(attribute.name)]), in: entity).joined(separator: ", ")
+        return "CREATE INDEX IF NOT EXISTS \(quoted(indexName(entity: entity.name, attribute: attribute.name))) ON \(quoted(entity.name)) (\(columns))"
     }
 
     /// The index Depot makes for a declared ``IndexDescription``:
@@ -222,16 +228,30 @@ enum PGDDL {
         name("depot_cidx", entity: entity, attribute: index.name)
     }
 
-    /// The columns of a declared index, in SQL, in the order Depot's queries sort by: an
-    /// ascending component `ASC NULLS FIRST`, a descending one `DESC NULLS LAST` (the
-    /// ORDER BY keys of ``PostgresDialect``; an index in PostgreSQL's default order, nulls
-    /// last ascending, serves none of them), then, unless the index is unique or already
+    /// A column of an index or an ORDER BY key, in the order Depot sorts by: nil first
+    /// ascending and last descending. A column that cannot hold nil is written in
+    /// PostgreSQL's default order (`ASC`, `DESC`), so that the ORDER BY keys match the
+    /// primary key's and unique constraints' indexes, which are in that order; a nullable
+    /// one says where nil goes (`ASC NULLS FIRST`, `DESC NULLS LAST`), and so does its
+    /// index. PostgreSQL reads an index for an ORDER BY only when the nulls orders agree.
+    static func indexColumn(_ quotedName: String, descending: Bool, nullable: Bool) -> String {
+        switch (descending, nullable) {
+        case (false, false): "\(quotedName) ASC"
+        case (true, false): "\(quotedName) DESC"
+        case (false, true): "\(quotedName) ASC NULLS FIRST"
+        case (true, true): "\(quotedName) DESC NULLS LAST"
+        }
+    }
+
+    /// The columns of a declared index, in SQL, in the order Depot's queries sort by (see
+    /// ``indexColumn(_:descending:nullable:)``), then, unless the index is unique or already
     /// has it, the primary key ascending: Depot's sorts end with the key, and PostgreSQL's
     /// entries of equal values are in no particular order. The columns' collation (`"C"`)
     /// is the index's.
     static func compositeIndexColumns(_ index: IndexDescription, in entity: EntityDescription) -> [String] {
         func column(_ name: String, descending: Bool) -> String {
-            "\(quoted(name)) \(descending ? "DESC NULLS LAST" : "ASC NULLS FIRST")"
+            let nullable = entity.attributes.first { $0.name == name }?.isOptional ?? true
+            return indexColumn(quoted(name), descending: descending, nullable: nullable)
         }
         var columns = index.components.map { column($0.attribute, descending: $0.isDescending) }
         let key = entity.primaryKey.name

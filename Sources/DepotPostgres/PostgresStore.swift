@@ -340,6 +340,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
                 let name = rows.text(row, 0)
                 stored.append(try decodeDescription(rows, row, 1, name: name))
             }
+            if !options.readOnly { try upgradeIndexOrder(connection, stored) }
             let schemaVersion = try connection.query(PGConnection.schemaProbe, [], "Reading the schema version")
             try connection.execute("COMMIT", "Opening the PostgreSQL store")
             return (stored, schemaVersion.rowCount > 0 ? schemaVersion.text(0, 0) : nil)
@@ -347,6 +348,34 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             try? connection.execute("ROLLBACK")
             throw error
         }
+    }
+
+    /// The order of the indexes Depot makes, recorded in `depot_meta` (key `index_order`):
+    /// 2 since their columns follow ``PGDDL/indexColumn(_:descending:nullable:)``. Stores
+    /// made before it have single-attribute indexes in PostgreSQL's default order and
+    /// composite ones with `NULLS FIRST` on every ascending column, which the ORDER BY
+    /// keys Depot writes no longer match.
+    static let indexOrder = 2
+
+    /// Rebuilds every index Depot made in an older order (see ``indexOrder``), once, in the
+    /// opening transaction under the schema's lock: queries stay right without it, but
+    /// sorts by an indexed attribute or the primary key would read and sort every row.
+    static func upgradeIndexOrder(_ connection: PGConnection, _ stored: [EntityDescription]) throws(DepotError) {
+        let recorded = try connection.query("SELECT value FROM depot_meta WHERE key = 'index_order'", [], "Reading the order of the store's indexes")
+        if recorded.rowCount > 0, recorded.text(0, 0) == String(indexOrder) { return }
+        for entity in stored {
+            for attribute in entity.attributes where PGDDL.wantsIndex(attribute, in: entity) {
+                try connection.execute(PGDDL.dropIndex(attribute, in: entity), "Rebuilding the index of \(entity.name).\(attribute.name)")
+                try connection.execute(PGDDL.createIndex(attribute, in: entity), "Rebuilding the index of \(entity.name).\(attribute.name)")
+            }
+            for index in entity.indexes {
+                try connection.execute(PGDDL.dropIndex(index, in: entity), "Rebuilding the index (\(index.summary)) of \(entity.name)")
+                try connection.execute(PGDDL.createIndex(index, in: entity), "Rebuilding the index (\(index.summary)) of \(entity.name)")
+            }
+        }
+        try connection.query(
+            "INSERT INTO depot_meta (key, value) VALUES ('index_order', $1) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            [.text(String(indexOrder))], "Recording the order of the store's indexes")
     }
 
     /// The entity description stored in `result`'s field, read while the result is alive.

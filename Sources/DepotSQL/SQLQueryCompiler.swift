@@ -32,8 +32,10 @@ package protocol SQLDialect {
     /// The LIMIT that means no limit (with an OFFSET).
     static var noLimit: Parameter { get }
     /// An ORDER BY key that sorts nil first ascending and last descending, as
-    /// `Value.compare` does.
-    static func orderKey(_ column: String, ascending: Bool) -> String
+    /// `Value.compare` does. `nullable`: whether the column can hold nil; the key of a
+    /// column that cannot may leave nil's place to the engine, which lets it read an
+    /// index in the engine's default order (a primary key's, a unique constraint's).
+    static func orderKey(_ column: String, ascending: Bool, nullable: Bool) -> String
     /// `column` starts with `prefix`, byte for byte (no LIKE: no case folding, no wildcards).
     static func hasPrefix(_ column: String, _ prefix: String, _ parameters: inout SQLParameters<Self>) -> String
     /// `column` contains `needle` (not empty), byte for byte.
@@ -143,7 +145,8 @@ package struct SQLQueryCompiler<Dialect: SQLDialect> {
     package func orderBy(_ sort: [ResolvedSortKey]) throws(DepotError) -> String {
         var keys: [String] = []
         for key in sort {
-            keys.append(Dialect.orderKey(try column(key.attributeIndex), ascending: key.ascending))
+            let column = try column(key.attributeIndex)
+            keys.append(Dialect.orderKey(column, ascending: key.ascending, nullable: entity.attributes[key.attributeIndex].isOptional))
         }
         return keys.isEmpty ? "" : " ORDER BY " + keys.joined(separator: ", ")
     }

@@ -20,7 +20,8 @@ enum SQLiteDialect: SQLDialect {
     /// A negative LIMIT is "no limit" in SQLite.
     static let noLimit = Binding.integer(-1)
 
-    static func orderKey(_ column: String, ascending: Bool) -> String {
+    /// SQLite sorts nil (NULL) first ascending and last descending already.
+    static func orderKey(_ column: String, ascending: Bool, nullable: Bool) -> String {
         "\(column) \(ascending ? "ASC" : "DESC")"
     }
 

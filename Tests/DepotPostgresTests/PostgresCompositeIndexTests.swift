@@ -130,7 +130,7 @@ struct PostgresCompositeIndexTests {
             let store = try TestServer.makeStore(schema: schema)
             _ = try await store.register(indexed)
             let defs = try await definitions(store)
-            #expect(defs.count == 1 && defs[0].contains("(species NULLS FIRST, name DESC NULLS LAST, id NULLS FIRST)"), "\(defs)")
+            #expect(defs.count == 1 && defs[0].hasSuffix("(species, name DESC, id)"), "\(defs)")
             await store.close()
         }
         do {

@@ -1,0 +1,103 @@
+import DepotCore
+import DepotTesting
+import Foundation
+import Testing
+
+@testable import DepotPostgres
+
+/// A record sorted by its key, by an attribute that cannot be nil and by one that can, each
+/// with an index of its own.
+@Record(name: "Ranked")
+struct PGRanked: Hashable {
+    var id: Int64
+    @Stored(.indexed) var score: Int64
+    @Stored(.indexed) var nick: String?
+}
+
+/// PostgreSQL reads an index for an ORDER BY only when their nulls orders agree, and does
+/// not reason from NOT NULL. Depot's sorts put nil first ascending; written so for every
+/// column, they matched neither the primary key's index nor the single-attribute indexes
+/// (both in PostgreSQL's default order), and a page sorted by either read and sorted every
+/// row. These check the plans on an analyzed table, and that a store made before the change
+/// has its indexes rebuilt on open.
+@Suite("PostgresStore index order", .enabled(if: TestServer.available))
+struct PostgresIndexOrderTests {
+    static func fill(_ store: PostgresStore) async throws -> Controller<PGRanked, PGRanked> {
+        let ranked = Controller<PGRanked, PGRanked>(store: store)
+        var all: [PGRanked] = []
+        for i in 0..<20_000 {
+            let score = Int64((i * 7_919) % 5_000)
+            let nick: String? = i % 4 == 0 ? nil : "n\((i * 104_729) % 9_000)"
+            all.append(PGRanked(id: Int64(i + 1), score: score, nick: nick))
+        }
+        try await ranked.save(all)
+        try await store.onWriter("analyzing") { try store.writer.execute("ANALYZE \"Ranked\"", "Analyzing") }
+        return ranked
+    }
+
+    static func expectOrderedRead(
+        _ ranked: Controller<PGRanked, PGRanked>, _ request: Request<PGRanked>, _ what: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let plan = try await ranked.explain(request)
+        #expect(plan.usesIndex, "\(what) reads an index: \(plan)", sourceLocation: sourceLocation)
+        #expect(!plan.sortsAfterwards, "\(what) reads the index in order, no sort: \(plan)", sourceLocation: sourceLocation)
+    }
+
+    @Test("pages sorted by the key or by an indexed attribute read their index in order")
+    func sortedPagesReadIndexes() async throws {
+        let store = try TestServer.makeStore()
+        let ranked = try await Self.fill(store)
+        let byKey = try await ranked.explain(Request<PGRanked>.all.limit(20))
+        #expect(byKey.access == .primaryKey && !byKey.sortsAfterwards, "the first page in key order: \(byKey)")
+        let after = try await ranked.explain(Request<PGRanked>(\.id > 15_000).limit(20))
+        #expect(after.access == .primaryKey && !after.sortsAfterwards, "a page after a key: \(after)")
+        try await Self.expectOrderedRead(ranked, Request<PGRanked>.all.sorted(by: \.score).limit(20), "a page by score")
+        try await Self.expectOrderedRead(ranked, Request<PGRanked>.all.sorted(by: \.nick).limit(20), "a page by a nullable attribute")
+        // The answers are the reference's: nil first, then by key.
+        let page = try await ranked.fetchAll(Request<PGRanked>.all.sorted(by: \.nick).limit(3))
+        #expect(page.map(\.nick) == [nil, nil, nil] && page.map(\.id) == [1, 5, 9], "\(page)")
+        let last = try await ranked.fetchAll(Request<PGRanked>.all.sorted(by: \.nick, ascending: false).limit(1000))
+        #expect(!last.contains { $0.nick == nil }, "nil sorts last descending")
+        await store.close()
+    }
+
+    @Test("a store made with indexes in the old order has them rebuilt on open")
+    func oldIndexesAreRebuilt() async throws {
+        let schema = "io_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+        func definitions(_ store: PostgresStore) async throws -> [String] {
+            try await store.onWriter("reading indexes") { () throws -> [String] in
+                let result = try store.writer.query(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Ranked' AND indexname LIKE 'depot_idx%' ORDER BY indexname",
+                    [], "Reading indexes")
+                return (0..<result.rowCount).map { String(decoding: result.bytes($0, 0), as: UTF8.self) }
+            }
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            let ranked = Controller<PGRanked, PGRanked>(store: store)
+            try await ranked.save(PGRanked(id: 1, score: 3, nick: nil))
+            // What an earlier Depot made: the indexes in PostgreSQL's default order, and no
+            // record of their order.
+            try await store.onWriter("aging the store") { () throws -> Void in
+                for attribute in ["score", "nick"] {
+                    let name = PGDDL.indexName(entity: "Ranked", attribute: attribute)
+                    try store.writer.execute("DROP INDEX \"\(name)\"", "Dropping")
+                    try store.writer.execute("CREATE INDEX \"\(name)\" ON \"Ranked\" (\"\(attribute)\")", "Creating")
+                }
+                try store.writer.execute("DELETE FROM depot_meta WHERE key = 'index_order'", "Forgetting")
+            }
+            let old = try await definitions(store)
+            #expect(old.count == 2 && old.allSatisfy { !$0.contains("NULLS") && !$0.contains(", id") }, "\(old)")
+            await store.close()
+        }
+        let store = try TestServer.makeStore(schema: schema)
+        let defs = try await definitions(store)
+        #expect(defs.count == 2, "\(defs)")
+        #expect(defs.contains { $0.hasSuffix("(nick NULLS FIRST, id)") }, "\(defs)")
+        #expect(defs.contains { $0.hasSuffix("(score, id)") }, "\(defs)")
+        let ranked = Controller<PGRanked, PGRanked>(store: store)
+        #expect(try await ranked.fetchAll().map(\.id) == [1], "the records are kept")
+        await store.close()
+    }
+}
