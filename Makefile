@@ -7,6 +7,13 @@ SWIFT ?= swift
 # Depot's own builds turn its PostgreSQL trait on (tests, the depot command, the benchmark
 # and the example all use the PostgreSQL backend); an application chooses for itself.
 TRAITS := --traits PostgreSQL
+# Depot's own programs (the benchmark, the release-build conformance run, the reliability
+# tests' helper processes, the SQLite disk-fault tests) are a package of their own, Tools/,
+# which turns the trait on in its dependency on this one. It builds in this package's build
+# folder: the modules both packages use are compiled once, with the same flags, and the
+# helpers land beside the test runner, where the reliability tests look for them (so Tools
+# is built before this package's tests run).
+TOOLS := --package-path Tools
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 .PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
@@ -34,6 +41,7 @@ deps:
 # share one set of flags; a build without it recompiles Depot's own modules once.
 warnings: deps
 	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(TRAITS) --build-tests
+	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(TOOLS) --scratch-path .build --build-tests
 
 # Runs `swift test` (or the command in WITH_POSTGRES_RUN) with a throwaway PostgreSQL
 # server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and
@@ -68,7 +76,9 @@ test: WITH_POSTGRES_DIR = .build/postgres
 test: WITH_POSTGRES_STANDBY = yes
 test: WITH_POSTGRES_RUN = $(SWIFT) test $(TRAITS) --skip '$(ISOLATED_TESTS)' && DEPOT_TEST_POSTGRES_URL="$$url" DEPOT_REQUIRE_POSTGRES=1 $(SWIFT) test $(TRAITS) --skip-build --filter '$(ISOLATED_TESTS)'
 test: deps
+	$(SWIFT) build $(TOOLS) --scratch-path .build --build-tests
 	$(WITH_POSTGRES)
+	$(SWIFT) test $(TOOLS) --scratch-path .build --skip-build
 	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The same tests under Thread Sanitizer, in a build folder of their own (with a server of
@@ -82,7 +92,9 @@ TSAN_TEST_WIDTH ?= 8
 test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
 test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps
+	$(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
 	$(WITH_POSTGRES)
+	$(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
 
 # The reliability tests at full size: 200 SIGKILL points per backend and durability, 10,000
 # differential cases, 5,000 transfers per writer (on every backend, PostgreSQL on a throwaway
@@ -94,7 +106,7 @@ test-tsan: deps
 STRESS_GROUPS := 'CrashTests|ConcurrencyTests' 'DifferentialTests|DifferentialRegressionTests|BadFileTests' 'HostileValueTests|LMDBFaultInjectionTests|ReliabilityTests\.RegressionTests' 'PostgresFailoverTests'
 stress: deps
 	@mkdir -p .build; echo "Running the reliability tests at full size (log: .build/depot-stress.log)..."; \
-	$(SWIFT) build $(TRAITS) --build-tests > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
+	{ $(SWIFT) build $(TOOLS) --scratch-path .build --build-tests && $(SWIFT) build $(TRAITS) --build-tests; } > .build/depot-stress.log 2>&1 || { tail -40 .build/depot-stress.log; exit 1; }; \
 	url=$$($(POSTGRES_SERVER) start .build/postgres-stress 2>> .build/depot-stress.log | tail -n 1) && [ -n "$$url" ] || { tail -20 .build/depot-stress.log; exit 1; }; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-stress >> .build/depot-stress.log 2>&1' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	status=0; for group in $(STRESS_GROUPS); do \
@@ -127,8 +139,8 @@ docs: deps
 	scripts/doc-summaries.py $(DOC_TARGETS)
 
 # Before a release build of Depot's programs: when any file under Sources/ or Package.swift
-# changed since the last such build, every Swift source of this package is touched, so that
-# every module of it is compiled again (its dependencies are not). SwiftPM recompiles a
+# (or Tools/'s) changed since the last such build, every Swift source of both packages is
+# touched, so that every module of them is compiled again (their dependencies are not). SwiftPM recompiles a
 # module only when the modules it imports directly changed their interface; a program that
 # inlined code of a module further down kept that code's old layout after an edit there
 # (seen on Swift 6.3.1: DepotCore changed, Depot's interface did not, depot-bench was only
@@ -136,10 +148,10 @@ docs: deps
 # Without an earlier release build there is nothing stale and nothing is touched (touching
 # would make the next debug build, `make example-test`'s in CI, compile Depot again).
 define FRESH_RELEASE_BUILD
-	@sum=$$(find Sources Package.swift -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
+	@sum=$$(find Sources Package.swift Tools/Sources Tools/Package.swift -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
 	if [ "$$(cat .build/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
-		if [ -d .build/release ]; then find Sources -name '*.swift' -exec touch {} +; fi; \
-		$(SWIFT) build $(TRAITS) -c release || exit 1; \
+		if [ -d .build/release ]; then find Sources Tools/Sources -name '*.swift' -exec touch {} +; fi; \
+		$(SWIFT) build $(TOOLS) --scratch-path .build -c release || exit 1; \
 		echo "$$sum" > .build/release-sources.cksum; \
 	fi
 endef
@@ -156,7 +168,7 @@ BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BEN
 # record goes to BENCH_RECORD.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TRAITS) -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
 # build, as `make bench` (6 minutes from clean here; nothing is timed): it is CI's only run
@@ -165,13 +177,13 @@ bench: deps
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TRAITS) -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
 
 # The conformance suite against the release build (the tests run a debug build), on every
 # backend: PostgreSQL on a throwaway server, as `make test`. CI runs it after bench-smoke,
 # whose release build it reuses: about a minute. Any failed check fails it.
 conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
-conformance: WITH_POSTGRES_RUN = $(SWIFT) run $(TRAITS) -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
+conformance: WITH_POSTGRES_RUN = $(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
 conformance: deps
 	$(FRESH_RELEASE_BUILD)
 	$(WITH_POSTGRES)
@@ -186,7 +198,7 @@ bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run $(TRAITS) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
 # package of its own so that it reaches Depot's public API only; its source is a link to

@@ -116,16 +116,6 @@ let package = Package(
                 .target(name: "DepotPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Configuration", package: "swift-configuration"),
             ]),
-        .executableTarget(
-            name: "depot-bench",
-            dependencies: [
-                "Depot", "DepotTesting", "CSQLite", "CLMDB", "CLibPQ",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]),
-        // The conformance suite as a program, to check a release build (`make conformance`).
-        .executableTarget(
-            name: "depot-conformance",
-            dependencies: ["Depot", "DepotTesting", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "DepotServiceLifecycle",
             dependencies: ["DepotCore", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
@@ -138,13 +128,10 @@ let package = Package(
         // the public products only, with plain imports; Examples/SortedArrayEngine compiles
         // the same file in a package of its own, where nothing `package` is in reach.
         .testTarget(name: "OutsideEngineTests", dependencies: ["DepotCore", "DepotTesting"]),
-        // Test-only: an SQLite VFS that makes writes and syncs fail on demand
-        // (DepotSQLiteTests' fault-injection tests).
-        .target(name: "CSQLiteFaultVFS", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary("sqlite3")]),
         .testTarget(
             name: "DepotSQLiteTests",
             dependencies: [
-                "DepotSQLite", "DepotTesting", "CSQLiteFaultVFS", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                "DepotSQLite", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]),
         // Expansion and diagnostics of @Record, checked as text with swift-syntax's own
@@ -181,14 +168,6 @@ let package = Package(
         .executableTarget(
             name: "depot",
             dependencies: ["Depot", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
-        // The crash-safety helper: writes transactions to a store and logs each acknowledged
-        // commit until DepotReliabilityTests kills it with SIGKILL.
-        .executableTarget(name: "depot-crash-writer", dependencies: ["Depot", "DepotTesting"]),
-        // The fault-injection helper: commits transactions with an LD_PRELOAD shim loaded
-        // and reports each commit's outcome, for DepotReliabilityTests. The shim
-        // (Tests/DepotReliabilityTests/FaultShim/FaultShim.c) is compiled by the test with
-        // the C compiler: a dynamic library target would have to be a public product.
-        .executableTarget(name: "depot-fault-writer", dependencies: ["Depot", "DepotTesting"]),
         .testTarget(
             name: "DepotReliabilityTests",
             dependencies: [

@@ -1,4 +1,4 @@
-import CLibPQ
+import ToolsCLibPQ
 import DepotTesting
 import Dispatch
 import Foundation

@@ -1,5 +1,5 @@
 import NIOConcurrencyHelpers
-import CSQLite
+import ToolsCSQLite
 import CSQLiteFaultVFS
 import DepotCore
 import DepotTesting
@@ -8,13 +8,40 @@ import Testing
 
 import DepotSQLite
 
-// SQLite's extended result codes the faults produce (macros over expressions, which do not
-// import into Swift).
+// SQLite's extended result codes the faults produce. sqlite3.h defines them as macros over
+// other macros (`#define SQLITE_IOERR_WRITE (SQLITE_IOERR | (3<<8))`), which Swift does not
+// import.
 private let sqliteFull = SQLITE_FULL
-private let sqliteIOErrWrite = SQLiteCode.ioErrWrite
-private let sqliteIOErrFsync = SQLiteCode.ioErrFsync
+private let sqliteIOErrWrite: Int32 = SQLITE_IOERR | (3 << 8)
+private let sqliteIOErrFsync: Int32 = SQLITE_IOERR | (4 << 8)
 
-/// The fault switch of the "depot-fault" VFS (Sources/CSQLiteFaultVFS), scoped to one
+typealias Cats = Controller<Cat, CatRecord>
+
+/// Expects `body` to fail with a `DepotError` of `code`, and returns the error.
+@discardableResult
+func expectDepotError<T>(_ code: DepotError.Code, _ body: () async throws -> T) async -> DepotError? {
+    let error = await #expect(throws: DepotError.self) { _ = try await body() }
+    #expect(error?.code == code, "\(String(describing: error))")
+    return error
+}
+
+/// What `sqlite3 -bail` printed for `sql` on the database at `path`.
+func sqlite3CLI(_ path: String, _ sql: String) throws -> String {
+    let result = try ProcessLaunch.run("/usr/bin/sqlite3", ["-bail", path, sql])
+    #expect(result.exit.succeeded, "sqlite3: \(result.stderr)")
+    return result.stdout
+}
+
+/// A fresh directory under the system's temporary directory, removed when `body` ends.
+func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
+    let directory = FileManager.default.temporaryDirectory
+        .appendingPathComponent("depot-fault-tests-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    return try await body(directory)
+}
+
+/// The fault switch of the "depot-fault" VFS (Tools/Sources/CSQLiteFaultVFS), scoped to one
 /// test's directory: files elsewhere pass straight through, uncounted.
 struct DiskFaults {
     struct Operations: OptionSet {

@@ -1,4 +1,4 @@
-import CSQLite
+import ToolsCSQLite
 import DepotTesting
 import Dispatch
 import Foundation

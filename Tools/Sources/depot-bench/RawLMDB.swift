@@ -1,4 +1,4 @@
-import CLMDB
+import ToolsCLMDB
 import DepotTesting
 import Dispatch
 import Foundation
