@@ -556,26 +556,27 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     // MARK: Closing
 
     /// Waits for submitted work, ends the change feed, then closes the connections.
+    /// Every call returns after the connections have closed, whichever call began closing.
     public func close() async {
-        let first = await gate.close()
-        changes.finish()
-        guard first else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            // On the lane: stopping the listener waits for its thread, and closing a
-            // connection is network I/O; neither belongs on the cooperative pool.
-            let accepted = writerLane.submit {
-                self.listener?.stop()
-                for reader in self.readers { reader.close() }
-                self.writer.close()
-                continuation.resume()
+        await gate.close {
+            changes.finish()
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // On the lane: stopping the listener waits for its thread, and closing a
+                // connection is network I/O; neither belongs on the cooperative pool.
+                let accepted = writerLane.submit {
+                    self.listener?.stop()
+                    for reader in self.readers { reader.close() }
+                    self.writer.close()
+                    continuation.resume()
+                }
+                if !accepted {
+                    self.listener?.stop()
+                    continuation.resume()
+                }
             }
-            if !accepted {
-                self.listener?.stop()
-                continuation.resume()
-            }
+            writerLane.stop()
+            log.closed("postgres", at: "schema \(options.schema)")
         }
-        writerLane.stop()
-        log.closed("postgres", at: "schema \(options.schema)")
     }
 
     /// Runs `body` with the writer connection on the writer's lane (registration, schema
