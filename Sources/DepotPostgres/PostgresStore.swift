@@ -155,7 +155,6 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             didSet { epoch &+= 1 }
         }
         var epoch: UInt64 = 0
-        var nextSerial = 1
         /// The schema version (`depot_meta`, key `schema`) the registry was last verified
         /// at (see `PostgresStore+SchemaWatch.swift`); nil when the store records none yet.
         var verifiedVersion: String?
@@ -252,8 +251,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             state.withLockedValue { s in
                 s.verifiedVersion = version
                 for entity in stored {
-                    s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
-                    s.nextSerial += 1
+                    s.tables.set(entity, RegisteredEntity(entity: entity))
                 }
             }
         } catch {
@@ -604,16 +602,11 @@ extension PostgresStore: CatalogStore {
         try await onWriter("listing the stored entities") {
             let rows = try self.writer.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
             var current = self.tables
-            var serial = self.state.withLockedValue { s in
-                defer { s.nextSerial += rows.rowCount }
-                return s.nextSerial
-            }
             for row in 0..<rows.rowCount {
                 let name = rows.text(row, 0)
                 let entity = try Self.decodeDescription(rows, row, 1, name: name)
                 if current[name]?.entity != entity {
-                    current.set(entity, RegisteredEntity(entity: entity, serial: serial))
-                    serial += 1
+                    current.set(entity, RegisteredEntity(entity: entity))
                 }
             }
             let updated = current
