@@ -727,24 +727,26 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
 
     /// Waits for the work submitted before it (queued work included), ends the change feed,
     /// then closes the environment. Later calls fail with
-    /// `DepotError.Code.closed`; closing twice is harmless. A store that is never closed
+    /// `DepotError.Code.closed`; closing twice is harmless, and every call returns after the
+    /// environment has closed, whichever call began closing. A store that is never closed
     /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
     /// when the store is released.
     public func close() async {
-        let first = await gate.close()
-        // After the last commit and before the environment goes: observations end with
-        // `closed` instead of waiting forever, while the store's resources still exist.
-        changes.finish()
-        let environment = self.environment
-        // Closing the environment is blocking work: on the writer's queue, not the pool.
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let accepted = writerLane.submit {
-                environment.close()
-                continuation.resume()
+        await gate.close {
+            // After the last commit and before the environment goes: observations end with
+            // `closed` instead of waiting forever, while the store's resources still exist.
+            changes.finish()
+            let environment = self.environment
+            // Closing the environment is blocking work: on the writer's queue, not the pool.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let accepted = writerLane.submit {
+                    environment.close()
+                    continuation.resume()
+                }
+                if !accepted { continuation.resume() }
             }
-            if !accepted { continuation.resume() }
+            log.closed("lmdb", at: directory)
         }
-        if first { log.closed("lmdb", at: directory) }
     }
 }
 

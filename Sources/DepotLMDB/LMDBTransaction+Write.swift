@@ -114,7 +114,7 @@ extension LMDBTransaction {
             // Records with nil in a component never conflict, as with a unique attribute.
             if index.positions.contains(where: { row[value: $0].isNull }) { continue }
             if try otherOwner(index, prefix: Array(compositeKeys[n][..<compositePrefixLengths[n]]), own: keyBuffer) != nil {
-                throw DepotError(.duplicateKey, "Another \(entity.name) already has \(Self.describeTuple(index, row)), and the index (\(index.description.summary)) is declared unique.")
+                throw DepotError.duplicateUnique(entity: entity, index: index.description, row: row)
             }
         }
         RecordFormat.encode(row, into: &valueBuffer)

@@ -7,8 +7,6 @@ import Synchronization
 /// lists follow the declared attribute order, which is the row order.
 final class RegisteredEntity: Sendable {
     let entity: EntityDescription
-    /// Unique per registration in this process: tells a migrated entity's layouts apart.
-    let serial: Int
     let types: [AttributeType]
     let keyIndex: Int
     let keyType: AttributeType
@@ -47,9 +45,8 @@ final class RegisteredEntity: Sendable {
         let delete: String
     }
 
-    init(entity: EntityDescription, serial: Int) {
+    init(entity: EntityDescription) {
         self.entity = entity
-        self.serial = serial
         types = entity.attributes.map(\.type)
         keyIndex = entity.primaryKeyIndex
         keyType = entity.primaryKey.type

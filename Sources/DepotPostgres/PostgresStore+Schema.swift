@@ -29,10 +29,6 @@ extension PostgresStore {
             return entities.compactMap { current.handle(named: $0.name) }
         }
         if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
-        let serial = state.withLockedValue { s in
-            defer { s.nextSerial += entities.count }
-            return s.nextSerial
-        }
         var version: String?
         try lockedTransaction("Registering entities") { () throws(DepotError) in
             // Changes other processes made since the registry was verified first: the
@@ -43,13 +39,13 @@ extension PostgresStore {
             }
             var changed = false
             var created: [EntityDescription] = []
-            for (offset, declared) in entities.enumerated() {
+            for declared in entities {
                 var entity = declared
                 // Another process may have registered or migrated the entity: under the
                 // lock the database is the truth.
                 if let stored = try storedDescription(of: entity.name) {
                     if current[entity.name]?.entity != stored {
-                        current.set(stored, RegisteredEntity(entity: stored, serial: serial + offset))
+                        current.set(stored, RegisteredEntity(entity: stored))
                     }
                     // Indexes the declaration leaves out stay until a migration step drops them.
                     entity = declared.keepingIndexes(of: stored)
@@ -68,7 +64,7 @@ extension PostgresStore {
                     log.schemaCreated(entity)
                 }
                 try storeDescription(entity)
-                current.set(entity, RegisteredEntity(entity: entity, serial: serial + offset))
+                current.set(entity, RegisteredEntity(entity: entity))
             }
             for entity in created {
                 for statement in PGDDL.addForeignKeys(entity, registered: { name in entities.first { $0.name == name } ?? current[name]?.entity }) {
@@ -243,10 +239,6 @@ extension PostgresStore: SchemaRewritingStore {
         guard let oldHandle = current.handle(named: name) else { throw DepotError.notRegistered(name) }
         let links = current.relationships.incoming.values.flatMap { $0 }
         try SchemaRewrite.check(renaming: oldHandle.entity, to: entity, registered: { current[$0]?.entity }, relationships: links)
-        let serial = state.withLockedValue { s in
-            defer { s.nextSerial += 2 }
-            return s.nextSerial
-        }
         var version: String?
         let applied = try lockedTransaction("Rewriting \(name)") { () throws -> Bool in
             // Under the schema's lock, the database is the truth. Another process running
@@ -272,7 +264,7 @@ extension PostgresStore: SchemaRewritingStore {
                 try writer.execute(statement, "Creating the new table of \(name)")
             }
             var local = current
-            let stagingHandle = local.set(staging, RegisteredEntity(entity: staging, serial: serial))
+            let stagingHandle = local.set(staging, RegisteredEntity(entity: staging))
             let writing = PostgresTransaction(connection: writer, tables: local, writable: true)
             for row in rows { try writing.insert(try transform(row), into: stagingHandle) }
             writing.isFinished = true
@@ -331,7 +323,7 @@ extension PostgresStore: SchemaRewritingStore {
         }
         if applied { return nil }
         if name != entity.name { current.remove(named: name) }
-        let handle = current.set(entity, RegisteredEntity(entity: entity, serial: serial + 1))
+        let handle = current.set(entity, RegisteredEntity(entity: entity))
         let verified = version
         state.withLockedValue { s in
             s.tables = current

@@ -62,11 +62,7 @@ extension PostgresStore {
                 continue
             }
             guard description != handle.entity else { continue }
-            let serial = state.withLockedValue { s in
-                defer { s.nextSerial += 1 }
-                return s.nextSerial
-            }
-            current.set(description, RegisteredEntity(entity: description, serial: serial))
+            current.set(description, RegisteredEntity(entity: description))
             log.logger.info("PostgreSQL registry reloaded: another process changed the schema", metadata: ["depot.entity": .string(name)])
         }
     }

@@ -155,7 +155,6 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             didSet { epoch &+= 1 }
         }
         var epoch: UInt64 = 0
-        var nextSerial = 1
         /// The schema version (`depot_meta`, key `schema`) the registry was last verified
         /// at (see `PostgresStore+SchemaWatch.swift`); nil when the store records none yet.
         var verifiedVersion: String?
@@ -252,8 +251,7 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
             state.withLockedValue { s in
                 s.verifiedVersion = version
                 for entity in stored {
-                    s.tables.set(entity, RegisteredEntity(entity: entity, serial: s.nextSerial))
-                    s.nextSerial += 1
+                    s.tables.set(entity, RegisteredEntity(entity: entity))
                 }
             }
         } catch {
@@ -585,26 +583,27 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     // MARK: Closing
 
     /// Waits for submitted work, ends the change feed, then closes the connections.
+    /// Every call returns after the connections have closed, whichever call began closing.
     public func close() async {
-        let first = await gate.close()
-        changes.finish()
-        guard first else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            // On the lane: stopping the listener waits for its thread, and closing a
-            // connection is network I/O; neither belongs on the cooperative pool.
-            let accepted = writerLane.submit {
-                self.listener?.stop()
-                for reader in self.readers { reader.close() }
-                self.writer.close()
-                continuation.resume()
+        await gate.close {
+            changes.finish()
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // On the lane: stopping the listener waits for its thread, and closing a
+                // connection is network I/O; neither belongs on the cooperative pool.
+                let accepted = writerLane.submit {
+                    self.listener?.stop()
+                    for reader in self.readers { reader.close() }
+                    self.writer.close()
+                    continuation.resume()
+                }
+                if !accepted {
+                    self.listener?.stop()
+                    continuation.resume()
+                }
             }
-            if !accepted {
-                self.listener?.stop()
-                continuation.resume()
-            }
+            writerLane.stop()
+            log.closed("postgres", at: "schema \(options.schema)")
         }
-        writerLane.stop()
-        log.closed("postgres", at: "schema \(options.schema)")
     }
 
     /// Runs `body` with the writer connection on the writer's lane (registration, schema
@@ -632,16 +631,11 @@ extension PostgresStore: CatalogStore {
         try await onWriter("listing the stored entities") {
             let rows = try self.writer.query("SELECT name, description FROM depot_entities ORDER BY name", [], "Reading the stored entities")
             var current = self.tables
-            var serial = self.state.withLockedValue { s in
-                defer { s.nextSerial += rows.rowCount }
-                return s.nextSerial
-            }
             for row in 0..<rows.rowCount {
                 let name = rows.text(row, 0)
                 let entity = try Self.decodeDescription(rows, row, 1, name: name)
                 if current[name]?.entity != entity {
-                    current.set(entity, RegisteredEntity(entity: entity, serial: serial))
-                    serial += 1
+                    current.set(entity, RegisteredEntity(entity: entity))
                 }
             }
             let updated = current

@@ -235,8 +235,7 @@ final class PostgresTransaction: WriteTransaction {
             let key = row[value: table.keyIndex]
             let entity = table.entity.name
             if let index = table.entity.indexes.first(where: { $0.isUnique && failure.constraint == PGDDL.compositeIndexName(entity: entity, index: $0) }) {
-                let values = index.components.map { table.entity.index(of: $0.attribute).map { row[value: $0].debugLiteral } ?? "nil" }
-                throw DepotError(.duplicateKey, "Another \(entity) already has (\(index.components.map(\.attribute).joined(separator: ", "))) = (\(values.joined(separator: ", "))), and the index (\(index.summary)) is unique.")
+                throw DepotError.duplicateUnique(entity: table.entity, index: index, row: row)
             }
             if let attribute = table.entity.attributes.first(where: { failure.constraint == PGDDL.uniqueName(entity: entity, attribute: $0.name) }),
                 let index = table.entity.index(of: attribute.name)

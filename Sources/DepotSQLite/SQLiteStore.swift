@@ -628,22 +628,23 @@ public final class SQLiteStore: RowReadingStore, ExecutorReadingStore, WriteGrou
 
     /// Waits for submitted work, ends the change feed, then closes the connections (the
     /// writer last, which checkpoints the WAL into the file).
+    /// Every call returns after the connections have closed, whichever call began closing.
     public func close() async {
-        let first = await gate.close()
-        // After the last commit: observations end with `closed` instead of waiting forever.
-        changes.finish()
-        guard first else { return }
-        // Closing checkpoints the WAL: blocking work, so on the writer's lane.
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let accepted = writerLane.submit {
-                self.closeConnections()
-                if self.options.readOnly { Self.removeCompanionsAfterReading(self.path, createdSince: self.companionsAtOpen) }
-                continuation.resume()
+        await gate.close {
+            // After the last commit: observations end with `closed` instead of waiting forever.
+            changes.finish()
+            // Closing checkpoints the WAL: blocking work, so on the writer's lane.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let accepted = writerLane.submit {
+                    self.closeConnections()
+                    if self.options.readOnly { Self.removeCompanionsAfterReading(self.path, createdSince: self.companionsAtOpen) }
+                    continuation.resume()
+                }
+                if !accepted { continuation.resume() }
             }
-            if !accepted { continuation.resume() }
+            stopWriterLane()
+            log.closed("sqlite", at: isInMemory ? ":memory:" : path)
         }
-        stopWriterLane()
-        log.closed("sqlite", at: isInMemory ? ":memory:" : path)
     }
 
     func closeConnections() {

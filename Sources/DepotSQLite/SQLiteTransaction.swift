@@ -259,8 +259,9 @@ final class SQLiteTransaction: WriteTransaction {
             if let index = table.entity.indexes.first(where: { index in
                 index.isUnique && detail.hasSuffix(": " + index.components.map { "\(entity).\($0.attribute)" }.joined(separator: ", "))
             }) {
-                let values = index.components.map { table.entity.index(of: $0.attribute).map { row[value: $0].debugLiteral } ?? "nil" }
-                return DepotError(.duplicateKey, "Another \(entity) already has (\(index.components.map(\.attribute).joined(separator: ", "))) = (\(values.joined(separator: ", "))), and the index (\(index.summary)) is unique (\(detail)).", nativeCode: rc)
+                // Worded as every backend words it, with SQLite's code kept.
+                let refusal = DepotError.duplicateUnique(entity: table.entity, index: index, row: row)
+                return DepotError(refusal.code, refusal.message, nativeCode: rc)
             }
             if let attribute = table.entity.attributes.first(where: { detail.hasSuffix(".\($0.name)") }) {
                 let value = table.entity.index(of: attribute.name).map { row[value: $0] } ?? .null

@@ -12,10 +12,10 @@ struct StoreGateTests {
         try gate.enter()
         try gate.enter()
         let closed = Atomic<Bool>(false)
+        let released = Atomic<Int>(0)
         let closing = Task {
-            let first = await gate.close()
+            await gate.close { released.add(1, ordering: .relaxed) }
             closed.store(true, ordering: .releasing)
-            return first
         }
         // close() must not return while two units are admitted.
         while !gate.isClosed { await Task.yield() }
@@ -25,8 +25,9 @@ struct StoreGateTests {
         let closedEarly = closed.load(ordering: .acquiring)
         #expect(!closedEarly, "one admitted unit is still running")
         gate.leave()
-        #expect(await closing.value == true, "the first close() reports that it closed the gate")
-        #expect(await gate.close() == false, "a second close() returns at once and says so")
+        await closing.value
+        await gate.close { released.add(1, ordering: .relaxed) }
+        #expect(released.load(ordering: .relaxed) == 1, "only the call that closed the gate releases")
         do {
             try gate.enter()
             Issue.record("entering a closed gate must throw")
@@ -34,6 +35,39 @@ struct StoreGateTests {
             #expect(error.code == .closed)
             #expect(error.message.contains("test store"))
         }
+    }
+
+    /// A close() called while the first is still releasing returns only after the release:
+    /// its caller may reuse what the store held (reopen its files) at once.
+    @Test func laterCloseWaitsForTheFirstRelease() async throws {
+        let gate = StoreGate(store: "test store")
+        let releasing = AsyncStream<Void>.makeStream()
+        let finishRelease = AsyncStream<Void>.makeStream()
+        // 0: not yet, 1: the first call released; then what the second found on returning.
+        let released = Flag()
+        let secondFound = Flag()
+        let first = Task {
+            await gate.close {
+                releasing.continuation.yield()
+                for await _ in finishRelease.stream { break }
+                released.value.store(1, ordering: .releasing)
+            }
+        }
+        for await _ in releasing.stream { break }
+        let second = Task {
+            await gate.close { Issue.record("a later close() must not release again") }
+            // 1: returned after the release, 2: before it.
+            secondFound.value.store(released.value.load(ordering: .acquiring) == 1 ? 1 : 2, ordering: .releasing)
+        }
+        // A second call that does not wait returns in this time; one that waits passes
+        // whatever the time.
+        for _ in 0..<200 where secondFound.value.load(ordering: .acquiring) == 0 {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        finishRelease.continuation.yield()
+        await first.value
+        await second.value
+        #expect(secondFound.value.load(ordering: .acquiring) == 1, "the second close() returned before the first released")
     }
 
     /// Threads entering and leaving while the gate closes: close() returns only once every
@@ -68,4 +102,9 @@ struct StoreGateTests {
             #expect(lateAdmissions == 0, "a unit was admitted after close() returned")
         }
     }
+}
+
+/// An atomic shared between tasks.
+private final class Flag: Sendable {
+    let value = Atomic<Int>(0)
 }

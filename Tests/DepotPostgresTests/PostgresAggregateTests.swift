@@ -1,9 +1,8 @@
 import DepotCore
+import DepotPostgres
 import DepotTesting
 import Foundation
 import Testing
-
-@testable import DepotPostgres
 
 /// PostgreSQL computes aggregates with `GROUP BY` (the conformance suite checks that the
 /// answers are every backend's), double sums from exact parts the server sums.
@@ -18,15 +17,14 @@ struct PostgresAggregateTests {
         let entity = handle.entity
         let position = { (name: String) throws -> Int in try #require(entity.attributes.firstIndex { $0.name == name }) }
         let age = try position("age"), name = try position("name"), weight = try position("weight")
-        let table = RegisteredEntity(entity: entity, serial: 0)
 
         let grouped = try AggregateQuery(
             rows: Query(entity: handle, predicate: .compare(attribute: "age", .greater, .int(1))), groupBy: [age],
             functions: [.count, .countValues(name), .sum(age), .average(age), .minimum(name), .maximum(weight)])
-        let compiled = try PGQueryCompiler.aggregate(grouped, table: table)
-        #expect(compiled.query.sql.hasSuffix("GROUP BY \"age\""), "\(compiled.query.sql)")
-        #expect(compiled.query.sql.contains("sum(\"age\")::text"), "integer sums exact, as numeric: \(compiled.query.sql)")
-        #expect(compiled.query.parameters.count == 1, "the filter's value bound, not spliced in")
+        let compiled = try PostgresStore.aggregateStatements(grouped, entity: entity)
+        #expect(compiled.sql.hasSuffix("GROUP BY \"age\""), "\(compiled.sql)")
+        #expect(compiled.sql.contains("sum(\"age\")::text"), "integer sums exact, as numeric: \(compiled.sql)")
+        #expect(compiled.parameterCount == 1, "the filter's value bound, not spliced in")
         // The server's answer equals Depot's reference over the same rows.
         let (served, reference) = try await store.read { transaction in
             var rows: [Row] = []
@@ -38,15 +36,15 @@ struct PostgresAggregateTests {
 
         let page = try Query(entity: handle, predicate: .constant(true), sortKeys: [SortKey("weight", ascending: false)], limit: 3, offset: 1)
         let paged = try AggregateQuery(rows: page, functions: [.count, .maximum(age)])
-        let pagedSQL = try PGQueryCompiler.aggregate(paged, table: table).query.sql
+        let pagedSQL = try PostgresStore.aggregateStatements(paged, entity: entity).sql
         #expect(pagedSQL.contains("LIMIT") && pagedSQL.contains(") AS page"), "order, offset and limit first, in a subquery: \(pagedSQL)")
         let pagedAnswer = try await store.read { transaction in try transaction.aggregate(paged) }
         #expect(pagedAnswer.first?.values.first == .int(3))
 
         let doubles = try AggregateQuery(rows: Query(all: handle), groupBy: [age], functions: [.count, .sum(weight), .average(weight)])
-        let doubleSQL = try PGQueryCompiler.aggregate(doubles, table: table)
+        let doubleSQL = try PostgresStore.aggregateStatements(doubles, entity: entity)
         #expect(doubleSQL.doubleSums.count == 1, "one statement for the parts of weight's sums, shared by the sum and the average")
-        #expect(doubleSQL.doubleSums.first?.query.sql.contains("float8send") == true)
+        #expect(doubleSQL.doubleSums.first?.contains("float8send") == true)
         let (servedDoubles, referenceDoubles) = try await store.read { transaction in
             var rows: [Row] = []
             try transaction.fetchRows(doubles.rows) { rows.append($0) }

@@ -58,7 +58,7 @@ struct PostgresCompositeIndexTests {
         try await pets.save(all)
         try await store.onWriter("analyzing") { try store.writer.execute("ANALYZE \"ListedPet\"", "Analyzing") }
         let handle = try await pets.registeredEntity()
-        let table = RegisteredEntity(entity: handle.entity, serial: 0)
+        let table = RegisteredEntity(entity: handle.entity)
         let byName = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", "name"))
         let byBorn = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", .descending("born")))
         #expect(byName == "depot_cidx_9_ListedPet_ix_7_species_4_name")

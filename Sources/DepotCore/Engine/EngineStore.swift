@@ -230,21 +230,22 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     // MARK: Closing
 
     /// Closes the store in the order described above: refuse, wait, end the feed, close the engine.
+    /// Every call returns after the engine has closed, whichever call began closing.
     public func close() async {
-        let first = await gate.close()
-        // After the last commit and before the engine's resources go: observers' streams
-        // end with every commit delivered, instead of waiting forever.
-        changes.finish()
-        guard first else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let accepted = writerLane.submit {
-                self.engine.close()
-                continuation.resume()
+        await gate.close {
+            // After the last commit and before the engine's resources go: observers' streams
+            // end with every commit delivered, instead of waiting forever.
+            changes.finish()
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let accepted = writerLane.submit {
+                    self.engine.close()
+                    continuation.resume()
+                }
+                if !accepted { continuation.resume() }
             }
-            if !accepted { continuation.resume() }
+            writerLane.stop()
+            log.closed(engine.backendName, at: engine.location)
         }
-        writerLane.stop()
-        log.closed(engine.backendName, at: engine.location)
     }
 }
 

@@ -130,7 +130,8 @@ public protocol Store: AnyObject, Sendable {
 
     /// Waits for the work submitted before it (queued work included) to finish, ends the
     /// change feed, then releases files and threads. Later calls fail with
-    /// ``DepotError/Code/closed``. Closing twice is harmless.
+    /// ``DepotError/Code/closed``. Closing twice is harmless, and every call returns only
+    /// after the store's resources are released, whichever call began closing.
     func close() async
 }
 

@@ -6,9 +6,10 @@ import Synchronization
 ///
 /// A backend calls ``enter()`` when work is submitted, before anything is queued (a closed
 /// store throws ``DepotError/Code/closed`` there) and ``leave()`` when the work is done;
-/// ``close()`` refuses new work at once and returns when the last admitted work has left.
-/// Work submitted before ``close()`` is thus admitted and runs, on every backend (the
-/// conformance suite checks it).
+/// ``close(releasing:)`` refuses new work at once, waits for the last admitted work to leave,
+/// then releases the store's resources once and returns, on every call, only after that.
+/// Work submitted before ``close(releasing:)`` is thus admitted and runs, on every backend
+/// (the conformance suite checks it).
 ///
 /// ```swift
 /// func submitRead<T>(...) {
@@ -27,7 +28,14 @@ public final class StoreGate: Sendable {
     /// `Synchronization.Mutex` waits inside the standard library when contended, where
     /// Thread Sanitizer cannot see the ordering it gives.
     private let drained = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
+    /// Later ``close(releasing:)`` calls, waiting for the first to have released.
+    private let released = NIOLockedValueBox<Release>(.releasing([]))
     private let closedError: DepotError
+
+    private enum Release {
+        case releasing([CheckedContinuation<Void, Never>])
+        case released
+    }
 
     /// An open gate with no work admitted.
     ///
@@ -39,7 +47,7 @@ public final class StoreGate: Sendable {
 
     /// Admits one unit of work.
     ///
-    /// - Throws: ``DepotError/Code/closed`` once ``close()`` has been called.
+    /// - Throws: ``DepotError/Code/closed`` once ``close(releasing:)`` has been called.
     @inline(__always)
     public func enter() throws(DepotError) {
         let now = admitted.wrappingAdd(1, ordering: .acquiring).newValue
@@ -54,8 +62,8 @@ public final class StoreGate: Sendable {
     /// ``enter()``ed when it was submitted and now runs its transaction.
     ///
     /// Unlike ``enter()`` it succeeds while the store is closing, as long as admitted work
-    /// remains: work submitted before ``close()`` runs to its end (as ``close()`` promises)
-    /// instead of being refused when it reaches the front of a queue. It throws only once
+    /// remains: work submitted before ``close(releasing:)`` runs to its end (as closing
+    /// promises) instead of being refused when it reaches the front of a queue. It throws only once
     /// the gate is closed and drained, when the store may have released its resources, so
     /// a path that reaches it without an admission can never use them after that.
     ///
@@ -90,15 +98,17 @@ public final class StoreGate: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Whether ``close()`` has been called.
+    /// Whether ``close(releasing:)`` has been called.
     public var isClosed: Bool { admitted.load(ordering: .acquiring) & Self.closedFlag != 0 }
 
-    /// Refuses new work and waits for admitted work to finish.
+    /// Refuses new work, waits for admitted work to finish, then runs `release` once:
+    /// whichever call closed the gate runs it, and every call, first or later, returns only
+    /// after it has run. A caller that finds its `close()` returned may therefore rely on
+    /// the store's resources being released, even when another caller began closing.
     ///
-    /// - Returns: `true` for the call that closed the gate, `false` for later calls (which
-    ///   wait too), so a backend releases its resources once.
-    @discardableResult
-    public func close() async -> Bool {
+    /// - Parameter release: What closing does once the admitted work has ended: end the
+    ///   change feed, release files and connections. Runs on the first caller's task.
+    public func close(releasing release: () async -> Void = {}) async {
         let before = admitted.bitwiseOr(Self.closedFlag, ordering: .acquiringAndReleasing).oldValue
         let first = before & Self.closedFlag == 0
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -111,6 +121,26 @@ public final class StoreGate: Sendable {
             }
             if done { continuation.resume() }
         }
-        return first
+        if first {
+            await release()
+            let waiters = released.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+                defer { state = .released }
+                if case .releasing(let waiting) = state { return waiting }
+                return []
+            }
+            for waiter in waiters { waiter.resume() }
+        } else {
+            // A later caller: the first may still be releasing, and returning now would let
+            // this caller reuse files or connections the store still holds.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = released.withLockedValue { state -> Bool in
+                    guard case .releasing(var waiting) = state else { return true }
+                    waiting.append(continuation)
+                    state = .releasing(waiting)
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+        }
     }
 }

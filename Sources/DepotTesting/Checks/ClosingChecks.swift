@@ -13,8 +13,9 @@ import NIOConcurrencyHelpers
 ///   once, without waiting for the admitted work to drain, and never silently dropped;
 /// - `close()` returns after the admitted work has ended and after the change feed has
 ///   finished, every admitted commit delivered before the feed's end; a second `close()`
-///   returns no sooner. Each backend finishes the feed before it releases its files or
-///   connections, so an observer never outlives the store's resources.
+///   returns no sooner, nor before the store's resources are released, even when it was
+///   called while another call was closing. Each backend finishes the feed before it
+///   releases its files or connections, so an observer never outlives the store's resources.
 enum ClosingChecks {
     static let all: [ConformanceCheck] = [
         ConformanceCheck("once close() has begun, new work is refused with closed at once, and admitted work still commits") { store in
@@ -143,6 +144,47 @@ enum ClosingChecks {
             try expect(Set(written).isSubset(of: streamed), "the stream delivered every commit before ending")
             subscription.cancel()
         },
+        ConformanceCheck("a close() called while another is closing returns only after the store is closed") { store in
+            let cats = try await seededCats(store)
+            // The closing call ends the feed before it releases the store's resources: an
+            // observer whose onFinish waits holds it between the two, still releasing.
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let releasing = NIOLockedValueBox(true)
+            let subscription = store.changes.observe(entities: ["Cat"], onFinish: {
+                entered.signal()
+                // Bounded, so a failed check ends.
+                _ = release.wait(timeout: .now() + .seconds(120))
+                releasing.withLockedValue { $0 = false }
+            }) { _ in }
+            // What each close() call found when it returned: whether the first was still
+            // held before releasing.
+            let returnedWhileReleasing = NIOLockedValueBox<[Bool]>([])
+            // The first call blocks in onFinish: on a thread of its own, not Swift's pool.
+            let first = Task(executorPreference: OwnThreadExecutor()) {
+                await store.close()
+                returnedWhileReleasing.withLockedValue { $0.append(releasing.withLockedValue { $0 }) }
+            }
+            try expect(await signalled(entered, within: 120), "close() ends the observers' feeds")
+            let second = Task {
+                await store.close()
+                returnedWhileReleasing.withLockedValue { $0.append(releasing.withLockedValue { $0 }) }
+            }
+            // A second call that does not wait returns in this time; one that waits is
+            // released below whatever the time, so the check cannot fail on a slow machine.
+            for _ in 0..<200 where returnedWhileReleasing.withLockedValue({ $0.isEmpty }) {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            release.signal()
+            try await RobustnessChecks.within(120, "both close() calls return") {
+                await first.value
+                await second.value
+            }
+            let found = returnedWhileReleasing.withLockedValue { $0 }
+            try expectEqual(found, [false, false], "close() calls that returned while the first was still closing (true)")
+            try await expectError(.closed, "count after both close() calls returned") { try await cats.count() }
+            subscription.cancel()
+        },
     ]
 
     /// A cat's row with `id`, for writes submitted through ``Store`` directly.
@@ -178,5 +220,17 @@ enum ClosingChecks {
         let answer = Answer<T>()
         submit { answer.complete($0) }
         return answer
+    }
+}
+
+/// Runs each job on a thread of its own: for a check whose task blocks a thread, which on
+/// Swift's pool (one thread per core) would hold up the tasks the check waits for.
+private final class OwnThreadExecutor: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        let thread = Thread { job.runSynchronously(on: executor) }
+        thread.name = "depot.conformance.closing"
+        thread.start()
     }
 }
