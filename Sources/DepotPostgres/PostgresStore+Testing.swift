@@ -27,6 +27,22 @@ extension PostgresStore {
         return writer.onStandby
     }
 
+    /// Runs `sql` on the writer connection, between the store's transactions, and returns
+    /// its rows' first column as text (for looking at the catalogs, or changing what a
+    /// test needs changed underneath the store).
+    package func executeOnWriter(_ sql: String) async throws -> [String] {
+        try await onWriter("running a test's statement") { () throws -> [String] in
+            let result = try self.writer.query(sql, [], "Running a test's statement")
+            guard result.columnCount > 0 else { return [] }
+            return (0..<result.rowCount).map { result.text($0, 0) }
+        }
+    }
+
+    /// The name Depot gives the index of `attribute` of `entity`.
+    package static func indexName(entity: String, attribute: String) -> String {
+        PGDDL.indexName(entity: entity, attribute: attribute)
+    }
+
     /// Runs `sql` on a connection of its own to a standby among the hosts of `url` (for
     /// pausing and resuming its replay), then closes the connection.
     package static func executeOnStandby(url: String, _ sql: String) throws(DepotError) {

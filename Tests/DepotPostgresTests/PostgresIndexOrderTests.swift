@@ -1,9 +1,8 @@
 import DepotCore
+import DepotPostgres
 import DepotTesting
 import Foundation
 import Testing
-
-@testable import DepotPostgres
 
 /// A record sorted by its key, by an attribute that cannot be nil and by one that can, each
 /// with an index of its own.
@@ -31,7 +30,7 @@ struct PostgresIndexOrderTests {
             all.append(PGRanked(id: Int64(i + 1), score: score, nick: nick))
         }
         try await ranked.save(all)
-        try await store.onWriter("analyzing") { try store.writer.execute("ANALYZE \"Ranked\"", "Analyzing") }
+        _ = try await store.executeOnWriter("ANALYZE \"Ranked\"")
         return ranked
     }
 
@@ -66,12 +65,8 @@ struct PostgresIndexOrderTests {
     func oldIndexesAreRebuilt() async throws {
         let schema = "io_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
         func definitions(_ store: PostgresStore) async throws -> [String] {
-            try await store.onWriter("reading indexes") { () throws -> [String] in
-                let result = try store.writer.query(
-                    "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Ranked' AND indexname LIKE 'depot_idx%' ORDER BY indexname",
-                    [], "Reading indexes")
-                return (0..<result.rowCount).map { String(decoding: result.bytes($0, 0), as: UTF8.self) }
-            }
+            try await store.executeOnWriter(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Ranked' AND indexname LIKE 'depot_idx%' ORDER BY indexname")
         }
         do {
             let store = try TestServer.makeStore(schema: schema)
@@ -79,14 +74,12 @@ struct PostgresIndexOrderTests {
             try await ranked.save(PGRanked(id: 1, score: 3, nick: nil))
             // What an earlier Depot made: the indexes in PostgreSQL's default order, and no
             // record of their order.
-            try await store.onWriter("aging the store") { () throws -> Void in
-                for attribute in ["score", "nick"] {
-                    let name = PGDDL.indexName(entity: "Ranked", attribute: attribute)
-                    try store.writer.execute("DROP INDEX \"\(name)\"", "Dropping")
-                    try store.writer.execute("CREATE INDEX \"\(name)\" ON \"Ranked\" (\"\(attribute)\")", "Creating")
-                }
-                try store.writer.execute("DELETE FROM depot_meta WHERE key = 'index_order'", "Forgetting")
+            for attribute in ["score", "nick"] {
+                let name = PostgresStore.indexName(entity: "Ranked", attribute: attribute)
+                _ = try await store.executeOnWriter("DROP INDEX \"\(name)\"")
+                _ = try await store.executeOnWriter("CREATE INDEX \"\(name)\" ON \"Ranked\" (\"\(attribute)\")")
             }
+            _ = try await store.executeOnWriter("DELETE FROM depot_meta WHERE key = 'index_order'")
             let old = try await definitions(store)
             #expect(old.count == 2 && old.allSatisfy { !$0.contains("NULLS") && !$0.contains(", id") }, "\(old)")
             await store.close()
