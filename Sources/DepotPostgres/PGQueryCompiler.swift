@@ -71,7 +71,7 @@ enum PostgresDialect: SQLDialect {
 typealias PGQueryCompiler = SQLQueryCompiler<PostgresDialect>
 typealias PGCompiledQuery = SQLStatement<PostgresDialect>
 
-extension RegisteredEntity: SQLTable {}
+extension RegisteredEntity: SQLKeyTable {}
 
 extension SQLQueryCompiler where Dialect == PostgresDialect {
     /// What one aggregate function reads from a row of ``aggregate(_:table:)``'s result.

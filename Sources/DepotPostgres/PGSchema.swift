@@ -10,16 +10,9 @@ final class RegisteredEntity: Sendable {
     let types: [AttributeType]
     let keyIndex: Int
     let keyType: AttributeType
-    let name: String
-    let keyColumn: String
-    let columnList: String
-
-    let selectByKey: String
-    let insert: String
-    let insertUnlessKeyExists: String
+    /// The statements by key, in PostgreSQL's parameter markers.
+    let statements: SQLKeyStatements<PostgresDialect>
     let upsert: String
-    let update: String
-    let deleteByKey: String
     /// The same writes as one autocommit statement each, carrying their change notification
     /// and the schema-version guard (see `PostgresStore+SingleStatement.swift`).
     let single: SingleStatements
@@ -50,38 +43,25 @@ final class RegisteredEntity: Sendable {
         types = entity.attributes.map(\.type)
         keyIndex = entity.primaryKeyIndex
         keyType = entity.primaryKey.type
-        name = quoted(entity.name)
-        keyColumn = quoted(entity.primaryKey.name)
+        let statements = SQLKeyStatements<PostgresDialect>(entity)
+        self.statements = statements
         let columns = entity.attributes.map { quoted($0.name) }
-        columnList = columns.joined(separator: ", ")
-        // Parameters are numbered by attribute position, so every writing statement binds
-        // a row with the same loop.
-        let parameters = columns.indices.map { "$\($0 + 1)" }.joined(separator: ", ")
-        let keyParameter = "$\(keyIndex + 1)"
-        selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = $1"
-        insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
-        insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
         // One statement that says which it did: a row the INSERT wrote has no xmax yet,
         // a row the DO UPDATE rewrote has this transaction's.
         let excluded = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = EXCLUDED.\(columns[$0])" }
-        upsert = insert + " ON CONFLICT (\(keyColumn)) DO UPDATE SET "
+        let keyColumn = statements.keyColumn
+        upsert = statements.insert + " ON CONFLICT (\(keyColumn)) DO UPDATE SET "
             + (excluded.isEmpty ? "\(keyColumn) = EXCLUDED.\(keyColumn)" : excluded.joined(separator: ", "))
             + " RETURNING (xmax = 0)"
         hasUniqueAttributes =
             entity.attributes.enumerated().contains { $0.offset != entity.primaryKeyIndex && $0.element.isUnique }
             || entity.indexes.contains(where: \.isUnique)
-        var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = $\($0 + 1)" }
-        if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
-        update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
-        deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = $1"
-        single = Self.singleStatements(
-            name: name, columnList: columnList, keyColumn: keyColumn, parameters: parameters, count: columns.count, 
-            assignments: assignments, keyParameter: keyParameter)
+        single = Self.singleStatements(statements, count: columns.count)
     }
 
-    private static func singleStatements(
-        name: String, columnList: String, keyColumn: String, parameters: String, count: Int, assignments: [String], keyParameter: String
-    ) -> SingleStatements {
+    private static func singleStatements(_ statements: SQLKeyStatements<PostgresDialect>, count: Int) -> SingleStatements {
+        let (name, columnList, keyColumn) = (statements.name, statements.columnList, statements.keyColumn)
+        let (parameters, assignments, keyParameter) = (statements.parameters, statements.assignments, statements.keyParameter)
         let version = "(SELECT value FROM depot_meta WHERE key = 'schema')"
         func guarded(_ at: Int) -> String { "\(version) IS NOT DISTINCT FROM $\(at)" }
         func wrapped(_ write: String, extra: Int, payload: String) -> String {

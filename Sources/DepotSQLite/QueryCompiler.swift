@@ -44,7 +44,7 @@ enum SQLiteDialect: SQLDialect {
 typealias QueryCompiler = SQLQueryCompiler<SQLiteDialect>
 typealias CompiledQuery = SQLStatement<SQLiteDialect>
 
-extension RegisteredEntity: SQLTable {}
+extension RegisteredEntity: SQLKeyTable {}
 
 extension SQLQueryCompiler where Dialect == SQLiteDialect {
     /// One SELECT computing an aggregate query: `GROUP BY` over the query's rows (a

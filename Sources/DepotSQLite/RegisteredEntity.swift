@@ -17,16 +17,8 @@ final class RegisteredEntity: Sendable {
     let nullable: [Bool]
     let keyIndex: Int
     let keyType: AttributeType
-    let name: String
-    let keyColumn: String
-    let columnList: String
-
-    let selectByKey: String
-    let insert: String
-    let insertUnlessKeyExists: String
-    let update: String
-    let deleteByKey: String
-    let countAll: String
+    /// The statements by key, in SQLite's parameter markers.
+    let statements: SQLKeyStatements<SQLiteDialect>
 
     enum Kind: Int {
         case selectByKey, insert, insertUnlessKeyExists, update, deleteByKey, countAll
@@ -42,22 +34,7 @@ final class RegisteredEntity: Sendable {
         nullable = entity.attributes.map(\.isOptional)
         keyIndex = entity.primaryKeyIndex
         keyType = entity.primaryKey.type
-        name = quoted(entity.name)
-        keyColumn = quoted(entity.primaryKey.name)
-        let columns = entity.attributes.map { quoted($0.name) }
-        columnList = columns.joined(separator: ", ")
-        // Parameters are numbered by attribute position, so every writing statement binds
-        // a row with the same loop.
-        let parameters = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
-        let keyParameter = "?\(keyIndex + 1)"
-        selectByKey = "SELECT \(columnList) FROM \(name) WHERE \(keyColumn) = ?1"
-        insert = "INSERT INTO \(name) (\(columnList)) VALUES (\(parameters))"
-        insertUnlessKeyExists = insert + " ON CONFLICT (\(keyColumn)) DO NOTHING"
-        var assignments = columns.indices.filter { $0 != entity.primaryKeyIndex }.map { "\(columns[$0]) = ?\($0 + 1)" }
-        if assignments.isEmpty { assignments = ["\(keyColumn) = \(keyParameter)"] }
-        update = "UPDATE \(name) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = \(keyParameter)"
-        deleteByKey = "DELETE FROM \(name) WHERE \(keyColumn) = ?1"
-        countAll = "SELECT count(*) FROM \(name)"
+        statements = SQLKeyStatements(entity)
     }
 }
 
