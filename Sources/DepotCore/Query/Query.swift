@@ -155,6 +155,11 @@ public struct Query: Sendable, Hashable {
     /// Measures the nesting without recursion, so even a tree far too deep is measured
     /// safely.
     static func checkDepth(of predicate: PredicateExpression, in entity: EntityDescription, allowing maximum: Int) throws(DepotError) {
+        switch predicate {
+        case .and, .or, .not: break
+        // One condition (most requests) nests nothing: no list to walk.
+        default: return
+        }
         var pending: [(PredicateExpression, Int)] = [(predicate, 1)]
         while let (expression, depth) = pending.popLast() {
             guard depth <= maximum else {

@@ -128,15 +128,41 @@ public enum AttributeListBuilder<Record> {
 /// can see (a primary key path that is not among the attributes, duplicate names) are
 /// reported as ``DepotError/Code/invalidSchema`` when a store first sees the entity.
 public struct Entity<Record: ManagedRecord>: Sendable {
+    /// The declaration's parts behind one reference: every request built with key paths
+    /// reads `Record.entity` through the protocol, which copies the value, and a copy of
+    /// one reference is one retain where the parts' arrays and sets were several.
+    final class Storage: Sendable {
+        let description: EntityDescription
+        let attributes: [Attribute<Record>]
+        let indexByKeyPath: KeyPathIndex
+        let declarationProblem: DepotError?
+        let jsonAttributes: Set<String>
+        let referencedTypes: [any ManagedRecord.Type]
+
+        init(
+            description: EntityDescription, attributes: [Attribute<Record>], indexByKeyPath: KeyPathIndex,
+            declarationProblem: DepotError?, jsonAttributes: Set<String>, referencedTypes: [any ManagedRecord.Type]
+        ) {
+            self.description = description
+            self.attributes = attributes
+            self.indexByKeyPath = indexByKeyPath
+            self.declarationProblem = declarationProblem
+            self.jsonAttributes = jsonAttributes
+            self.referencedTypes = referencedTypes
+        }
+    }
+
+    private let storage: Storage
+
     /// The backend-neutral schema.
-    public let description: EntityDescription
-    let attributes: [Attribute<Record>]
-    let indexByKeyPath: KeyPathIndex
-    let declarationProblem: DepotError?
+    public var description: EntityDescription { storage.description }
+    var attributes: [Attribute<Record>] { storage.attributes }
+    var indexByKeyPath: KeyPathIndex { storage.indexByKeyPath }
+    var declarationProblem: DepotError? { storage.declarationProblem }
     /// The names of the attributes stored as JSON text.
-    let jsonAttributes: Set<String>
+    var jsonAttributes: Set<String> { storage.jsonAttributes }
     /// The record types this entity's references name.
-    let referencedTypes: [any ManagedRecord.Type]
+    var referencedTypes: [any ManagedRecord.Type] { storage.referencedTypes }
 
     /// An entity named `name`, keyed by `primaryKey`, with the attributes listed in the
     /// builder and the indexes that span them.
@@ -161,10 +187,6 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         var byKeyPath: [AnyKeyPath: Int] = [:]
         for (i, a) in list.enumerated() where byKeyPath[a.keyPath] == nil { byKeyPath[a.keyPath] = i }
         let keyIndex = byKeyPath[primaryKey]
-        self.attributes = list
-        self.referencedTypes = list.compactMap { $0.referenceTarget?.type }
-        self.jsonAttributes = Set(list.filter(\.isJSON).map(\.description.name))
-        self.indexByKeyPath = KeyPathIndex(byKeyPath)
         var indexDescriptions: [IndexDescription] = []
         var indexProblem: DepotError?
         for index in indexes {
@@ -178,12 +200,16 @@ public struct Entity<Record: ManagedRecord>: Sendable {
             }
             indexDescriptions.append(IndexDescription(components, unique: index.isUnique))
         }
-        self.description = EntityDescription(
-            name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1, indexes: indexDescriptions)
-        self.declarationProblem =
-            keyIndex == nil
-            ? DepotError(.invalidSchema, "Entity \(name) names a primary key path that is not one of its attributes; declare an Attribute for it.")
-            : indexProblem ?? list.lazy.compactMap(\.problem).first
+        self.storage = Storage(
+            description: EntityDescription(
+                name: name, attributes: list.map(\.description), primaryKeyIndex: keyIndex ?? -1, indexes: indexDescriptions),
+            attributes: list,
+            indexByKeyPath: KeyPathIndex(byKeyPath),
+            declarationProblem: keyIndex == nil
+                ? DepotError(.invalidSchema, "Entity \(name) names a primary key path that is not one of its attributes; declare an Attribute for it.")
+                : indexProblem ?? list.lazy.compactMap(\.problem).first,
+            jsonAttributes: Set(list.filter(\.isJSON).map(\.description.name)),
+            referencedTypes: list.compactMap { $0.referenceTarget?.type })
     }
 
     /// The entity name.
