@@ -69,25 +69,14 @@ package enum CompositePlanner {
 
         // 1. The equality prefix.
         var e = 0
-        componentLoop: while e < components.count {
+        for fixing in equalityPrefix(index, conjuncts: conjuncts, entity: entity) {
             let position = index.positions[e]
-            for (c, conjunct) in conjuncts.enumerated() where !consumed.contains(c) {
-                let value: Value
-                switch conjunct {
-                case .compare(position, .equal, let v): value = v
-                case .isNil(position): value = .null
-                case .oneOf(position, let values, false) where values.count == 1: value = values[0]
-                default: continue
-                }
-                guard let bytes = encode(value, e) else { continue }
-                prefix += bytes
-                fixed[position] = bytes
-                if describing { prefixTexts.append("\(name(e)) == \(value.isNull ? "nil" : value.debugLiteral)") }
-                consumed.append(c)
-                e += 1
-                continue componentLoop
-            }
-            break
+            guard let bytes = encode(fixing.value, e) else { return nil }
+            prefix += bytes
+            fixed[position] = bytes
+            if describing { prefixTexts.append("\(name(e)) == \(fixing.value.isNull ? "nil" : fixing.value.debugLiteral)") }
+            consumed.append(fixing.conjunct)
+            e += 1
         }
 
         // 2. `IN` or a range on the next component.
@@ -204,6 +193,30 @@ package enum CompositePlanner {
         plan.rangeText = rangeTexts
         plan.keyset = keyset
         return plan
+    }
+
+    /// The conjuncts that fix the leading components of `index` by equality (`==`, `isNil`,
+    /// `IN` of one value of the component's type), one per component in order, each with
+    /// the value it fixes: the first conjunct that fits a component fixes it.
+    static func equalityPrefix(_ index: CompositeHandle, conjuncts: [Filter], entity: EntityDescription) -> [(conjunct: Int, value: Value)] {
+        var out: [(conjunct: Int, value: Value)] = []
+        componentLoop: for position in index.positions {
+            let type = entity.attributes[position].type
+            for (c, conjunct) in conjuncts.enumerated() where !out.contains(where: { $0.conjunct == c }) {
+                let value: Value
+                switch conjunct {
+                case .compare(position, .equal, let v): value = v
+                case .isNil(position): value = .null
+                case .oneOf(position, let values, false) where values.count == 1: value = values[0]
+                default: continue
+                }
+                guard value.isNull || value.type == type else { continue }
+                out.append((c, value))
+                continue componentLoop
+            }
+            break
+        }
+        return out
     }
 
     /// Whether reading `index`, with its first `fixedCount` components fixed, yields the

@@ -92,17 +92,46 @@ extension LMDBTransaction {
     /// ``choose(_:_:_:needsOrder:)``).
     ///
     /// `describing`: whether a composite plan carries its ranges as conditions, for `explain`.
+    ///
+    /// A limited query on an entity with composite indexes first looks for its shape in the
+    /// entity's plan cache (see ``ReusablePlan``): a hit encodes the new values into the
+    /// remembered plan and re-checks its cost against the data in this transaction, and
+    /// falls back to planning afresh when the check fails.
     package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool, describing: Bool = false) throws -> Plan {
+        guard !describing, query.limit != nil, !handles.composites.isEmpty else {
+            return try planAfresh(query, handles, needsOrder: needsOrder, describing: describing).plan
+        }
+        let shape = PlanShape(query, needsOrder: needsOrder)
+        if let reusable = handles.reusablePlan(for: shape), let plan = try reuse(reusable, query, handles) {
+            return plan
+        }
+        let (plan, candidates, chosen) = try planAfresh(query, handles, needsOrder: needsOrder, describing: false)
+        if let chosen, let reusable = ReusablePlan(
+            chosen: chosen, of: candidates, query, handles, needsOrder: needsOrder, transaction: self)
+        {
+            handles.remember(reusable, for: shape)
+        }
+        return plan
+    }
+
+    /// Plans `query` from scratch: the plan, the candidates it was chosen from (in the order
+    /// ``choose(_:_:_:needsOrder:)`` was given them) and the chosen one's place among them;
+    /// no candidates when no composite index fits.
+    package func planAfresh(
+        _ query: Query, _ handles: RegisteredEntity, needsOrder: Bool, describing: Bool
+    ) throws -> (plan: Plan, candidates: [Plan], chosen: Int?) {
         let single = try singleAttributePlan(query, handles, needsOrder: needsOrder)
         let composites = CompositePlanner.candidates(
             query, handles: handles, maxKeySize: maxKeySize, needsOrder: needsOrder, describing: describing)
-        if composites.isEmpty { return single }
+        if composites.isEmpty { return (single, [], nil) }
         // Most conditions expressed first: among plans of equal cost, the narrower one.
         let ordered = composites.enumerated().sorted { (a: (offset: Int, element: Plan), b: (offset: Int, element: Plan)) -> Bool in
             let (x, y) = (a.element.consumed, b.element.consumed)
             return x != y ? x > y : a.offset < b.offset
         }.map { $0.element }
-        return try choose(ordered + [single], query, handles, needsOrder: needsOrder).plan
+        let candidates = ordered + [single]
+        let chosen = try choose(candidates, query, handles, needsOrder: needsOrder)
+        return (chosen.plan, candidates, chosen.index)
     }
 
     func singleAttributePlan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> Plan {
@@ -138,12 +167,14 @@ extension LMDBTransaction {
     /// plan measured whole keeps its count in ``Plan/entries`` (a count then uses it).
     /// Unindexed conditions are assumed to keep every row: an estimate never counts on a
     /// filter it cannot measure. Ties go to the earlier candidate.
-    func choose(_ candidates: [Plan], _ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> (plan: Plan, rows: Int?) {
-        var best: (plan: Plan, rows: Int?, cost: Int)?
+    /// `index`: the chosen plan's place in `candidates`, `nil` when there were none.
+    func choose(_ candidates: [Plan], _ query: Query, _ handles: RegisteredEntity, needsOrder: Bool) throws -> (plan: Plan, rows: Int?, index: Int?) {
+        var best: (plan: Plan, rows: Int?, cost: Int, index: Int)?
         let total = try entries(handles.main)
-        let windowed = candidates.filter { window($0, query, needsOrder: needsOrder) != nil }
-        let others = candidates.filter { window($0, query, needsOrder: needsOrder) == nil }
-        for plan in windowed + others {
+        let windowed = candidates.indices.filter { window(candidates[$0], query, needsOrder: needsOrder) != nil }
+        let others = candidates.indices.filter { window(candidates[$0], query, needsOrder: needsOrder) == nil }
+        for index in windowed + others {
+            let plan = candidates[index]
             let perRow = rowCost(plan, needsOrder: needsOrder)
             let rows: Int?
             let cost: Int
@@ -161,11 +192,11 @@ extension LMDBTransaction {
             if best.map({ cost < $0.cost }) ?? true {
                 var chosen = plan
                 if complete { chosen.entries = rows }
-                best = (chosen, rows, cost)
+                best = (chosen, rows, cost, index)
             }
         }
-        guard let best else { return (try singleAttributePlan(query, handles, needsOrder: needsOrder), nil) }
-        return (best.plan, best.rows)
+        guard let best else { return (try singleAttributePlan(query, handles, needsOrder: needsOrder), nil, nil) }
+        return (best.plan, best.rows, best.index)
     }
 
     /// The entries in the ranges of `plan`, counted up to `cap`.

@@ -78,6 +78,9 @@ package final class RegisteredEntity: Sendable {
     /// snapshot sees the same bytes, so it skips the comparison: a lookup by key in a read
     /// of its own then costs one B-tree search, not two.
     let verifiedSnapshot = Atomic<UInt64>(0)
+    /// Plans remembered by query shape (see ``ReusablePlan``). They belong to these handles:
+    /// a schema change makes new handles, and with them an empty cache.
+    let planCache = Mutex<[PlanShape: ReusablePlan]>([:])
 
     package init(
         entity: EntityDescription, main: MDB_dbi, indexes: [IndexHandle], composites: [CompositeHandle] = [], schemaVersion: Int,
