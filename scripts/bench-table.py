@@ -56,7 +56,12 @@ def table(records):
     keys = []
     runs = {}
     for _, folder, data in records:
+        # A run lists every target, also those of backends it did not run (a PostgreSQL run
+        # has no memory store): only its own backends' targets are its checks.
+        ran = {result["backend"] for result in data.get("results", [])}
         for target in data["targets"]:
+            if target["backend"] not in ran:
+                continue
             key = (target["workload"], target["backend"], target["target"])
             if key not in runs:
                 keys.append(key)
