@@ -34,7 +34,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     let traits: EngineTraits
     let gate: StoreGate
     /// Writes, registrations, rewrites, checks and closing, one at a time.
-    let writerLane: SerialLane
+    package let writerLane: SerialLane
     /// Where reads run when they do not run on the calling thread.
     let readQueue: DispatchQueue
     /// The engine's read connections; nil when its reads need none.
@@ -98,7 +98,11 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         var registered: [String: EntityDescription] = [:]
         for handle in try engine.entities() { registered[handle.name] = handle.entity }
         if engine.isReadOnly, !entities.allSatisfy({ registered[$0.name]?.serves($0) ?? false }) {
-            throw DepotError.readOnly(storeDescription)
+            // A read-only store serves the entities its files hold as declared, and no other.
+            for handle in try engine.storedEntities() { registered[handle.name] = handle.entity }
+            guard entities.allSatisfy({ registered[$0.name]?.serves($0) ?? false }) else {
+                throw DepotError.readOnly(storeDescription)
+            }
         }
         try Relationships.validate(entities, registered: { registered[$0] })
         // Indexes a declaration leaves out stay until a migration step drops them, on every
@@ -112,7 +116,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     /// registered.
     public func storedEntities() async throws -> [EntityHandle] {
         try await writerLane.run(admittedBy: gate, closed: DepotError.closed(storeDescription)) {
-            try self.engine.entities()
+            try self.engine.storedEntities()
         }
     }
 
@@ -150,6 +154,21 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do { try gate.enter() } catch { return completion(.failure(error)) }
+        // On a thread that may block (a task preferring the store's executor) a read that
+        // need not wait for a connection runs right here: no hop there and back.
+        if StoreExecutor.isCurrent {
+            if pool == nil {
+                let result = Result { try readNow(on: nil, singleStatement: false, body) }
+                gate.leave()
+                return completion(result)
+            }
+            if let pool, let connection = pool.takeIdle() {
+                let result = Result { try readNow(on: connection, singleStatement: false, body) }
+                pool.checkIn(connection)
+                gate.leave()
+                return completion(result)
+            }
+        }
         if let pool {
             pool.checkOut { connection in
                 let result = Result { try self.readNow(on: connection, singleStatement: false, body) }
@@ -166,16 +185,48 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         }
     }
 
-    /// One read transaction, logged, on `connection`.
+    /// One read transaction, logged, on `connection`; run again from the start when the
+    /// engine asks for it (``EngineReadTransaction/retry``).
     @inline(__always)
     func readNow<T>(
         on connection: Engine.ReadConnection?, singleStatement: Bool, _ body: (any ReadTransaction) throws -> T
     ) throws -> T {
         try log.transaction("read") {
-            let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement)
-            defer { transaction.end() }
-            return try body(transaction)
+            var attempt = 0
+            while true {
+                let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement)
+                let value: T
+                do {
+                    value = try body(transaction)
+                } catch {
+                    // Read before the transaction ends: an engine may reuse it for the next read.
+                    guard let retry = transaction.retry else {
+                        transaction.end()
+                        throw error
+                    }
+                    transaction.end()
+                    attempt += 1
+                    try prepareRetry(retry, attempt: attempt, fromReader: true)
+                    continue
+                }
+                guard let retry = transaction.retry else {
+                    transaction.end()
+                    return value
+                }
+                transaction.end()
+                attempt += 1
+                try prepareRetry(retry, attempt: attempt, fromReader: true)
+            }
         }
+    }
+
+    /// Has the engine prepare a transaction's next attempt on the writer's lane: a reader
+    /// waits for the lane, a write is already on it.
+    private func prepareRetry(_ retry: EngineRetry, attempt: Int, fromReader: Bool) throws {
+        if log.tracing { log.trace("Running a transaction again", ["depot.reason": .string(retry.reason), "depot.attempt": .stringConvertible(attempt)]) }
+        guard fromReader else { return try engine.prepareRetry(retry, attempt: attempt) }
+        let engine = self.engine
+        try writerLane.runAndWait { try engine.prepareRetry(retry, attempt: attempt) }
     }
 
     /// Runs `body` right here when that blocks nothing it should not: the engine's reads
@@ -271,72 +322,122 @@ extension EngineStore: WriteGroupRunner {
         try gate.enterWithin()
         defer { gate.leave() }
         try log.transaction("write") {
-            let transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
-            let recorder: ChangeRecorder
-            do {
-                try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
-                recorder = try transaction.commit()
-            } catch {
+            var attempt = 0
+            while true {
+                let transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+                let retry: EngineRetry
+                do {
+                    try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
+                    // The engine's request wins over a body that caught the error and returned.
+                    guard let asked = transaction.retry else {
+                        changes.publish(try transaction.commit())
+                        if log.tracing { log.trace("Write transaction committed", ["depot.writes": "1", "depot.attempts": .stringConvertible(attempt + 1)]) }
+                        return
+                    }
+                    retry = asked
+                } catch {
+                    guard let asked = transaction.retry else {
+                        transaction.rollback()
+                        throw error
+                    }
+                    retry = asked
+                }
                 transaction.rollback()
-                throw error
+                attempt += 1
+                try prepareRetry(retry, attempt: attempt, fromReader: false)
             }
-            changes.publish(recorder)
         }
     }
 
     /// Runs `group` in one transaction; returns the writes it did not get to (after an
-    /// error that ended the transaction early), to run in another.
+    /// error that ended the transaction early), to run in another. When the engine asks for
+    /// a retry, the whole group runs again from the start; so every write's outcome is
+    /// told only once the group's transaction is over.
     private func runGroup(_ group: ArraySlice<any GroupedWrite>) -> ArraySlice<any GroupedWrite> {
         do { try gate.enterWithin() } catch {
             for write in group { write.complete(failure: error) }
             return []
         }
         defer { gate.leave() }
-        let transaction: Engine.Writing
+        var attempt = 0
+        attempts: while true {
+            let transaction: Engine.Writing
+            do {
+                transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+            } catch {
+                for write in group { write.complete(failure: error) }
+                return []
+            }
+            var outcomes: [(write: any GroupedWrite, recorder: ChangeRecorder?, failure: (any Error)?)] = []
+            outcomes.reserveCapacity(group.count)
+            var index = group.startIndex
+            while index < group.endIndex {
+                let write = group[index]
+                index += 1
+                do {
+                    try transaction.savepoint()
+                    try log.transaction("write") {
+                        try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
+                    }
+                    if transaction.retry == nil {
+                        outcomes.append((write, try transaction.releaseSavepoint(), nil))
+                        continue
+                    }
+                } catch {
+                    if transaction.retry == nil {
+                        if (try? transaction.rollbackToSavepoint()) != nil {
+                            // Only this write's changes are undone; the group goes on.
+                            outcomes.append((write, nil, error))
+                            continue
+                        }
+                        // The engine abandoned the whole transaction: the writes before this
+                        // one are lost with it; the ones after it run in a transaction of
+                        // their own.
+                        transaction.rollback()
+                        let lost = Self.lostWithGroup(error)
+                        for outcome in outcomes { outcome.write.complete(failure: outcome.failure ?? lost) }
+                        write.complete(failure: error)
+                        return group[index...]
+                    }
+                }
+                // The engine asked to run the transaction again, every write of it.
+                if retryGroup(group, transaction, attempt: &attempt) { continue attempts }
+                return []
+            }
+            do {
+                _ = try transaction.commit()
+            } catch {
+                if transaction.retry != nil {
+                    if retryGroup(group, transaction, attempt: &attempt) { continue attempts }
+                    return []
+                }
+                transaction.rollback()
+                for outcome in outcomes { outcome.write.complete(failure: outcome.failure ?? error) }
+                return []
+            }
+            if log.tracing { log.trace("Write transaction committed", ["depot.writes": .stringConvertible(outcomes.count), "depot.attempts": .stringConvertible(attempt + 1)]) }
+            for outcome in outcomes {
+                if let recorder = outcome.recorder { changes.publish(recorder) }
+                outcome.write.complete(failure: outcome.failure)
+            }
+            return []
+        }
+    }
+
+    /// Rolls back a group's transaction whose engine asked for a retry and prepares the next
+    /// attempt; when the engine gives up, fails every write of the group (nothing of them
+    /// was kept) and returns `false`.
+    private func retryGroup(_ group: ArraySlice<any GroupedWrite>, _ transaction: Engine.Writing, attempt: inout Int) -> Bool {
+        let retry = transaction.retry ?? EngineRetry(reason: "a retry")
+        transaction.rollback()
+        attempt += 1
         do {
-            transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+            try prepareRetry(retry, attempt: attempt, fromReader: false)
+            return true
         } catch {
             for write in group { write.complete(failure: error) }
-            return []
+            return false
         }
-        var done: [(write: any GroupedWrite, recorder: ChangeRecorder)] = []
-        var index = group.startIndex
-        while index < group.endIndex {
-            let write = group[index]
-            index += 1
-            do {
-                try transaction.savepoint()
-                try log.transaction("write") {
-                    try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
-                }
-                done.append((write, try transaction.releaseSavepoint()))
-            } catch {
-                if (try? transaction.rollbackToSavepoint()) != nil {
-                    // Only this write's changes are undone; the group goes on.
-                    write.complete(failure: error)
-                    continue
-                }
-                // The engine abandoned the whole transaction: the writes before this one
-                // are lost with it; the ones after it run in a transaction of their own.
-                transaction.rollback()
-                write.complete(failure: error)
-                let lost = Self.lostWithGroup(error)
-                for (earlier, _) in done { earlier.complete(failure: lost) }
-                return group[index...]
-            }
-        }
-        do {
-            _ = try transaction.commit()
-        } catch {
-            transaction.rollback()
-            for (write, _) in done { write.complete(failure: error) }
-            return []
-        }
-        for (write, recorder) in done {
-            changes.publish(recorder)
-            write.complete(failure: nil)
-        }
-        return []
     }
 
     /// What a write of a group gets when a later write's failure made the engine abandon
@@ -393,6 +494,11 @@ extension EngineStore: RowReadingStore {
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         do { try gate.enter() } catch { return completion(.failure(error)) }
+        if StoreExecutor.isCurrent, pool == nil {
+            let result = Result { try readNow(on: nil, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) } }
+            gate.leave()
+            return completion(result)
+        }
         if let pool {
             pool.checkOut { connection in
                 let result = Result {
@@ -409,5 +515,26 @@ extension EngineStore: RowReadingStore {
             self.gate.leave()
             completion(result)
         }
+    }
+
+    /// One row by key, as ``submitRowRead(_:key:visit:completion:)``, without retaining the
+    /// store: its submitter keeps it alive until `read.finish` (see `RowReadingStore`).
+    @usableFromInline
+    package func submitRowRead(_ read: any RowRead) {
+        if pool != nil {
+            // A connection to wait for: the closure-based path, which holds the store.
+            return submitRowRead(read.entity, key: read.key, visit: { try read.visit($0) }, completion: { read.finish($0) })
+        }
+        do { try gate.enter() } catch { return read.finish(.failure(error)) }
+        if StoreExecutor.isCurrent { return readRowNow(read) }
+        let store = Unmanaged.passUnretained(self)
+        readQueue.async { store._withUnsafeGuaranteedRef { $0.readRowNow(read) } }
+    }
+
+    /// The read of an admitted ``submitRowRead(_:)``, which it ends.
+    private func readRowNow(_ read: any RowRead) {
+        let result = Result { try readNow(on: nil, singleStatement: true) { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } } }
+        gate.leave()
+        read.finish(result)
     }
 }

@@ -49,12 +49,19 @@ public protocol StorageEngine: AnyObject, Sendable {
     /// run at once.
     var readConnections: [ReadConnection] { get }
 
-    /// The entities the engine holds: those registered in this process and, for a store on
-    /// files, those its files hold (registered with their stored descriptions).
+    /// The entities registered in this process, in the engine's current descriptions.
     ///
-    /// Called on the writer's lane, and before registration to check references and
-    /// read-only stores.
+    /// Called on the writer's lane, before each registration to check references.
     func entities() throws -> [EntityHandle]
+
+    /// Every entity the engine holds: those registered in this process and, for a store on
+    /// files, those its files hold, which this registers with their stored descriptions (so
+    /// nothing changes). What tools that work without the application's record types list
+    /// (``CatalogStore/storedEntities()``), and what a read-only store's registration is
+    /// checked against. The default is ``entities()``: an engine without files.
+    ///
+    /// Called on the writer's lane.
+    func storedEntities() throws -> [EntityHandle]
 
     /// Creates, or migrates additively, the storage of `entities`, and returns their handles
     /// in the same order.
@@ -98,14 +105,57 @@ public protocol StorageEngine: AnyObject, Sendable {
     /// finds none: the runtime's own checks (references, unique values) run on every store.
     func checkIntegrity() throws -> [String]
 
+    /// Does what must happen before a transaction that asked for it runs again from the
+    /// start (``EngineReadTransaction/retry``, ``EngineWriteTransaction/retry``): grow a
+    /// memory map that filled up, reload a schema another process changed. Throws to give
+    /// up, when more attempts cannot help: the work then fails with that error.
+    ///
+    /// Called on the writer's lane, with nothing else of the engine's writer running, after
+    /// the transaction that asked has ended or rolled back. A read that asked waits for it.
+    ///
+    /// - Parameters:
+    ///   - retry: What the transaction asked for.
+    ///   - attempt: How many times this transaction has asked so far, from 1.
+    func prepareRetry(_ retry: EngineRetry, attempt: Int) throws
+
     /// Releases files, connections and threads. The runtime calls it once, on the writer's
     /// lane, after every admitted read and write has ended and the change feed has finished.
     func close()
 }
 
 extension StorageEngine {
+    /// The entities registered in this process: an engine without files holds no others.
+    public func storedEntities() throws -> [EntityHandle] { try entities() }
+
     /// Finds no problems: the runtime's own checks run on every store.
     public func checkIntegrity() throws -> [String] { [] }
+
+    /// Gives up: an engine whose transactions ask for a retry implements this itself.
+    public func prepareRetry(_ retry: EngineRetry, attempt: Int) throws {
+        throw DepotError(.backend, "The \(backendName) engine asked to run a transaction again (\(retry.reason)) but does not implement prepareRetry(_:attempt:).")
+    }
+}
+
+/// An engine's request that the runtime run a transaction again from the start, because
+/// the transaction met a condition the engine can mend but the transaction cannot go on
+/// from: a full memory map, a schema another process changed meanwhile.
+///
+/// The request wins over what the transaction's body did: a body that caught the error
+/// the condition raised and returned normally still runs again, since what it read or
+/// wrote may rest on the stale state. So a body must have no effect outside the
+/// transaction and what it returns. The runtime calls ``StorageEngine/prepareRetry(_:attempt:)``
+/// between the attempts.
+public struct EngineRetry: Sendable, Hashable, CustomStringConvertible {
+    /// What the engine must mend, in words ("the memory map is full"), for logs; engines
+    /// also tell their own requests apart by it.
+    public var reason: String
+
+    /// Creates a request to run the transaction again for `reason`.
+    public init(reason: String) {
+        self.reason = reason
+    }
+
+    public var description: String { reason }
 }
 
 extension StorageEngine where ReadConnection == Never {
@@ -146,9 +196,23 @@ public struct EngineTraits: Sendable, Hashable {
 
 /// An engine's read transaction.
 public protocol EngineReadTransaction: ReadTransaction {
+    /// Set when the read must run again from the start (see ``EngineRetry``); the runtime
+    /// reads it after the body returns or throws, before ``end()``. Nil by default.
+    var retry: EngineRetry? { get }
+
     /// Ends the read and releases its snapshot. Calls made through the transaction after it
     /// throw ``DepotError/transactionEnded``.
     func end()
+}
+
+extension EngineReadTransaction {
+    /// Never asks for a retry.
+    public var retry: EngineRetry? { nil }
+}
+
+extension EngineReadTransaction where Self: EngineWriteTransaction {
+    /// Never asks for a retry: one transaction type for reads and writes.
+    public var retry: EngineRetry? { nil }
 }
 
 /// An engine's write transaction. Reads in it see its own writes.
@@ -160,6 +224,11 @@ public protocol EngineWriteTransaction: WriteTransaction {
     /// The references between the entities the transaction writes, enforced around each
     /// caller's write (``ReferenceEnforcement``).
     var relationships: Relationships { get }
+
+    /// Set when the transaction must roll back and run again from the start, every write it
+    /// holds with it (see ``EngineRetry``). The runtime reads it after each caller's write
+    /// and after a failed commit. Nil by default.
+    var retry: EngineRetry? { get }
 
     /// Commits, and returns what was written since the transaction began or since the last
     /// ``releaseSavepoint()``. On failure nothing is kept, and the runtime calls
@@ -183,6 +252,9 @@ public protocol EngineWriteTransaction: WriteTransaction {
 }
 
 extension EngineWriteTransaction {
+    /// Never asks for a retry.
+    public var retry: EngineRetry? { nil }
+
     /// Fails with ``DepotError/Code/backend``: an engine that sets
     /// ``EngineTraits/groupsWrites`` implements save points itself.
     public func savepoint() throws { throw DepotError(.backend, "This engine does not group writes; clear EngineTraits.groupsWrites.") }
