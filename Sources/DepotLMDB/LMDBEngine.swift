@@ -5,27 +5,14 @@ import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 
-/// The LMDB backend: one LMDB environment per directory, one named database per entity
-/// and per index, memory-mapped reads.
+/// The LMDB storage engine under ``LMDBStore``: one LMDB environment per directory, one
+/// named database per entity and per index, memory-mapped reads.
 ///
-/// Reads run concurrently on the store's reader queue, each on a snapshot; writes run one
-/// at a time in submission order, and writes queued behind a running one commit together.
-/// Nothing blocking runs on Swift's cooperative pool.
-///
-/// ```swift
-/// let store = try LMDBStore(directory: "/var/lib/app/cats")
-/// let cats = Controller<Cat, CatRecord>(store: store)
-/// try await cats.save(Cat(id: 1, name: "Tom", weight: 4.2, age: 3))
-/// let old = try await cats.fetchAll(Request(\.age > 10).sorted(by: \.name))
-/// await store.close()
-/// ```
-///
-/// When the map fills up mid-transaction the store rolls back, doubles the map and runs
-/// the write closure again from the start (see <doc:DepotLMDB#Map-growth>): keep write
-/// closures free of side effects outside the transaction. The directory is readable with
-/// LMDB's tools (`mdb_stat -a <directory>`, `mdb_dump -s <Entity> <directory>`); see
-/// <doc:DepotLMDB> for the layout.
-public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupRunner {
+/// What is LMDB's own lives here: the environment and its reader slots, the catalog of
+/// entity databases and the schema changes other processes make, growing the map when it
+/// fills up, and reopening an environment LMDB declared dead. Everything else a store does
+/// is ``DepotCore/EngineStore``'s.
+public final class LMDBEngine: StorageEngine {
     /// How durable a commit is once the write call returns.
     public enum Durability: Sendable, Hashable {
         /// LMDB's default: every commit is flushed to disk (data and metadata) before it
@@ -92,60 +79,28 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     public let directory: String
     /// The options the store was opened with.
     public let options: Options
-    /// Where the store logs.
-    public let log: StoreLog
-    /// The metrics and spans of ``log``, when they are on.
-    public var telemetry: StoreTelemetry? { log.telemetry }
-    /// The committed changes of this store's writes.
-    public let changes = ChangeFeed()
+    let log: StoreLog
+
     /// The backend's name in logs and reports: "lmdb".
     public var backendName: String { "lmdb" }
+    /// The environment's directory.
+    public var location: String { directory }
+    /// "LMDB store at <directory>".
+    public var storeDescription: String { "LMDB store at \(directory)" }
+    /// Whether the environment was opened with `MDB_RDONLY`.
+    public var isReadOnly: Bool { options.readOnly }
+    /// Reads and writes do I/O (page faults on the map, syncs); writes queued one behind the
+    /// other share one commit, each in a nested transaction.
+    public var traits: EngineTraits { EngineTraits(readsBlock: true, writesBlock: true, groupsWrites: true) }
 
     package let environment: Environment
     /// The registered entities. Changed only by registration, whose commit and publication
     /// happen under this lock and bump its version; a read transaction begins between two
-    /// versions, or under the lock (see ``beginRead()``): so a reader's snapshot and its
+    /// versions, or under the lock (see ``beginReader()``): so a reader's snapshot and its
     /// schema always belong together.
     let catalog = CatalogCell()
-    /// Registration, writes and closing, one at a time in submission order; writes queued
-    /// behind a running one are committed together (see ``runWrites(_:)``).
-    package let writerLane = SerialLane(label: "depot.lmdb.writer", concurrent: false)
-    let readers = DispatchQueue(label: "depot.lmdb.readers", attributes: .concurrent)
-    let gate: StoreGate
 
-    /// Opens the store in `directory`, creating the directory and an empty environment when
-    /// they do not exist.
-    ///
-    /// The directory's parent must exist (so a typo is an error, not a new tree) unless
-    /// ``Options/createDirectories`` is set. Stale reader slots of crashed processes are
-    /// cleared, and an existing `data.mdb` is first checked read-only, so a damaged or
-    /// foreign file is refused without being modified.
-    ///
-    /// Opening blocks the calling thread (its first write waits while another process holds
-    /// LMDB's write lock): in async code, use Depot's async store opener, which runs this off
-    /// Swift's cooperative pool.
-    ///
-    /// - Parameters:
-    ///   - directory: The environment's directory.
-    ///   - options: Map size, reader and database limits, durability.
-    ///   - log: Where the store logs (nothing by default), and its metrics and spans when
-    ///     they are on; see `StoreLog`.
-    /// - Throws: `DepotError` with `DepotError.Code.storeCorrupted` when the directory holds
-    ///   a damaged or foreign `data.mdb`, `DepotError.Code.invalidConfiguration` for a bad
-    ///   option (a `mapSize` above 16 TiB) or a path that is a file, `DepotError.Code.busy`
-    ///   when the directory is already open in this process,
-    ///   `DepotError.Code.permissionDenied` or `DepotError.Code.io` when the files cannot be
-    ///   created (`io` also when the directory's parent is missing).
-    public convenience init(directory: String, options: Options = .init(), log: StoreLog = .disabled) throws {
-        do {
-            try self.init(opening: directory, options: options, log: log)
-        } catch {
-            log.failed("opening the LMDB store at \(directory)", error)
-            throw error
-        }
-    }
-
-    private init(opening directory: String, options: Options, log: StoreLog) throws {
+    init(opening directory: String, options: Options, log: StoreLog) throws {
         self.log = log
         guard options.mapSize > 0, options.maxReaders > 0, options.maxDatabases > 1,
             options.maxReaders <= Int(UInt32.max), options.maxDatabases <= Int(UInt32.max)
@@ -214,27 +169,21 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         environment.metaDBI = try Self.prepareMetadata(environment, pointer: pointer, idle: false)
         self.environment = environment
         self.directory = path
-        self.gate = StoreGate(store: "LMDB store at \(path)")
         self.options = options
-        log.opened(
-            "lmdb", at: path,
-            ["depot.mapSize": .stringConvertible(options.mapSize), "depot.durability": .string("\(options.durability)")])
+        log.logger.debug(
+            "LMDB environment opened",
+            metadata: ["depot.location": .string(path), "depot.mapSize": .stringConvertible(options.mapSize), "depot.durability": .string("\(options.durability)")])
     }
 
-    // MARK: Work accounting
+    // MARK: Reads
 
-    @inline(__always)
-    func begin() throws(DepotError) { try gate.enter() }
-
-    /// Admission of a transaction run by work admitted when it was submitted (see
-    /// `StoreGate.enterWithin()`): not refused while a close waits for that work.
-    @inline(__always)
-    func beginWithin() throws(DepotError) { try gate.enterWithin() }
-
-    @inline(__always)
-    func end() { gate.leave() }
-
-    // MARK: Transactions
+    /// Begins a read on a snapshot, with the catalog that belongs to it.
+    public func beginRead(on connection: Never?, singleStatement: Bool) throws -> LMDBTransaction {
+        let (reader, transaction, ticket) = try beginReader()
+        transaction.reader = reader
+        transaction.ticket = ticket
+        return transaction
+    }
 
     /// Begins a read transaction, with the transaction object whose catalog belongs to its
     /// snapshot.
@@ -243,7 +192,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     /// not changed since (almost always): then the read retains no object that other
     /// readers share. Each such retain is an atomic on a cache line every reader thread
     /// writes, and so contends across all concurrent reads.
-    func beginRead() throws(DepotError) -> (ReaderHandle, LMDBTransaction, UInt64) {
+    func beginReader() throws(DepotError) -> (ReaderHandle, LMDBTransaction, UInt64) {
         let env = environment
         var rc: Int32 = 0
         for _ in 0..<8 {
@@ -312,32 +261,6 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         throw DepotError(.busy, "The LMDB store at \(directory) kept being resized by another process; retry the read.")
     }
 
-    func readNow<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
-        try log.transaction("read") { try readInSnapshot(body) }
-    }
-
-    func readInSnapshot<T>(_ body: (any ReadTransaction) throws -> T) throws -> T {
-        try beginWithin()
-        defer { end() }
-        var attempts = 0
-        while true {
-            attempts += 1
-            let (reader, transaction, ticket) = try beginRead()
-            let result = Result { try body(transaction) }
-            transaction.isFinished = true
-            // Read before the handle goes back: the next read on it may reuse the object.
-            let catalogChanged = transaction.catalogChanged
-            // Kept for the next read on this handle; reused only if nothing else keeps it.
-            reader.transaction = transaction
-            environment.endReader(reader)
-            environment.gate.leave(ticket)
-            // Another process migrated an entity: reload the catalog (on the writer queue,
-            // where every mdb_dbi_open of this process runs) and read again.
-            guard catalogChanged, attempts < Self.catalogReloads else { return try result.get() }
-            try writerLane.runAndWait { try self.reloadCatalog() }
-        }
-    }
-
     /// The transaction object of `reader`'s last read, ready for this one, when it was made
     /// for catalog version `catalogVersion` and nothing outside the store kept it.
     @inline(__always)
@@ -351,7 +274,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
     private func newReadTransaction(on reader: ReaderHandle, catalog snapshot: CatalogSnapshot, version: UInt64) -> LMDBTransaction {
         let transaction = LMDBTransaction(
             txn: reader.txn, catalog: snapshot, writable: false, maxKeySize: environment.maxKeySize,
-            metaDBI: environment.metaDBI, storeName: directory, recording: false)
+            metaDBI: environment.metaDBI, storeName: directory, recording: false, environment: environment)
         transaction.catalogVersion = version
         return transaction
     }
@@ -380,6 +303,66 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             log.logger.info(
                 "LMDB catalog reloaded: another process changed the schema",
                 metadata: ["depot.entity": .string(name), "depot.schemaVersion": .stringConvertible(handles.schemaVersion)])
+        }
+    }
+
+    // MARK: Writes
+
+    /// Begins a write transaction on the writer's lane. A map another process grew is
+    /// adopted, and an environment LMDB declared dead reopened, before it begins.
+    public func beginWrite(recordingKeys: Bool) throws -> LMDBTransaction {
+        let env = environment
+        var reopens = 0
+        for _ in 0..<64 {
+            let ticket = env.gate.enter()
+            let epoch = env.epoch
+            guard let pointer = env.pointer else {
+                // An earlier reopen failed: try again.
+                env.gate.leave(ticket)
+                try recover(env, seen: epoch)
+                continue
+            }
+            var begun: OpaquePointer?
+            let rc = mdb_txn_begin(pointer, nil, 0, &begun)
+            guard rc == 0, let txn = begun else {
+                env.gate.leave(ticket)
+                if rc == MDB_MAP_RESIZED {
+                    try env.adoptMapSize()
+                    continue
+                }
+                // A failed write left the environment dead: reopen it and begin again. Only
+                // a disk that keeps failing panics it again straight away.
+                if rc == MDB_PANIC && reopens < 4 {
+                    reopens += 1
+                    try recover(env, seen: epoch)
+                    continue
+                }
+                throw DepotError.lmdb(rc, context: "Beginning a write transaction in the LMDB store at \(directory)")
+            }
+            let transaction = LMDBTransaction(
+                txn: txn, catalog: catalog.snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
+                storeName: directory, recording: recordingKeys, environment: env)
+            transaction.ticket = ticket
+            transaction.holdsWriteTicket = true
+            return transaction
+        }
+        throw DepotError(.busy, "The LMDB store at \(directory) kept being resized by another process; retry the write.")
+    }
+
+    /// Grows a full map, or reloads the catalog another process changed, before a
+    /// transaction runs again.
+    public func prepareRetry(_ retry: EngineRetry, attempt: Int) throws {
+        switch retry {
+        case .mapFull:
+            guard attempt <= 64 else {
+                throw DepotError(.storeFull, "The LMDB store at \(directory) could not grow its map enough for this transaction.", nativeCode: MDB_MAP_FULL)
+            }
+            try grow(environment)
+        default:
+            guard attempt <= Self.catalogReloads else {
+                throw DepotError(.schemaMismatch, "Another process kept changing the schema of the LMDB store at \(directory) while this transaction ran; retry it.")
+            }
+            try reloadCatalog()
         }
     }
 
@@ -430,7 +413,7 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
             }
             let transaction = LMDBTransaction(
                 txn: txn, catalog: snapshot, writable: !options.readOnly, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
-                storeName: directory, recording: recording)
+                storeName: directory, recording: recording, environment: env)
             let result: T
             do {
                 result = try body(transaction)
@@ -494,106 +477,35 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         }
     }
 
-    /// Runs writes the lane found queued one behind the other. One write runs in a
-    /// transaction of its own. Several share one: each in a nested transaction, so a
-    /// closure that throws rolls back only its own changes, then one commit, one sync, for
-    /// all; each caller gets its own result, and observers one change set per write, in
-    /// order. A full map grows and reruns the whole group (write closures may run more than
-    /// once, as always); a failed commit fails every write of the group, nothing of them
-    /// kept.
-    package func runWrites(_ group: [any GroupedWrite]) {
-        if group.count == 1, let write = group.first {
-            var failure: (any Error)?
-            do { _ = try writeNow { try write.perform($0) } } catch { failure = error }
-            write.complete(failure: failure)
-            return
-        }
-        var failures: [(any Error)?] = []
-        var recorders: [ChangeRecorder?] = []
-        do {
-            try beginWithin()
-            defer { end() }
-            let snapshot = catalog.snapshot
-            let recording = changes.makeRecorder().isDetailed
-            _ = try runWrite(catalog: snapshot, recording: recording) { parent in
-                // Run again from the start after a map growth or a catalog reload.
-                failures = []
-                recorders = []
-                for write in group {
-                    var begun: OpaquePointer?
-                    let rc = mdb_txn_begin(mdb_txn_env(parent.txn), parent.txn, 0, &begun)
-                    guard rc == 0, let child = begun else {
-                        throw parent.fail(rc, "Beginning a nested write transaction in the LMDB store at \(directory)")
-                    }
-                    let transaction = LMDBTransaction(
-                        txn: child, catalog: parent.snapshot, writable: true, maxKeySize: parent.maxKeySize, metaDBI: parent.metaDBI,
-                        storeName: directory, recording: recording)
-                    do {
-                        try log.transaction("write") {
-                            try ReferenceEnforcement.run(transaction, transaction.catalog.relationships) { try write.perform($0) }
-                        }
-                    } catch {
-                        transaction.isFinished = true
-                        mdb_txn_abort(child)
-                        if transaction.mapFull || transaction.catalogChanged {
-                            // The whole group reruns, this write included.
-                            parent.mapFull = parent.mapFull || transaction.mapFull
-                            parent.catalogChanged = parent.catalogChanged || transaction.catalogChanged
-                            throw error
-                        }
-                        failures.append(error)
-                        recorders.append(nil)
-                        continue
-                    }
-                    transaction.isFinished = true
-                    if transaction.mapFull || transaction.catalogChanged {
-                        mdb_txn_abort(child)
-                        parent.mapFull = parent.mapFull || transaction.mapFull
-                        parent.catalogChanged = parent.catalogChanged || transaction.catalogChanged
-                        throw DepotError.lmdb(MDB_MAP_FULL, context: "Writing in the LMDB store at \(directory)")
-                    }
-                    let committed = mdb_txn_commit(child)
-                    if committed != 0 { throw parent.fail(committed, "Committing a nested write transaction in the LMDB store at \(directory)") }
-                    failures.append(nil)
-                    recorders.append(transaction.recorder)
-                }
-            }
-        } catch {
-            // Nothing of the group was kept: each write fails with its own error if it had
-            // one, else with the group's.
-            for (index, write) in group.enumerated() {
-                write.complete(failure: index < failures.count ? failures[index] ?? error : error)
-            }
-            return
-        }
-        for (index, write) in group.enumerated() {
-            if let recorder = recorders[index] { changes.publish(recorder) }
-            write.complete(failure: failures[index])
-        }
+    // MARK: Schema
+
+    /// The handles of the entities registered in this process.
+    public func entities() throws -> [EntityHandle] {
+        catalog.registry.all.map(\.handle)
     }
 
-    func writeNow<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        try log.transaction("write") { try writeInTransaction(body) }
-    }
-
-    func writeInTransaction<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        try beginWithin()
-        defer { end() }
+    /// Every entity registered in this process or stored in the environment's catalog
+    /// (`entity:<Name>` keys of `depot_meta`), registered with its stored description.
+    public func storedEntities() throws -> [EntityHandle] {
+        // Read and registered in one write transaction: registered in a second one, a
+        // description another process changed in between would be registered as a change
+        // back to the old layout, and refused.
         let snapshot = catalog.snapshot
-        let (result, recorder) = try runWrite(catalog: snapshot, recording: changes.makeRecorder().isDetailed) { transaction in
-            try ReferenceEnforcement.run(transaction, transaction.catalog.relationships, body)
+        _ = try runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
+            var updated: [String: RegisteredEntity] = [:]
+            for entity in try transaction.storedEntityDescriptions() {
+                updated[entity.name] = try transaction.registerStamped(entity, current: snapshot.registry[entity.name]?.entry)
+            }
+            return updated
         }
-        if let recorder { changes.publish(recorder) }
-        return result
+        return catalog.registry.all.map(\.handle)
     }
 
-    func registerNow(_ entities: [EntityDescription]) throws -> [EntityHandle] {
-        try beginWithin()
-        defer { end() }
-        for entity in entities { try entity.validate() }
+    /// Creates or updates the databases of `entities`, and publishes their handles with the
+    /// commit.
+    public func register(_ entities: [EntityDescription]) throws -> [EntityHandle] {
         let snapshot = catalog.snapshot
         let registered = snapshot.registry
-        try Relationships.validate(entities, registered: { registered[$0]?.entity })
         if entities.allSatisfy({ registered[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { registered.handle(named: $0.name) }
         }
@@ -622,163 +534,18 @@ public final class LMDBStore: RowReadingStore, ExecutorReadingStore, WriteGroupR
         return entities.compactMap { current.handle(named: $0.name) }
     }
 
-    // MARK: Store
+    // MARK: Closing
 
-    /// Creates or updates the databases of `entities` on the writer, in submission order
-    /// with the writes.
-    public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
-    ) {
-        writerLane.submit(admittedBy: gate, closed: DepotError.closed("LMDB store at \(directory)"), {
-            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-        }, completion: completion)
-    }
-
-    /// Runs `body` on the reader queue, in a read transaction over one snapshot.
-    public func submitRead<T: Sendable>(
-        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
-        completion: @escaping @Sendable (Result<T, any Error>) -> Void
-    ) {
-        // On a thread of the store executor (a task preferring it) blocking is allowed:
-        // read right here, and the awaiting task goes on without a hop.
-        do { try begin() } catch { return completion(.failure(error)) }
-        if StoreExecutor.isCurrent {
-            let result = Result { try readNow(body) }
-            end()
-            return completion(result)
-        }
-        readers.async {
-            let result = Result { try self.readNow(body) }
-            self.end()
-            completion(result)
-        }
-    }
-
-    /// One row by key in a read transaction of its own. Not generic (see
-    /// `RowReadingStore`): the awaited lookup instantiates no type at run time.
-    @usableFromInline
-    package func submitRowRead(
-        _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
-        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
-    ) {
-        do { try begin() } catch { return completion(.failure(error)) }
-        if StoreExecutor.isCurrent {
-            let result = Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } }
-            end()
-            return completion(result)
-        }
-        readers.async {
-            let result = Result { try self.readNow { try $0.fetchRow(entity, key: key, visit) } }
-            self.end()
-            completion(result)
-        }
-    }
-
-    /// One row by key, as ``submitRowRead(_:key:visit:completion:)``, without retaining the
-    /// store: its submitter keeps it alive until `read.finish` (see `RowReadingStore`).
-    @usableFromInline
-    package func submitRowRead(_ read: any RowRead) {
-        do { try begin() } catch { return read.finish(.failure(error)) }
-        if StoreExecutor.isCurrent { return readRowNow(read) }
-        let store = Unmanaged.passUnretained(self)
-        readers.async { store._withUnsafeGuaranteedRef { $0.readRowNow(read) } }
-    }
-
-    /// The read of an admitted ``submitRowRead(_:)``, which it ends.
-    private func readRowNow(_ read: any RowRead) {
-        let result = Result { try readNow { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } } }
-        end()
-        read.finish(result)
-    }
-
-    /// Runs a read right here: LMDB readers never wait for a connection.
-    @usableFromInline
-    package func readOnCallingThread(singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void) throws -> Bool {
-        try begin()
-        defer { end() }
-        try readNow(body)
-        return true
-    }
-
-    /// Runs `body` on the writer after every write submitted before it.
-    public func submitWrite<T: Sendable>(
-        _ body: @escaping @Sendable (any WriteTransaction) throws -> T,
-        completion: @escaping @Sendable (Result<T, any Error>) -> Void
-    ) {
-        submitWriteThroughUntyped(body, completion: completion)
-    }
-
-    /// Runs `body` on the writer after every write submitted before it; writes queued behind a
-    /// running one share its commit.
-    public func submitUntypedWrite(
-        _ body: @escaping @Sendable (any WriteTransaction) throws -> Void,
-        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
-    ) {
-        if options.readOnly { return completion(.failure(DepotError.readOnly("LMDB store at \(directory)"))) }
-        do { try begin() } catch { return completion(.failure(error)) }
-        let write = PendingWrite(body, completion: completion, runner: self, admittedBy: gate)
-        // On a thread that may block (a task preferring the store executor), an idle writer
-        // runs the write right here: no hop to the lane's thread and back.
-        if StoreExecutor.isCurrent, writerLane.runHereIfIdle(write: write) { return }
-        guard writerLane.submit(write: write) else {
-            return write.complete(failure: DepotError.closed("LMDB store at \(directory)"))
-        }
-    }
-
-    /// Waits for the work submitted before it (queued work included), ends the change feed,
-    /// then closes the environment. Later calls fail with
-    /// `DepotError.Code.closed`; closing twice is harmless, and every call returns after the
-    /// environment has closed, whichever call began closing. A store that is never closed
-    /// loses nothing it acknowledged (with ``Durability/full``): the environment closes
-    /// when the store is released.
-    public func close() async {
-        await gate.close {
-            // After the last commit and before the environment goes: observations end with
-            // `closed` instead of waiting forever, while the store's resources still exist.
-            changes.finish()
-            let environment = self.environment
-            // Closing the environment is blocking work: on the writer's queue, not the pool.
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let accepted = writerLane.submit {
-                    environment.close()
-                    continuation.resume()
-                }
-                if !accepted { continuation.resume() }
-            }
-            log.closed("lmdb", at: directory)
-        }
+    /// Closes the environment, which releases the directory for another open.
+    public func close() {
+        environment.close()
     }
 }
 
-extension LMDBStore: CatalogStore {
-    /// Every entity registered in this process or stored in the environment's catalog
-    /// (`entity:<Name>` keys of `depot_meta`), registered with its stored description.
-    public func storedEntities() async throws -> [EntityHandle] {
-        // Read and registered in one write transaction: registered in a second one, a
-        // description another process changed in between would be registered as a change
-        // back to the old layout, and refused.
-        try begin()
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let accepted = writerLane.submit {
-                defer { self.end() }
-                continuation.resume(with: Result {
-                    try self.beginWithin()
-                    defer { self.end() }
-                    let snapshot = self.catalog.snapshot
-                    _ = try self.runWrite(catalog: snapshot, recording: false, publish: { $0 }) { transaction in
-                        var updated: [String: RegisteredEntity] = [:]
-                        for entity in try transaction.storedEntityDescriptions() {
-                            updated[entity.name] = try transaction.registerStamped(entity, current: snapshot.registry[entity.name]?.entry)
-                        }
-                        return updated
-                    }
-                })
-            }
-            if !accepted {
-                end()
-                continuation.resume(throwing: DepotError.closed("LMDB store at \(directory)"))
-            }
-        }
-        return catalog.registry.all.map(\.handle)
-    }
+extension EngineRetry {
+    /// LMDB reported `MDB_MAP_FULL`: the map grows, and the transaction runs again.
+    static let mapFull = EngineRetry(reason: "the LMDB map is full")
+    /// Another process changed an entity's stored schema: the catalog is reloaded, and the
+    /// transaction runs again with it.
+    static let catalogChanged = EngineRetry(reason: "another process changed the schema")
 }

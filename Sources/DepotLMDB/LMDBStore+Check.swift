@@ -1,8 +1,8 @@
 import CLMDB
-public import DepotCore
+import DepotCore
 import Foundation
 
-extension LMDBStore: IntegrityCheckingStore {
+extension LMDBEngine {
     /// Each index against the records: for every indexed attribute, the records a query
     /// finds through the index (one query per distinct value) must be exactly those a scan
     /// of the records counts. An index entry missing, extra or pointing to the wrong record
@@ -14,19 +14,16 @@ extension LMDBStore: IntegrityCheckingStore {
     /// First every record is checked to decode as its entity: each damaged record (bytes
     /// another program wrote, a torn copy) is a problem naming the entity and the key, and
     /// the index checks of that entity are skipped (they read every record).
-    public func checkIntegrity() async throws -> [String] {
+    public func checkIntegrity() throws -> [String] {
         var problems: [String] = []
-        for handle in try await storedEntities() {
-            let damaged = try await read { transaction in
-                guard let transaction = transaction as? LMDBTransaction else { return [String]() }
-                return try transaction.damagedRecords(handle)
-            }
+        for handle in try storedEntities() {
+            let damaged = try withRead { try $0.damagedRecords(handle) }
             if !damaged.isEmpty {
                 problems += damaged.map { "\(handle.name) record with key \($0) is damaged: its stored value cannot be decoded as \(handle.name)." }
                 continue
             }
             for (position, attribute) in handle.entity.attributes.enumerated() where attribute.isIndexed && position != handle.entity.primaryKeyIndex {
-                let differences = try await read { transaction in
+                let differences = try withRead { transaction in
                     var differences: [String] = []
                     // LMDB aggregates by scanning the records (the reference computation);
                     // an equality count on an indexed attribute goes through the index.
@@ -47,13 +44,16 @@ extension LMDBStore: IntegrityCheckingStore {
                 }
                 problems += differences.prefix(20)
             }
-            let compositeProblems = try await read { transaction in
-                guard let transaction = transaction as? LMDBTransaction else { return [String]() }
-                return try transaction.compositeIndexProblems(handle)
-            }
-            problems += compositeProblems
+            problems += try withRead { try $0.compositeIndexProblems(handle) }
         }
         return problems
+    }
+
+    /// Runs `body` in a read transaction of its own, on the calling thread.
+    func withRead<T>(_ body: (LMDBTransaction) throws -> T) throws -> T {
+        let transaction = try beginRead(on: nil, singleStatement: false)
+        defer { transaction.end() }
+        return try body(transaction)
     }
 }
 

@@ -3,7 +3,7 @@ import DepotCore
 import Foundation
 
 // Opening a directory: flags and map size, the read-only check of the data file, the metadata database.
-extension LMDBStore {
+extension LMDBEngine {
     /// The flags of the store's environment: `MDB_NOTLS` (transactions are not tied to
     /// threads: they run on dispatch queues) and the durability.
     static func flags(_ options: Options) -> Int32 {

@@ -4,7 +4,7 @@ import Foundation
 import NIOConcurrencyHelpers
 
 // Recovery: reopening an environment LMDB declared dead, and growing the map.
-extension LMDBStore {
+extension LMDBEngine {
     // MARK: Recovery
 
     /// Replaces the environment after LMDB declared it dead, and reloads what depends on it.
@@ -100,7 +100,7 @@ extension LMDBStore {
             }
             let transaction = LMDBTransaction(
                 txn: txn, catalog: snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
-                storeName: directory, recording: false)
+                storeName: directory, recording: false, environment: env)
             var reopened: [String: RegisteredEntity] = [:]
             do {
                 for name in snapshot.registry.names {

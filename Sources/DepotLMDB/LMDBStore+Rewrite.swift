@@ -1,27 +1,13 @@
 import CLMDB
 public import DepotCore
 
-extension LMDBStore: SchemaRewritingStore {
+extension LMDBEngine {
     /// Reads the entity's records, empties its databases, writes the new stored schema (one
     /// version up, so other processes reload it) and the transformed records with their
     /// indexes, and records the step, in one write transaction.
     public func rewrite(
-        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
-        ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle? {
-        if options.readOnly { throw DepotError.readOnly("LMDB store at \(directory)") }
-        return try await writerLane.run(admittedBy: gate, closed: DepotError.closed("LMDB store at \(directory)")) {
-            try self.log.loggingFailure("rewriting \(name)") {
-                try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
-            }
-        }
-    }
-
-    private func rewriteNow(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row, ledger: EntityHandle
     ) throws -> EntityHandle? {
-        try beginWithin()
-        defer { end() }
         let snapshot = catalog.snapshot
         guard let oldHandle = snapshot.registry.handle(named: name) else { throw DepotError.notRegistered(name) }
         let links = snapshot.registry.relationships.incoming.values.flatMap { $0 }
@@ -86,8 +72,6 @@ extension LMDBStore: SchemaRewritingStore {
         }
         guard outcome != nil else { return nil }
         if name != entity.name { catalog.mutate { $0.remove(named: name) } }
-        changes.publishTouched([name, entity.name, ledger.name])
-        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         guard let handle = catalog.registry.handle(named: entity.name) else { throw DepotError.notRegistered(entity.name) }
         return handle
     }

@@ -1,5 +1,5 @@
 import CLMDB
-package import DepotCore
+public import DepotCore
 
 // `explain`: the planner's decision in Depot's backend-neutral form.
 extension LMDBTransaction {
@@ -7,11 +7,11 @@ extension LMDBTransaction {
     /// over a huge range does not read all of it.
     static let explainEstimateCap = 1 << 20
 
-    /// How `query` runs: the plan ``plan(_:_:needsOrder:)`` chooses, its ranges as the
+    /// How `query` runs: the plan `plan(_:_:needsOrder:)` chooses, its ranges as the
     /// filter's conditions they express, and its estimated rows (the entries of its ranges,
-    /// counted up to ``explainEstimateCap``, or `offset + limit` when the plan stops there).
+    /// counted up to `explainEstimateCap`, or `offset + limit` when the plan stops there).
     /// With `analyze`, the records the query reads are counted by reading them.
-    package func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
+    public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         let handles = try handles(for: query.handle)
         let entity = handles.entity
         if case .constant(let b) = query.filter, b != true {

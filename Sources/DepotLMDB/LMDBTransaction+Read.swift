@@ -1,5 +1,5 @@
 import CLMDB
-package import DepotCore
+public import DepotCore
 import Foundation
 
 // Reads: query plans run over cursors, records read in place.
@@ -259,7 +259,7 @@ extension LMDBTransaction {
 
     // MARK: ReadTransaction
 
-    package func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
         if query.limit == 0 { return }
@@ -384,7 +384,7 @@ extension LMDBTransaction {
         for row in rows { try body(row) }
     }
 
-    package func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         try withHandles(for: entity) { handles in
             guard key.type == handles.primaryKeyType else { return false }
             keyBuffer.removeAll(keepingCapacity: true)
@@ -410,7 +410,7 @@ extension LMDBTransaction {
         }
     }
 
-    package func count(_ query: Query) throws -> Int {
+    public func count(_ query: Query) throws -> Int {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return 0 }
         let window = query.end

@@ -1,5 +1,5 @@
 import CLMDB
-package import DepotCore
+public import DepotCore
 import Foundation
 
 // Writes: records and their index entries, change recording.
@@ -142,22 +142,22 @@ extension LMDBTransaction {
         return existed
     }
 
-    package func insert(_ row: Row, into entity: EntityHandle) throws {
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .insert)
     }
 
-    package func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         return !(try write(row, try handles(for: entity), mode: .upsert))
     }
 
-    package func update(_ row: Row, in entity: EntityHandle) throws {
+    public func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         _ = try write(row, try handles(for: entity), mode: .update)
     }
 
-    package func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let handles = try handles(for: entity)
         guard key.type == handles.entity.primaryKey.type else { return false }
@@ -184,7 +184,7 @@ extension LMDBTransaction {
         return true
     }
 
-    package func delete(_ query: Query) throws -> Int {
+    public func delete(_ query: Query) throws -> Int {
         try checkWritable()
         let handles = try handles(for: query.handle)
         // Collect first: deleting under an open cursor would move it.

@@ -1,14 +1,27 @@
 package import CLMDB
-package import DepotCore
+public import DepotCore
 import Foundation
 
-/// A read or write transaction over one `MDB_txn`.
+/// A read or write transaction of an ``LMDBEngine``, over one `MDB_txn`.
 ///
 /// Only valid inside the closure it was passed to: the store ends the LMDB transaction
 /// when the closure returns and sets `isFinished`, after which every call throws
 /// `DepotError.Code.closed` instead of touching the freed handle.
-package final class LMDBTransaction: WriteTransaction {
-    let txn: OpaquePointer
+public final class LMDBTransaction: EngineReadTransaction, EngineWriteTransaction {
+    /// The LMDB transaction operations run in: a nested one while a save point is open.
+    var txn: OpaquePointer
+    /// The transaction a save point's nested one was begun in, while it is open.
+    var savepointParent: OpaquePointer?
+    /// The environment, whose reader slots and gate a transaction of the engine returns.
+    let environment: Environment
+    /// A read's reader slot, returned by `end()`.
+    var reader: ReaderHandle?
+    /// The environment gate's ticket the transaction holds until it ends.
+    var ticket: UInt64 = 0
+    /// Whether `commit()` or `rollback()` leaves ``ticket`` (a write the runtime began).
+    var holdsWriteTicket = false
+    /// Whether the transaction records each written key (someone observes the store).
+    let recording: Bool
     /// The reader `fetchRow(_:key:_:)` reuses.
     var keyColumns: RecordColumns?
     /// The registry this transaction resolves handles in (shared, see ``CatalogSnapshot``).
@@ -56,9 +69,11 @@ package final class LMDBTransaction: WriteTransaction {
 
     init(
         txn: OpaquePointer, catalog: CatalogSnapshot, writable: Bool, maxKeySize: Int, metaDBI: MDB_dbi,
-        storeName: String, recording: Bool
+        storeName: String, recording: Bool, environment: Environment
     ) {
         self.txn = txn
+        self.environment = environment
+        self.recording = recording
         self.snapshot = catalog
         self.writable = writable
         self.maxKeySize = maxKeySize

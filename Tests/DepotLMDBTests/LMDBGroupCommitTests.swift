@@ -24,7 +24,7 @@ struct LMDBGroupCommitTests {
             set { metadata[key] = newValue }
         }
         func log(event: LogEvent) {
-            guard "\(event.message)" == "LMDB write transaction committed" else { return }
+            guard "\(event.message)" == "Write transaction committed" else { return }
             lock.lock()
             count += 1
             lock.unlock()
