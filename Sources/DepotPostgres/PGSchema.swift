@@ -183,11 +183,20 @@ enum PGDDL {
         return ["COMMENT ON COLUMN \(quoted(entity.name)).\(quoted(attribute.name)) IS 'depot: references \(reference.entity), on delete \(reference.onDelete.rawValue)'"]
     }
 
+    /// Whether `attribute` gets an index of its own (``createIndex(_:in:)``): an indexed
+    /// attribute does, and so does a unique one that can hold nil. A unique attribute's
+    /// constraint is backed by an index in PostgreSQL's default order, which a constraint
+    /// cannot change (`UNIQUE USING INDEX` takes only an index in that order); for a
+    /// column without nil that is the order Depot sorts by, but a nullable one sorted with
+    /// nil first ascending matched it read neither way. The constraint stays what enforces
+    /// uniqueness (nil values never conflict) and names the violation; the second index
+    /// serves the sorts, with the primary key after the attribute as Depot's sorts end.
     static func wantsIndex(_ attribute: AttributeDescription, in entity: EntityDescription) -> Bool {
-        attribute.isIndexed && !attribute.isUnique && attribute.name != entity.primaryKey.name
+        attribute.isIndexed && (!attribute.isUnique || attribute.isOptional) && attribute.name != entity.primaryKey.name
     }
 
-    /// The index of an indexed attribute, in the order Depot sorts by, as a declared index
+    /// The index of an indexed attribute (or a nullable unique one, see
+    /// ``wantsIndex(_:in:)``), in the order Depot sorts by, as a declared index
     /// of that one attribute is (``compositeIndexColumns(_:in:)``), then the primary key.
     /// Made in PostgreSQL's default order, the index of a nullable attribute served no sort
     /// Depot asks for, read forwards or backwards, and a request sorted by the attribute

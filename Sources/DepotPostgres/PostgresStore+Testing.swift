@@ -1,4 +1,5 @@
 package import DepotCore
+import DepotSQL
 import Logging
 
 // What Depot's own tests look at inside a PostgreSQL store: package members, so the tests
@@ -51,6 +52,52 @@ extension PostgresStore {
         try connection.execute(sql)
     }
 
+    /// The name Depot gives a declared index of `entity`.
+    package static func compositeIndexName(entity: String, index: IndexDescription) -> String {
+        PGDDL.compositeIndexName(entity: entity, index: index)
+    }
+
+    /// The longest name PostgreSQL keeps, in bytes.
+    package static var identifierLimit: Int { PGDDL.identifierLimit }
+
+    /// The statement the store sends for `query` (its SELECT, or with `counting` its
+    /// count), and the server's plan of it with the parameters it binds, as
+    /// `EXPLAIN (FORMAT JSON)` prints it.
+    package func explainStatement(_ query: Query, counting: Bool = false) async throws -> (sql: String, plan: String) {
+        let table = RegisteredEntity(entity: query.entity)
+        let statement = counting ? try PGQueryCompiler.count(query, table: table) : try PGQueryCompiler.select(query, table: table)
+        let (sql, parameters) = (statement.sql, statement.parameters)
+        let plan = try await onWriter("explaining a test's statement") { () throws -> String in
+            let result = try self.writer.query("EXPLAIN (FORMAT JSON) " + sql, parameters, "Explaining a test's statement")
+            return String(decoding: result.bytes(0, 0), as: UTF8.self)
+        }
+        return (sql, plan)
+    }
+
+    /// How many statements each connection's cache holds: the writer's, then each reader's.
+    package var cachedStatements: (writer: Int, readers: [Int]) {
+        (writer.statements.count, readers.map(\.statements.count))
+    }
+
+    /// How many statements a connection caches at most.
+    package static var statementCacheCapacity: Int { PGStatementCache.capacity }
+
+    /// How many statements the server has prepared in the session of the writer connection.
+    package func serverPreparedOnWriter() async throws -> Int {
+        try await onWriter("counting prepared statements") { () throws -> Int in try PostgresTestConnection.serverPrepared(self.writer) }
+    }
+
+    /// How many statements the server has prepared in the session of a read connection
+    /// (the next one the pool hands out).
+    package func serverPreparedOnReader() async throws -> Int {
+        try await withCheckedThrowingContinuation { continuation in
+            pool.checkOut { connection in
+                continuation.resume(with: Result { try PostgresTestConnection.serverPrepared(connection) })
+                self.pool.checkIn(connection)
+            }
+        }
+    }
+
     /// The statements a PostgreSQL store sends for `query` over `entity`: the aggregate
     /// itself, how many parameters it binds, and one statement per attribute whose double
     /// sum is computed from exact parts (see `PGQueryCompiler.aggregate`).
@@ -60,4 +107,56 @@ extension PostgresStore {
         let compiled = try PGQueryCompiler.aggregate(query, table: RegisteredEntity(entity: entity))
         return (compiled.query.sql, compiled.query.parameters.count, compiled.doubleSums.map(\.query.sql))
     }
+}
+
+/// A connection of its own to a PostgreSQL server, as a store's connections are made, for
+/// the tests of what a connection does itself (its prepared-statement cache): the
+/// connection type stays internal.
+package final class PostgresTestConnection {
+    let connection: PGConnection
+
+    /// Opens a connection to `url` that runs `settings` first (and again after a reconnect).
+    package init(url: String, settings: [String] = []) throws(DepotError) {
+        connection = try PGConnection.open(url, settings: settings, logger: Logger(label: "depot.test"))
+    }
+
+    /// What a statement answered: its columns, and its first row's values as integers
+    /// (nil for NULL; the tests read only `bigint` columns).
+    package struct Answer {
+        package let columnCount: Int
+        package let firstRow: [Int64?]
+    }
+
+    /// Runs `sql` without parameters.
+    package func execute(_ sql: String) throws(DepotError) { try connection.execute(sql) }
+
+    /// Begins a transaction with `sql` (`BEGIN …`), sent with the next statement.
+    package func begin(_ sql: String) throws(DepotError) { try connection.begin(sql) }
+
+    /// Runs `sql` with `bigint` parameters, prepared and cached when `prepare` is set, as
+    /// the store's statements are.
+    package func query(_ sql: String, _ parameters: [Int64] = [], prepare: Bool) throws(DepotError) -> Answer {
+        let result = try connection.query(sql, parameters.map { PGParam.int($0) }, prepare: prepare, "Running a test's statement")
+        let row = result.rowCount > 0 ? (0..<result.columnCount).map { result.isNull(0, $0) ? nil : result.int64(0, $0) } : []
+        return Answer(columnCount: result.columnCount, firstRow: row)
+    }
+
+    /// How many statements the connection's cache holds.
+    package var cachedStatements: Int { connection.statements.count }
+
+    /// How many statements the server has prepared in the connection's session.
+    package func serverPrepared() throws(DepotError) -> Int { try Self.serverPrepared(connection) }
+
+    static func serverPrepared(_ connection: PGConnection) throws(DepotError) -> Int {
+        Int(try connection.query("SELECT count(*) FROM pg_prepared_statements", [], "Counting prepared statements").int64(0, 0))
+    }
+
+    /// The exchanges the connection has had with the server.
+    package var roundTrips: Int { connection.roundTrips }
+
+    package var isInTransaction: Bool { connection.isInTransaction }
+
+    package var isInFailedTransaction: Bool { connection.isInFailedTransaction }
+
+    package func close() { connection.close() }
 }

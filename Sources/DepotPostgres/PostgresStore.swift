@@ -349,19 +349,33 @@ public final class PostgresStore: RowReadingStore, @unchecked Sendable {
     }
 
     /// The order of the indexes Depot makes, recorded in `depot_meta` (key `index_order`):
-    /// 2 since their columns follow ``PGDDL/indexColumn(_:descending:nullable:)``. Stores
-    /// made before it have single-attribute indexes in PostgreSQL's default order and
-    /// composite ones with `NULLS FIRST` on every ascending column, which the ORDER BY
-    /// keys Depot writes no longer match.
-    static let indexOrder = 2
+    /// 2 since their columns follow ``PGDDL/indexColumn(_:descending:nullable:)``, 3 since
+    /// a nullable unique attribute has an index of its own besides its constraint's
+    /// (``PGDDL/wantsIndex(_:in:)``). Stores made before 2 have single-attribute indexes in
+    /// PostgreSQL's default order and composite ones with `NULLS FIRST` on every ascending
+    /// column, which the ORDER BY keys Depot writes no longer match; stores made before 3
+    /// have no index that serves a sort by a nullable unique attribute.
+    static let indexOrder = 3
 
-    /// Rebuilds every index Depot made in an older order (see ``indexOrder``), once, in the
-    /// opening transaction under the schema's lock: queries stay right without it, but
-    /// sorts by an indexed attribute or the primary key would read and sort every row.
+    /// Rebuilds every index Depot made in an older order, or, from order 2, makes the
+    /// indexes of nullable unique attributes (see ``indexOrder``), once, in the opening
+    /// transaction under the schema's lock: queries stay right without it, but sorts by an
+    /// indexed attribute or the primary key would read and sort every row.
     static func upgradeIndexOrder(_ connection: PGConnection, _ stored: [EntityDescription]) throws(DepotError) {
         let recorded = try connection.query("SELECT value FROM depot_meta WHERE key = 'index_order'", [], "Reading the order of the store's indexes")
-        if recorded.rowCount > 0, recorded.text(0, 0) == String(indexOrder) { return }
+        // No record: a store made before the order was recorded (order 1). A later order
+        // than this Depot's is left as it is.
+        let from = recorded.rowCount > 0 ? Int(recorded.text(0, 0)) ?? 1 : 1
+        if from >= indexOrder { return }
         for entity in stored {
+            if from == 2 {
+                // The indexes in order 2 are right; only the nullable unique attributes'
+                // are missing.
+                for attribute in entity.attributes where attribute.isUnique && PGDDL.wantsIndex(attribute, in: entity) {
+                    try connection.execute(PGDDL.createIndex(attribute, in: entity), "Indexing \(entity.name).\(attribute.name)")
+                }
+                continue
+            }
             for attribute in entity.attributes where PGDDL.wantsIndex(attribute, in: entity) {
                 try connection.execute(PGDDL.dropIndex(attribute, in: entity), "Rebuilding the index of \(entity.name).\(attribute.name)")
                 try connection.execute(PGDDL.createIndex(attribute, in: entity), "Rebuilding the index of \(entity.name).\(attribute.name)")

@@ -240,7 +240,7 @@ final class PostgresTransaction: WriteTransaction {
             if let attribute = table.entity.attributes.first(where: { failure.constraint == PGDDL.uniqueName(entity: entity, attribute: $0.name) }),
                 let index = table.entity.index(of: attribute.name)
             {
-                throw DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(row[value: index].debugLiteral), and \(attribute.name) is declared unique.")
+                throw DepotError.duplicateUnique(entity: entity, attribute: attribute.name, value: row[value: index])
             }
             throw DepotError(.duplicateKey, "\(what) the \(entity) with primary key \(key.debugLiteral) would duplicate a unique value (\(failure.message)).")
         }

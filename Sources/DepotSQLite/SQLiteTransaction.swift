@@ -265,7 +265,9 @@ final class SQLiteTransaction: WriteTransaction {
             }
             if let attribute = table.entity.attributes.first(where: { detail.hasSuffix(".\($0.name)") }) {
                 let value = table.entity.index(of: attribute.name).map { row[value: $0] } ?? .null
-                return DepotError(.duplicateKey, "Another \(entity) already has \(attribute.name) = \(value.debugLiteral), and \(attribute.name) is declared unique (\(detail)).", nativeCode: rc)
+                // Worded as every backend words it, with SQLite's code kept.
+                let refusal = DepotError.duplicateUnique(entity: entity, attribute: attribute.name, value: value)
+                return DepotError(refusal.code, refusal.message, nativeCode: rc)
             }
             return DepotError(.duplicateKey, "\(what) the \(entity) with primary key \(key.debugLiteral) would duplicate a unique value (\(detail)).", nativeCode: rc)
         default:

@@ -88,6 +88,25 @@ func expectEqual<T: Equatable>(
     }
 }
 
+/// Expects `body` to throw `expected`'s code with its message, word for word.
+func expectError<T>(
+    _ expected: DepotError, _ what: String, file: String = #fileID, line: Int = #line,
+    _ body: () async throws -> T
+) async throws {
+    do {
+        let value = try await body()
+        throw ConformanceFailure(message: "\(what): expected \(expected), got success \(value)", file: file, line: line)
+    } catch let error as DepotError {
+        if error.code != expected.code || error.message != expected.message {
+            throw ConformanceFailure(message: "\(what): expected \(expected), got \(error)", file: file, line: line)
+        }
+    } catch let failure as ConformanceFailure {
+        throw failure
+    } catch {
+        throw ConformanceFailure(message: "\(what): expected \(expected), got \(type(of: error)): \(error)", file: file, line: line)
+    }
+}
+
 /// Expects `body` to throw a ``DepotError`` with `code`.
 func expectError<T>(
     _ code: DepotError.Code, _ what: String, file: String = #fileID, line: Int = #line,

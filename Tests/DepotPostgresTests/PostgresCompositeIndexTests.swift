@@ -1,9 +1,8 @@
+import DepotCore
+import DepotPostgres
 import DepotTesting
 import Foundation
 import Testing
-
-@testable import DepotCore
-@testable import DepotPostgres
 
 /// A list endpoint's record: pets of one species by name, and by birth year, newest first.
 @Record(name: "ListedPet", indexes: [.index("species", "name"), .index("species", .descending("born"))])
@@ -15,35 +14,28 @@ struct PGListedPet: Hashable {
 }
 
 /// Issue #37: PostgreSQL uses the declared composite indexes for the statements Depot
-/// compiles for a list endpoint's requests (``PGQueryCompiler``, with the parameters it
-/// binds), reading entries in the index's order: no Sort node, no sequential scan. The
+/// compiles for a list endpoint's requests (with the parameters it binds), reading entries in the index's order: no Sort node, no sequential scan. The
 /// table has enough rows, analyzed, that the planner chooses by cost.
 @Suite("PostgresStore composite indexes", .enabled(if: TestServer.available))
 struct PostgresCompositeIndexTests {
     static let species = (0..<16).map { "species\($0)" }
 
-    /// The server's plan for `statement` with its parameters, as JSON text.
-    static func plan(_ store: PostgresStore, _ statement: PGCompiledQuery) async throws -> String {
-        let sql = "EXPLAIN (FORMAT JSON) " + statement.sql
-        let parameters = statement.parameters
-        return try await store.onWriter("explaining") { () throws -> String in
-            let result = try store.writer.query(sql, parameters, "Explaining a query")
-            return String(decoding: result.bytes(0, 0), as: UTF8.self)
-        }
-    }
-
+    /// Expects the server's plan of the statement the store sends for `query` (its count,
+    /// with `counting`) to read `index`, and, when `sorted`, in the index's order.
+    @discardableResult
     static func expectIndexed(
-        _ store: PostgresStore, _ statement: PGCompiledQuery, index: String, what: String, sorted: Bool = true,
+        _ store: PostgresStore, _ query: Query, counting: Bool = false, index: String, what: String, sorted: Bool = true,
         sourceLocation: SourceLocation = #_sourceLocation
-    ) async throws {
-        let plan = try await plan(store, statement)
-        #expect(plan.contains("\"Index Name\": \"\(index)"), "\(what): \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
-        #expect(!plan.contains("Seq Scan"), "\(what): no sequential scan: \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
+    ) async throws -> String {
+        let (sql, plan) = try await store.explainStatement(query, counting: counting)
+        #expect(plan.contains("\"Index Name\": \"\(index)"), "\(what): \(sql)\n\(plan)", sourceLocation: sourceLocation)
+        #expect(!plan.contains("Seq Scan"), "\(what): no sequential scan: \(sql)\n\(plan)", sourceLocation: sourceLocation)
         if sorted {
             #expect(
                 !plan.contains("\"Node Type\": \"Sort\"") && !plan.contains("\"Node Type\": \"Incremental Sort\""),
-                "\(what): read in the index's order, no sort: \(statement.sql)\n\(plan)", sourceLocation: sourceLocation)
+                "\(what): read in the index's order, no sort: \(sql)\n\(plan)", sourceLocation: sourceLocation)
         }
+        return plan
     }
 
     @Test("the statements of a list endpoint's requests read the composite index in order")
@@ -56,29 +48,28 @@ struct PostgresCompositeIndexTests {
             all.append(PGListedPet(id: Int64(i + 1), species: Self.species[i % 16], name: "n\((i * 7_919) % 3_000)", born: born))
         }
         try await pets.save(all)
-        try await store.onWriter("analyzing") { try store.writer.execute("ANALYZE \"ListedPet\"", "Analyzing") }
+        _ = try await store.executeOnWriter("ANALYZE \"ListedPet\"")
         let handle = try await pets.registeredEntity()
-        let table = RegisteredEntity(entity: handle.entity)
-        let byName = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", "name"))
-        let byBorn = PGDDL.compositeIndexName(entity: "ListedPet", index: .index("species", .descending("born")))
+        let byName = PostgresStore.compositeIndexName(entity: "ListedPet", index: .index("species", "name"))
+        let byBorn = PostgresStore.compositeIndexName(entity: "ListedPet", index: .index("species", .descending("born")))
         #expect(byName == "depot_cidx_9_ListedPet_ix_7_species_4_name")
 
         let listPage = try Request<PGListedPet>(\.species == "species3").sorted(by: \.name).limit(20).resolved(for: handle)
-        try await Self.expectIndexed(store, PGQueryCompiler.select(listPage, table: table), index: byName, what: "equality prefix, sorted by the rest")
+        try await Self.expectIndexed(store, listPage, index: byName, what: "equality prefix, sorted by the rest")
 
         let range = try Request<PGListedPet>(\.species == "species3" && \.name > "n1").sorted(by: \.name).limit(20).resolved(for: handle)
-        try await Self.expectIndexed(store, PGQueryCompiler.select(range, table: table), index: byName, what: "equality and a range")
+        try await Self.expectIndexed(store, range, index: byName, what: "equality and a range")
 
         let inList = try Request<PGListedPet>(.in(\.species, ["species1", "species2"])).sorted(by: \.species).sorted(by: \.name).limit(20)
             .resolved(for: handle)
-        try await Self.expectIndexed(store, PGQueryCompiler.select(inList, table: table), index: byName, what: "IN on the first component")
+        try await Self.expectIndexed(store, inList, index: byName, what: "IN on the first component")
 
         let count = try Request<PGListedPet>(\.species == "species3").resolved(for: handle)
         // Either index starting with the species serves it.
-        try await Self.expectIndexed(store, PGQueryCompiler.count(count, table: table), index: "depot_cidx_9_ListedPet_ix_7_species_4_", what: "count", sorted: false)
+        try await Self.expectIndexed(store, count, counting: true, index: "depot_cidx_9_ListedPet_ix_7_species_4_", what: "count", sorted: false)
 
         let newest = try Request<PGListedPet>(\.species == "species4").sorted(by: \.born, ascending: false).limit(20).resolved(for: handle)
-        try await Self.expectIndexed(store, PGQueryCompiler.select(newest, table: table), index: byBorn, what: "descending component")
+        try await Self.expectIndexed(store, newest, index: byBorn, what: "descending component")
 
         // A cursor page after the first page's last record, as `page(size:after:)` asks for it.
         let first = try await pets.results.filter(\.species == "species3").sorted(by: \.name).page(size: 20)
@@ -88,9 +79,7 @@ struct PostgresCompositeIndexTests {
             entity: handle, predicate: Request<PGListedPet>(\.species == "species3").predicate.and(
                 ResultSet<PGListedPet, PGListedPet>.Iterator.after(cursor.values, in: listPage)),
             sortKeys: [SortKey("name"), SortKey("id")], limit: 21, offset: 0)
-        let page = try PGQueryCompiler.select(after, table: table)
-        try await Self.expectIndexed(store, page, index: byName, what: "cursor page")
-        let plan = try await Self.plan(store, page)
+        let plan = try await Self.expectIndexed(store, after, index: byName, what: "cursor page")
         #expect(plan.contains("name >= "), "a cursor page seeks to its cursor through the index: \(plan)")
         let second = try await pets.results.filter(\.species == "species3").sorted(by: \.name).page(size: 20, after: cursor)
         let expected = try await pets.fetchAll(Request(\.species == "species3").sorted(by: \.name).limit(40))
@@ -109,12 +98,8 @@ struct PostgresCompositeIndexTests {
         var unique = plain
         unique.indexes = [.unique("species", "name")]
         func definitions(_ store: PostgresStore) async throws -> [String] {
-            try await store.onWriter("reading indexes") { () throws -> [String] in
-                let result = try store.writer.query(
-                    "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Pet' AND indexname LIKE 'depot_cidx%' ORDER BY indexname",
-                    [], "Reading indexes")
-                return (0..<result.rowCount).map { String(decoding: result.bytes($0, 0), as: UTF8.self) }
-            }
+            try await store.executeOnWriter(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Pet' AND indexname LIKE 'depot_cidx%' ORDER BY indexname")
         }
         do {
             let store = try TestServer.makeStore(schema: schema)
@@ -161,10 +146,10 @@ struct PostgresCompositeIndexTests {
     @Test("a long entity name gets a hashed index name within PostgreSQL's 63 bytes")
     func longNamesAreHashed() {
         let entity = String(repeating: "e", count: 40)
-        let name = PGDDL.compositeIndexName(entity: entity, index: .index("species", "name"))
-        #expect(name.utf8.count <= PGDDL.identifierLimit)
+        let name = PostgresStore.compositeIndexName(entity: entity, index: .index("species", "name"))
+        #expect(name.utf8.count <= PostgresStore.identifierLimit)
         #expect(name.hasPrefix("depot_cidx_h"))
-        #expect(name != PGDDL.compositeIndexName(entity: entity, index: .index("species", .descending("name"))))
-        #expect(name != PGDDL.compositeIndexName(entity: entity, index: .index("name", "species")))
+        #expect(name != PostgresStore.compositeIndexName(entity: entity, index: .index("species", .descending("name"))))
+        #expect(name != PostgresStore.compositeIndexName(entity: entity, index: .index("name", "species")))
     }
 }

@@ -13,6 +13,13 @@ struct PGRanked: Hashable {
     @Stored(.indexed) var nick: String?
 }
 
+/// A record with a unique attribute that can be nil.
+@Record(name: "Handled")
+struct PGHandled: Hashable {
+    var id: Int64
+    @Stored(.unique) var handle: String?
+}
+
 /// PostgreSQL reads an index for an ORDER BY only when their nulls orders agree, and does
 /// not reason from NOT NULL. Depot's sorts put nil first ascending; written so for every
 /// column, they matched neither the primary key's index nor the single-attribute indexes
@@ -34,11 +41,7 @@ struct PostgresIndexOrderTests {
         return ranked
     }
 
-    static func expectOrderedRead(
-        _ ranked: Controller<PGRanked, PGRanked>, _ request: Request<PGRanked>, _ what: String,
-        sourceLocation: SourceLocation = #_sourceLocation
-    ) async throws {
-        let plan = try await ranked.explain(request)
+    static func expectOrderedRead(_ plan: QueryPlan, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
         #expect(plan.usesIndex, "\(what) reads an index: \(plan)", sourceLocation: sourceLocation)
         #expect(!plan.sortsAfterwards, "\(what) reads the index in order, no sort: \(plan)", sourceLocation: sourceLocation)
     }
@@ -51,13 +54,85 @@ struct PostgresIndexOrderTests {
         #expect(byKey.access == .primaryKey && !byKey.sortsAfterwards, "the first page in key order: \(byKey)")
         let after = try await ranked.explain(Request<PGRanked>(\.id > 15_000).limit(20))
         #expect(after.access == .primaryKey && !after.sortsAfterwards, "a page after a key: \(after)")
-        try await Self.expectOrderedRead(ranked, Request<PGRanked>.all.sorted(by: \.score).limit(20), "a page by score")
-        try await Self.expectOrderedRead(ranked, Request<PGRanked>.all.sorted(by: \.nick).limit(20), "a page by a nullable attribute")
+        Self.expectOrderedRead(try await ranked.explain(Request<PGRanked>.all.sorted(by: \.score).limit(20)), "a page by score")
+        Self.expectOrderedRead(try await ranked.explain(Request<PGRanked>.all.sorted(by: \.nick).limit(20)), "a page by a nullable attribute")
         // The answers are the reference's: nil first, then by key.
         let page = try await ranked.fetchAll(Request<PGRanked>.all.sorted(by: \.nick).limit(3))
         #expect(page.map(\.nick) == [nil, nil, nil] && page.map(\.id) == [1, 5, 9], "\(page)")
         let last = try await ranked.fetchAll(Request<PGRanked>.all.sorted(by: \.nick, ascending: false).limit(1000))
         #expect(!last.contains { $0.nick == nil }, "nil sorts last descending")
+        await store.close()
+    }
+
+    static func fillHandled(_ store: PostgresStore) async throws -> Controller<PGHandled, PGHandled> {
+        let handled = Controller<PGHandled, PGHandled>(store: store)
+        var all: [PGHandled] = []
+        for i in 0..<20_000 {
+            all.append(PGHandled(id: Int64(i + 1), handle: i % 4 == 0 ? nil : "h\((i * 7_919) % 20_000)"))
+        }
+        try await handled.save(all)
+        _ = try await store.executeOnWriter("ANALYZE \"Handled\"")
+        return handled
+    }
+
+    /// The unique constraint's index is in PostgreSQL's default order (a constraint takes
+    /// no other), nil last ascending: a page sorted by a nullable unique attribute read and
+    /// sorted every row until the attribute had an index in Depot's order beside it.
+    @Test("pages sorted by a nullable unique attribute read an index in order")
+    func sortedByNullableUnique() async throws {
+        let store = try TestServer.makeStore()
+        let handled = try await Self.fillHandled(store)
+        Self.expectOrderedRead(try await handled.explain(Request<PGHandled>.all.sorted(by: \.handle).limit(20)), "a page by a nullable unique attribute")
+        // Descending, nil last and ties (the nils) by the key ascending: the index read
+        // backwards gives the values in order, and at most the nils are sorted by key.
+        let descending = try await handled.explain(Request<PGHandled>.all.sorted(by: \.handle, ascending: false).limit(20))
+        #expect(descending.usesIndex, "a page by a nullable unique attribute, descending: \(descending)")
+        #expect(!descending.backendDetail.contains("\"Node Type\": \"Sort\""), "no full sort: \(descending)")
+        let page = try await handled.fetchAll(Request<PGHandled>.all.sorted(by: \.handle).limit(3))
+        #expect(page.map(\.handle) == [nil, nil, nil] && page.map(\.id) == [1, 5, 9], "\(page)")
+        let last = try await handled.fetchAll(Request<PGHandled>.all.sorted(by: \.handle, ascending: false).limit(2))
+        #expect(last.map(\.handle) == ["h9999", "h9998"], "\(last)")
+        // Uniqueness is the constraint's, as before: nils never conflict, a value does,
+        // with Depot's message.
+        try await handled.save([PGHandled(id: 30_001, handle: nil), PGHandled(id: 30_002, handle: nil)])
+        do {
+            try await handled.save(PGHandled(id: 30_003, handle: "h1"))
+            Issue.record("a duplicate unique value was saved")
+        } catch let error as DepotError {
+            #expect(error.code == .duplicateKey && error.message == "Another Handled already has handle = \"h1\", and handle is declared unique.", "\(error)")
+        }
+        await store.close()
+    }
+
+    @Test("a store made before nullable unique attributes had an index gets one on a read-write open only")
+    func nullableUniqueIndexIsAdded() async throws {
+        let schema = "io_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+        let name = PostgresStore.indexName(entity: "Handled", attribute: "handle")
+        func definitions(_ store: PostgresStore) async throws -> [String] {
+            try await store.executeOnWriter(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Handled' AND indexname LIKE 'depot_idx%' ORDER BY indexname")
+        }
+        do {
+            let store = try TestServer.makeStore(schema: schema)
+            let handled = Controller<PGHandled, PGHandled>(store: store)
+            try await handled.save(PGHandled(id: 1, handle: nil))
+            #expect(try await definitions(store).count == 1)
+            // What Depot made in index order 2: no index but the constraint's.
+            _ = try await store.executeOnWriter("DROP INDEX \"\(name)\"")
+            _ = try await store.executeOnWriter("UPDATE depot_meta SET value = '2' WHERE key = 'index_order'")
+            await store.close()
+        }
+        do {
+            let store = try PostgresStore(url: try #require(TestServer.url), options: .init(schema: schema, readers: 1, readOnly: true))
+            #expect(try await definitions(store).isEmpty, "a read-only store changes nothing")
+            await store.close()
+        }
+        let store = try TestServer.makeStore(schema: schema)
+        let defs = try await definitions(store)
+        #expect(defs.count == 1 && defs[0].hasSuffix("(handle NULLS FIRST, id)"), "\(defs)")
+        #expect(try await store.executeOnWriter("SELECT value FROM depot_meta WHERE key = 'index_order'") == ["3"])
+        let handled = Controller<PGHandled, PGHandled>(store: store)
+        #expect(try await handled.fetchAll().map(\.id) == [1], "the records are kept")
         await store.close()
     }
 

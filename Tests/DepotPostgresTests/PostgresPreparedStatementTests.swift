@@ -1,10 +1,8 @@
 import DepotCore
+import DepotPostgres
 import DepotTesting
 import Foundation
-import Logging
 import Testing
-
-@testable import DepotPostgres
 
 /// The connections' prepared-statement cache (PGStatementCache): bounded, dropped when a
 /// table changes its result columns under it, and off with `preparedStatements: false`.
@@ -12,19 +10,14 @@ import Testing
 struct PostgresPreparedStatementTests {
     /// A connection to the test server with a schema of its own as its search path, and a
     /// second one for the changes made "by another process".
-    func connections() throws -> (PGConnection, PGConnection, String) {
+    func connections() throws -> (PostgresTestConnection, PostgresTestConnection, String) {
         let url = try #require(TestServer.url)
         let schema = "p_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
-        let other = try PGConnection.open(url, settings: [], logger: Logger(label: "test"))
+        let other = try PostgresTestConnection(url: url)
         try other.execute("CREATE SCHEMA \(schema)")
         try other.execute("SET search_path TO \(schema)")
-        let connection = try PGConnection.open(url, settings: ["SET search_path TO \(schema)"], logger: Logger(label: "test"))
+        let connection = try PostgresTestConnection(url: url, settings: ["SET search_path TO \(schema)"])
         return (connection, other, schema)
-    }
-
-    /// The statements prepared in the connection's session, as the server lists them.
-    func serverPrepared(_ connection: PGConnection) throws -> Int {
-        Int(try connection.query("SELECT count(*) FROM pg_prepared_statements", [], "Counting").int64(0, 0))
     }
 
     @Test("a cached statement whose table changed its result columns is prepared afresh and run again")
@@ -38,19 +31,19 @@ struct PostgresPreparedStatementTests {
         try other.execute("CREATE TABLE t (a bigint)")
         try other.execute("INSERT INTO t VALUES (1)")
         let select = "SELECT * FROM t"
-        #expect(try connection.query(select, [], prepare: true, "Reading").columnCount == 1)
-        #expect(connection.statements.count == 1)
+        #expect(try connection.query(select, prepare: true).columnCount == 1)
+        #expect(connection.cachedStatements == 1)
 
         // In autocommit mode.
         try other.execute("ALTER TABLE t ADD COLUMN b bigint DEFAULT 7")
-        let widened = try connection.query(select, [], prepare: true, "Reading")
-        #expect(widened.columnCount == 2 && widened.int64(0, 1) == 7)
+        let widened = try connection.query(select, prepare: true)
+        #expect(widened.columnCount == 2 && widened.firstRow[1] == 7)
 
         // As the first statement of a transaction: the transaction begins again with it.
         try other.execute("ALTER TABLE t ADD COLUMN c bigint DEFAULT 8")
         try connection.begin("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        let again = try connection.query(select, [], prepare: true, "Reading")
-        #expect(again.columnCount == 3 && again.int64(0, 2) == 8)
+        let again = try connection.query(select, prepare: true)
+        #expect(again.columnCount == 3 && again.firstRow[2] == 8)
         #expect(connection.isInTransaction && !connection.isInFailedTransaction)
         try connection.execute("COMMIT")
 
@@ -59,10 +52,10 @@ struct PostgresPreparedStatementTests {
         // afresh.
         try other.execute("ALTER TABLE t ADD COLUMN d bigint DEFAULT 9")
         try connection.begin("BEGIN")
-        try connection.query("SELECT 1", [], "Reading")
-        #expect(throws: DepotError.self) { try connection.query(select, [], prepare: true, "Reading") }
+        _ = try connection.query("SELECT 1", prepare: false)
+        #expect(throws: DepotError.self) { try connection.query(select, prepare: true) }
         try connection.execute("ROLLBACK")
-        #expect(try connection.query(select, [], prepare: true, "Reading").columnCount == 4)
+        #expect(try connection.query(select, prepare: true).columnCount == 4)
     }
 
     @Test("the cache keeps a bounded number of statements and deallocates the ones it drops")
@@ -73,18 +66,18 @@ struct PostgresPreparedStatementTests {
             connection.close()
             other.close()
         }
-        let capacity = PGStatementCache.capacity
+        let capacity = PostgresStore.statementCacheCapacity
         for n in 0..<(capacity + 10) {
-            #expect(try connection.query("SELECT $1::bigint + \(n)", [.int(1)], prepare: true, "Adding").int64(0, 0) == Int64(n + 1))
+            #expect(try connection.query("SELECT $1::bigint + \(n)", [1], prepare: true).firstRow == [Int64(n + 1)])
         }
-        #expect(connection.statements.count == capacity)
+        #expect(connection.cachedStatements == capacity)
         // The dropped ones are deallocated before the connection's next statement.
-        #expect(try serverPrepared(connection) == capacity)
+        #expect(try connection.serverPrepared() == capacity)
         // The one used last is still there: no round trip of its own to prepare it.
         let before = connection.roundTrips
-        #expect(try connection.query("SELECT $1::bigint + \(capacity + 9)", [.int(1)], prepare: true, "Adding").int64(0, 0) == Int64(capacity + 10))
+        #expect(try connection.query("SELECT $1::bigint + \(capacity + 9)", [1], prepare: true).firstRow == [Int64(capacity + 10)])
         #expect(connection.roundTrips - before == 1)
-        #expect(connection.statements.count == capacity)
+        #expect(connection.cachedStatements == capacity)
     }
 
     @Test("with preparedStatements off, a store prepares nothing on its connections")
@@ -99,8 +92,8 @@ struct PostgresPreparedStatementTests {
         #expect(try await cats.fetchOne(id: 2)?.name == "Felix")
         #expect(try await cats.count(Request(\.age < 3)) == 2)
         #expect(try await cats.read { try $0.count() } == 3)
-        #expect(store.writer.statements.count == 0 && store.readers[0].statements.count == 0)
-        #expect(try await store.onWriter("counting") { try serverPrepared(store.writer) } == 0)
+        #expect(store.cachedStatements.writer == 0 && store.cachedStatements.readers == [0])
+        #expect(try await store.serverPreparedOnWriter() == 0)
     }
 
     @Test("a store's connections drop their statements when its registry changes, and deallocate them")
@@ -111,20 +104,13 @@ struct PostgresPreparedStatementTests {
         try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
         #expect(try await cats.fetchOne(id: 1)?.name == "Tom")
         #expect(try await cats.count(Request(\.age < 5)) == 1)
-        let reader = store.readers[0]
         // The schema probe, the lookup by key and the count.
-        #expect(reader.statements.count == 3)
+        #expect(store.cachedStatements.readers == [3])
         // Registering the grown entity changes the table and the registry.
         let grown = Controller<CatRecordV2, CatRecordV2>(store: store)
         #expect(try await grown.fetchOne(id: 1)?.lives == 9)
         // The reader's next read began with an empty cache: the probe and the new lookup.
-        #expect(reader.statements.count == 2)
-        let prepared = try await withCheckedThrowingContinuation { continuation in
-            store.pool.checkOut { connection in
-                continuation.resume(with: Result { try serverPrepared(connection) })
-                store.pool.checkIn(connection)
-            }
-        }
-        #expect(prepared == 2)
+        #expect(store.cachedStatements.readers == [2])
+        #expect(try await store.serverPreparedOnReader() == 2)
     }
 }

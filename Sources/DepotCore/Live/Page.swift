@@ -40,8 +40,9 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
     let order: UInt64
     /// How many records pages before this cursor delivered (for a set's ``Request/limit``).
     let delivered: Int
-    /// One value per sort key, primary key included.
-    let values: [Value]
+    /// One value per sort key, primary key included. Package-visible for the backends'
+    /// tests, which compile a cursor page's statement.
+    package let values: [Value]
 
     /// Tokens longer than this are refused before decoding: no legitimate cursor is near it
     /// (sort values are attribute values, and strings in sort keys are usually short).
@@ -140,7 +141,7 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
     /// Checks that the cursor was made for `query`'s entity and order and that each value
     /// fits its sort key's attribute, so a crafted token cannot reach a backend as a
     /// comparison of mismatched types.
-    func validate(for query: Query) throws(DepotError) {
+    package func validate(for query: Query) throws(DepotError) {
         guard order == Self.fingerprint(of: query), values.count == query.sort.count else {
             throw DepotError(.invalidPredicate, "The page cursor was made for another entity or sort order than this request's (\(query.entity.name) sorted by \(query.sort.map { query.entity.attributes[$0.attributeIndex].name }.joined(separator: ", "))). Start again from the first page.")
         }

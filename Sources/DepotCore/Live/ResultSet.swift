@@ -203,7 +203,7 @@ extension ResultSet: AsyncSequence {
 
         /// The records strictly after the position given by one value per sort key of
         /// `query` (a page cursor's values), in the query's order.
-        static func after(_ sortValues: [Value], in query: Query) -> PredicateExpression {
+        package static func after(_ sortValues: [Value], in query: Query) -> PredicateExpression {
             var alternatives: [PredicateExpression] = []
             var equalSoFar: [PredicateExpression] = []
             for (key, value) in zip(query.sort, sortValues) {

@@ -122,13 +122,19 @@ enum CRUDChecks {
                 Account(id: "a", owner: "ann"), Account(id: "b", owner: "bob"),
                 Account(id: "c", owner: "cy", nickname: "c"),
             ])
-            try await expectError(.duplicateKey, "insert with a taken unique value") {
+            // Every backend refuses with the same error, the one DepotError words for a
+            // unique attribute, naming the attribute and the refused value (no engine's
+            // own message besides).
+            let entity = try await accounts.registeredEntity().entity.name
+            let taken = DepotError.duplicateUnique(entity: entity, attribute: "owner", value: .string("ann"))
+            try await expectError(taken, "insert with a taken unique value") {
                 try await accounts.insert(Account(id: "d", owner: "ann"))
             }
-            try await expectError(.duplicateKey, "update to a taken unique value") {
+            try await expectError(taken, "update to a taken unique value") {
                 try await accounts.update(Account(id: "b", owner: "ann"))
             }
-            try await expectError(.duplicateKey, "optional unique taken") {
+            let nicknameTaken = DepotError.duplicateUnique(entity: entity, attribute: "nickname", value: .string("c"))
+            try await expectError(nicknameTaken, "optional unique taken") {
                 try await accounts.save(Account(id: "e", owner: "eve", nickname: "c"))
             }
             try await accounts.save(Account(id: "a", owner: "ann", balance: 5))
