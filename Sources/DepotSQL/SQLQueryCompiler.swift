@@ -142,11 +142,17 @@ package struct SQLQueryCompiler<Dialect: SQLDialect> {
         return " WHERE " + (try condition(filter))
     }
 
+    /// The ORDER BY clause of `sort`, without the keys after one whose values are all
+    /// distinct (the primary key, or a unique attribute that cannot be nil): the order is
+    /// total there, and the redundant tie-break would keep the engine from reading the
+    /// unique constraint's index in order (PostgreSQL sorted again on top of it).
     package func orderBy(_ sort: [ResolvedSortKey]) throws(DepotError) -> String {
         var keys: [String] = []
         for key in sort {
             let column = try column(key.attributeIndex)
-            keys.append(Dialect.orderKey(column, ascending: key.ascending, nullable: entity.attributes[key.attributeIndex].isOptional))
+            let attribute = entity.attributes[key.attributeIndex]
+            keys.append(Dialect.orderKey(column, ascending: key.ascending, nullable: attribute.isOptional))
+            if key.attributeIndex == entity.primaryKeyIndex || (attribute.isUnique && !attribute.isOptional) { break }
         }
         return keys.isEmpty ? "" : " ORDER BY " + keys.joined(separator: ", ")
     }

@@ -20,6 +20,13 @@ struct PGHandled: Hashable {
     @Stored(.unique) var handle: String?
 }
 
+/// A record with a unique attribute that cannot be nil.
+@Record(name: "Mailed")
+struct PGMailed: Hashable {
+    var id: Int64
+    @Stored(.unique) var email: String
+}
+
 /// PostgreSQL reads an index for an ORDER BY only when their nulls orders agree, and does
 /// not reason from NOT NULL. Depot's sorts put nil first ascending; written so for every
 /// column, they matched neither the primary key's index nor the single-attribute indexes
@@ -101,6 +108,30 @@ struct PostgresIndexOrderTests {
         } catch let error as DepotError {
             #expect(error.code == .duplicateKey && error.message == "Another Handled already has handle = \"h1\", and handle is declared unique.", "\(error)")
         }
+        await store.close()
+    }
+
+    /// Values of a unique attribute that cannot be nil are all distinct, so Depot's sort
+    /// ends there: with the key as a tie-break after it, PostgreSQL read the constraint's
+    /// index in order and still sorted on top of it (an Incremental Sort).
+    @Test("pages sorted by a unique attribute that cannot be nil read its constraint's index, no sort")
+    func sortedByUnique() async throws {
+        let store = try TestServer.makeStore()
+        let mailed = Controller<PGMailed, PGMailed>(store: store)
+        let all = (0..<20_000).map { PGMailed(id: Int64($0 + 1), email: "m\(($0 * 7_919) % 20_000)@example.com") }
+        try await mailed.save(all)
+        // Strings sort by their UTF-8 bytes.
+        let emails = all.map(\.email).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        _ = try await store.executeOnWriter("ANALYZE \"Mailed\"")
+        for ascending in [true, false] {
+            let plan = try await mailed.explain(Request<PGMailed>.all.sorted(by: \.email, ascending: ascending).limit(20))
+            #expect(plan.usesIndex, "ascending \(ascending): \(plan)")
+            #expect(!plan.sortsAfterwards && !plan.backendDetail.contains("Sort\""), "ascending \(ascending), no sort of any kind: \(plan)")
+        }
+        let first = try await mailed.fetchAll(Request<PGMailed>.all.sorted(by: \.email).limit(2))
+        #expect(first.map(\.email) == Array(emails.prefix(2)), "\(first)")
+        let page = try await mailed.fetchAll(Request<PGMailed>.all.sorted(by: \.email, ascending: false).limit(2))
+        #expect(page.map(\.email) == Array(emails.suffix(2).reversed()), "\(page)")
         await store.close()
     }
 
