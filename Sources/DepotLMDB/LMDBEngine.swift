@@ -311,6 +311,21 @@ public final class LMDBEngine: StorageEngine {
     /// Begins a write transaction on the writer's lane. A map another process grew is
     /// adopted, and an environment LMDB declared dead reopened, before it begins.
     public func beginWrite(recordingKeys: Bool) throws -> LMDBTransaction {
+        let (txn, ticket) = try beginWriteTxn()
+        let env = environment
+        let transaction = LMDBTransaction(
+            txn: txn, catalog: catalog.snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
+            storeName: directory, recording: recordingKeys, environment: env)
+        transaction.ticket = ticket
+        transaction.holdsWriteTicket = true
+        return transaction
+    }
+
+    /// Begins an LMDB write transaction (a read-only one in a read-only store, where the
+    /// catalog's databases are opened in a read transaction, committed so its handles stay
+    /// open), holding the environment gate's ticket it returns. A map another process grew
+    /// is adopted, and an environment LMDB declared dead reopened, before it begins.
+    func beginWriteTxn() throws -> (OpaquePointer, UInt64) {
         let env = environment
         var reopens = 0
         for _ in 0..<64 {
@@ -323,7 +338,7 @@ public final class LMDBEngine: StorageEngine {
                 continue
             }
             var begun: OpaquePointer?
-            let rc = mdb_txn_begin(pointer, nil, 0, &begun)
+            let rc = mdb_txn_begin(pointer, nil, options.readOnly ? UInt32(MDB_RDONLY) : 0, &begun)
             guard rc == 0, let txn = begun else {
                 env.gate.leave(ticket)
                 if rc == MDB_MAP_RESIZED {
@@ -339,12 +354,7 @@ public final class LMDBEngine: StorageEngine {
                 }
                 throw DepotError.lmdb(rc, context: "Beginning a write transaction in the LMDB store at \(directory)")
             }
-            let transaction = LMDBTransaction(
-                txn: txn, catalog: catalog.snapshot, writable: true, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
-                storeName: directory, recording: recordingKeys, environment: env)
-            transaction.ticket = ticket
-            transaction.holdsWriteTicket = true
-            return transaction
+            return (txn, ticket)
         }
         throw DepotError(.busy, "The LMDB store at \(directory) kept being resized by another process; retry the write.")
     }
@@ -378,39 +388,12 @@ public final class LMDBEngine: StorageEngine {
         var snapshot = snapshot
         var attempts = 0
         var reloads = 0
-        var reopens = 0
         while true {
             attempts += 1
             guard attempts <= 64 else {
                 throw DepotError(.storeFull, "The LMDB store at \(directory) could not grow its map enough for this transaction.", nativeCode: MDB_MAP_FULL)
             }
-            let ticket = env.gate.enter()
-            let epoch = env.epoch
-            guard let pointer = env.pointer else {
-                // An earlier reopen failed: try again.
-                env.gate.leave(ticket)
-                try recover(env, seen: epoch)
-                continue
-            }
-            var begun: OpaquePointer?
-            // Read-only: the catalog's databases are opened in a read transaction (committed,
-            // so its handles stay open); the transaction refuses writes.
-            var rc = mdb_txn_begin(pointer, nil, options.readOnly ? UInt32(MDB_RDONLY) : 0, &begun)
-            guard rc == 0, let txn = begun else {
-                env.gate.leave(ticket)
-                if rc == MDB_MAP_RESIZED {
-                    try env.adoptMapSize()
-                    continue
-                }
-                // A failed write left the environment dead: reopen it and begin again. Only
-                // a disk that keeps failing panics it again straight away.
-                if rc == MDB_PANIC && reopens < 4 {
-                    reopens += 1
-                    try recover(env, seen: epoch)
-                    continue
-                }
-                throw DepotError.lmdb(rc, context: "Beginning a write transaction in the LMDB store at \(directory)")
-            }
+            let (txn, ticket) = try beginWriteTxn()
             let transaction = LMDBTransaction(
                 txn: txn, catalog: snapshot, writable: !options.readOnly, maxKeySize: env.maxKeySize, metaDBI: env.metaDBI,
                 storeName: directory, recording: recording, environment: env)
@@ -453,6 +436,7 @@ public final class LMDBEngine: StorageEngine {
                 snapshot = catalog.snapshot
                 continue
             }
+            let rc: Int32
             if let publish {
                 let published = publish(result)
                 rc = catalog.mutate { entities in

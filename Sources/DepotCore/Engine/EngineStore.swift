@@ -379,12 +379,14 @@ extension EngineStore: WriteGroupRunner {
                     try log.transaction("write") {
                         try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
                     }
-                    if transaction.retry == nil {
+                    guard let retry = transaction.retry else {
                         outcomes.append((write, try transaction.releaseSavepoint(), nil))
                         continue
                     }
+                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
+                    return []
                 } catch {
-                    if transaction.retry == nil {
+                    guard let retry = transaction.retry else {
                         if (try? transaction.rollbackToSavepoint()) != nil {
                             // Only this write's changes are undone; the group goes on.
                             outcomes.append((write, nil, error))
@@ -399,16 +401,15 @@ extension EngineStore: WriteGroupRunner {
                         write.complete(failure: error)
                         return group[index...]
                     }
+                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
+                    return []
                 }
-                // The engine asked to run the transaction again, every write of it.
-                if retryGroup(group, transaction, attempt: &attempt) { continue attempts }
-                return []
             }
             do {
                 _ = try transaction.commit()
             } catch {
-                if transaction.retry != nil {
-                    if retryGroup(group, transaction, attempt: &attempt) { continue attempts }
+                if let retry = transaction.retry {
+                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
                     return []
                 }
                 transaction.rollback()
@@ -424,11 +425,12 @@ extension EngineStore: WriteGroupRunner {
         }
     }
 
-    /// Rolls back a group's transaction whose engine asked for a retry and prepares the next
-    /// attempt; when the engine gives up, fails every write of the group (nothing of them
-    /// was kept) and returns `false`.
-    private func retryGroup(_ group: ArraySlice<any GroupedWrite>, _ transaction: Engine.Writing, attempt: inout Int) -> Bool {
-        let retry = transaction.retry ?? EngineRetry(reason: "a retry")
+    /// Rolls back a group's transaction whose engine asked for `retry` (every write of it
+    /// runs again) and prepares the next attempt; when the engine gives up, fails every
+    /// write of the group (nothing of them was kept) and returns `false`.
+    private func retryGroup(
+        _ group: ArraySlice<any GroupedWrite>, _ transaction: Engine.Writing, _ retry: EngineRetry, attempt: inout Int
+    ) -> Bool {
         transaction.rollback()
         attempt += 1
         do {
