@@ -21,6 +21,9 @@ extension LMDBTransaction {
         isFinished = true
         guard let reader else { return }
         self.reader = nil
+        // Nothing of this object is touched once the slot is back: the next read on it may
+        // take this object and set its ticket at once.
+        let ticket = self.ticket
         reader.transaction = self
         environment.endReader(reader)
         environment.gate.leave(ticket)
