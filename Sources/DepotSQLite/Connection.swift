@@ -70,9 +70,10 @@ package final class Connection: @unchecked Sendable {
     /// the one its registry was verified at. Set on reader connections only; the writer
     /// checks the cookie when each write transaction begins.
     var schemaWatch: ((Connection) throws(DepotError) -> Void)?
-    /// Set by the store when `schemaWatch` found the schema changed and the registry was
-    /// reloaded: the read that met it runs again (see `SQLiteStore.retryingAfterSchemaChange`).
-    var schemaReloaded = false
+    /// Set when the read on this connection found the file's schema cookie moved past the
+    /// registry's: its transaction asks the runtime to reload the registry and run it again
+    /// (see `SQLiteEngine+SchemaWatch.swift`). Cleared when the next read begins.
+    var schemaMoved = false
 
     private init(handle: OpaquePointer, path: String) {
         self.handle = handle

@@ -1,5 +1,5 @@
 import CSQLite
-import DepotCore
+public import DepotCore
 
 extension SQLiteTransaction {
     /// SQLite's `EXPLAIN QUERY PLAN` of the SELECT Depot runs for `query`, in Depot's form:
@@ -8,7 +8,7 @@ extension SQLiteTransaction {
     /// temporary B-tree sorts the rows. With `analyze` the SELECT runs; SQLite, built
     /// without scan status, does not count the rows it visits, so the plan's actual rows are
     /// those the statement returned.
-    func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
+    public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         if isFinished { throw DepotError.transactionEnded }
         try startStatement()
         let table = try tables.resolve(query.handle)

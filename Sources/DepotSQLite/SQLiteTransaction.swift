@@ -1,9 +1,10 @@
 import CSQLite
-import DepotCore
+public import DepotCore
 
-/// A read or write transaction on one connection. The store begins and ends the SQL
-/// transaction around the closure; this object only runs statements inside it.
-final class SQLiteTransaction: WriteTransaction {
+/// A read or write transaction of ``SQLiteEngine`` on one connection: an SQL transaction
+/// (`BEGIN`, or `BEGIN IMMEDIATE` on the writer), or a read of one statement in autocommit
+/// mode.
+public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransaction {
     let connection: Connection
     /// The registry handles resolve in, shared with the transactions that began with it.
     let shared: SharedRegistry<RegisteredEntity>
@@ -11,16 +12,16 @@ final class SQLiteTransaction: WriteTransaction {
         @inline(__always) _read { yield shared.registry }
     }
     let writable: Bool
-    /// Whether the store opened an SQL transaction around this one; a single-row read runs
-    /// in autocommit mode instead (see `SQLiteStore.submitRowRead`).
+    /// Whether the engine opened an SQL transaction around this one; a read of one
+    /// statement runs in autocommit mode instead (see `SQLiteEngine.beginRead`).
     let explicit: Bool
     /// Collects changes for the feed (only the touched entities when nobody observed it as
     /// the transaction began).
     var recorder: ChangeRecorder
     var isFinished = false
-    /// A read of one statement in autocommit mode (see `SQLiteStore.submitSingleStatementRead`):
-    /// its first statement runs; a second is refused with ``SecondStatement`` and the read
-    /// runs again in a transaction, so that its statements share one snapshot.
+    /// A read of one statement in autocommit mode (see `SQLiteEngine.beginRead`): its first
+    /// statement runs; a second is refused with ``SecondStatement`` and the transaction asks
+    /// to run again as a transaction, so that its statements share one snapshot.
     var oneStatement = false
     private var ranStatement = false
     /// Whether a read of one statement went on to another.
@@ -54,6 +55,10 @@ final class SQLiteTransaction: WriteTransaction {
         if isFinished {
             throw DepotError.transactionEnded
         }
+        // The schema moved under this read: it runs again once the registry is reloaded.
+        if connection.schemaMoved {
+            throw DepotError(.schemaMismatch, "The schema of \(connection.path) was changed by another process; the read runs again with the new schema.")
+        }
         // SQLite rolls a whole transaction back on some errors (a full disk, an I/O error);
         // statements run after that would each commit on their own.
         if explicit && !connection.isInTransaction { throw DepotError.rolledBack(after: connection.lastError) }
@@ -85,7 +90,8 @@ final class SQLiteTransaction: WriteTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    /// The rows `query` selects, in its order, each read through one column reader.
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
         try startStatement()
         if query.limit == 0 { return }
@@ -132,7 +138,8 @@ final class SQLiteTransaction: WriteTransaction {
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
-    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    /// The row of `entity` whose key is `key`, when there is one.
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
         try startStatement()
         return try Self.fetchRow(entity, key: key, table: table, on: connection, body)
@@ -163,7 +170,8 @@ final class SQLiteTransaction: WriteTransaction {
         return true
     }
 
-    func count(_ query: Query) throws -> Int {
+    /// How many rows `query` selects.
+    public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         try startStatement()
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
@@ -178,7 +186,8 @@ final class SQLiteTransaction: WriteTransaction {
         return Int(sqlite3_column_int64(statement.handle, 0))
     }
 
-    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+    /// The groups and values of `query`, computed by SQLite.
+    public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
         try startStatement()
         let compiled = try QueryCompiler.aggregate(query, table: table)
@@ -275,7 +284,8 @@ final class SQLiteTransaction: WriteTransaction {
         }
     }
 
-    func insert(_ row: Row, into entity: EntityHandle) throws {
+    /// Inserts `row`; a key or unique value already present is refused.
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
         let table = try writableTable(entity)
         let statement = try connection.statement(key: table.key(.insert)) { table.insert }
         defer { connection.release(statement) }
@@ -284,7 +294,8 @@ final class SQLiteTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: row[value: table.keyIndex], existedBefore: false, existsAfter: true)
     }
 
-    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    /// Inserts `row`, or replaces the row with its key; returns whether it inserted.
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         // Insert unless the key exists, then update in place: one statement for a new
         // row, and `changes` says which case it was (an upsert's DO UPDATE would not).
@@ -306,7 +317,8 @@ final class SQLiteTransaction: WriteTransaction {
         return inserted
     }
 
-    func update(_ row: Row, in entity: EntityHandle) throws {
+    /// Replaces the row with `row`'s key; a missing row is refused.
+    public func update(_ row: Row, in entity: EntityHandle) throws {
         let table = try writableTable(entity)
         let statement = try connection.statement(key: table.key(.update)) { table.update }
         defer { connection.release(statement) }
@@ -319,7 +331,8 @@ final class SQLiteTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
     }
 
-    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    /// Deletes the row whose key is `key`; returns whether there was one.
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         guard key.type == table.keyType else { return false }
         let statement = try connection.statement(key: table.key(.deleteByKey)) { table.deleteByKey }
@@ -331,7 +344,8 @@ final class SQLiteTransaction: WriteTransaction {
         return deleted
     }
 
-    func delete(_ query: Query) throws -> Int {
+    /// Deletes the rows `query` selects; returns how many.
+    public func delete(_ query: Query) throws -> Int {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let recording = recorder.isDetailed

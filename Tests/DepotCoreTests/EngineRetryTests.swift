@@ -25,6 +25,8 @@ struct EngineRetryTests {
         var bodyThreads: [UInt] = []
         var reads = 0
         var writes = 0
+        /// `singleStatement` of each read begun.
+        var singleStatements: [Bool] = []
     }
 
     /// A memory engine whose transactions ask for a retry while `log.asks` is positive.
@@ -56,8 +58,13 @@ struct EngineRetryTests {
         }
 
         func beginRead(on connection: Never?, singleStatement: Bool) throws -> Transaction {
-            log.withLockedValue { $0.reads += 1 }
-            return Transaction(try inner.beginRead(on: nil, singleStatement: singleStatement), retry: takeAsk())
+            log.withLockedValue {
+                $0.reads += 1
+                $0.singleStatements.append(singleStatement)
+            }
+            let transaction = Transaction(try inner.beginRead(on: nil, singleStatement: singleStatement), retry: takeAsk())
+            transaction.oneStatement = singleStatement
+            return transaction
         }
         func beginWrite(recordingKeys: Bool) throws -> Transaction {
             log.withLockedValue { $0.writes += 1 }
@@ -78,19 +85,33 @@ struct EngineRetryTests {
     /// it afterwards) when made with one.
     final class Transaction: EngineReadTransaction, EngineWriteTransaction {
         let inner: MemoryTransaction
-        let retry: EngineRetry?
+        var retry: EngineRetry?
+        /// Refuse a second statement, as an SQL engine's read in autocommit mode must.
+        var oneStatement = false
+        private var statements = 0
         init(_ inner: MemoryTransaction, retry: EngineRetry?) {
             self.inner = inner
             self.retry = retry
         }
+        private func statement() throws {
+            statements += 1
+            guard oneStatement, statements > 1 else { return }
+            retry = .asTransaction
+            throw DepotError(.backend, "A second statement in a read of one statement.")
+        }
         var relationships: Relationships { inner.relationships }
         func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+            try statement()
             try inner.fetch(query, reserve: reserve, body)
         }
         func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
-            try inner.fetchRow(entity, key: key, body)
+            try statement()
+            return try inner.fetchRow(entity, key: key, body)
         }
-        func count(_ query: Query) throws -> Int { try inner.count(query) }
+        func count(_ query: Query) throws -> Int {
+            try statement()
+            return try inner.count(query)
+        }
         func insert(_ row: Row, into entity: EntityHandle) throws { try inner.insert(row, into: entity) }
         func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool { try inner.upsert(row, into: entity) }
         func update(_ row: Row, in entity: EntityHandle) throws { try inner.update(row, in: entity) }
@@ -180,6 +201,32 @@ struct EngineRetryTests {
         await #expect(throws: DepotError.self) { try await cats.count() }
         engine.log.withLockedValue { $0.giveUp = false }
         #expect(try await cats.count() == 0, "the write kept nothing")
+        await store.close()
+    }
+
+    @Test func aReadOfOneStatementThatGoesOnRunsAgainAsATransaction() async throws {
+        let engine = RetryingEngine()
+        let store = EngineStore(engine: engine)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
+        let entity = try await cats.registeredEntity()
+        engine.log.withLockedValue { $0.singleStatements = [] }
+        // One statement: begun as a read of one statement, and nothing more.
+        #expect(try await cats.count() == 1)
+        #expect(engine.log.withLockedValue { $0.singleStatements } == [true])
+        engine.log.withLockedValue { $0.singleStatements = [] }
+        let runs = NIOLockedValueBox(0)
+        let total = try await withCheckedThrowingContinuation { continuation in
+            store.submitSingleStatementRead({ transaction in
+                runs.withLockedValue { $0 += 1 }
+                return try transaction.count(Query(all: entity)) + transaction.count(Query(all: entity))
+            }, completion: { continuation.resume(with: $0) })
+        }
+        #expect(total == 2)
+        #expect(runs.withLockedValue { $0 } == 2, "refused at its second statement, then run again")
+        let log = engine.log.withLockedValue { $0 }
+        #expect(log.singleStatements == [true, false], "again as a transaction")
+        #expect(log.prepared.isEmpty, "nothing to prepare for a read run as a transaction")
         await store.close()
     }
 }

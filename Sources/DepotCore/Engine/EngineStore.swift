@@ -32,7 +32,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     public var isReadOnly: Bool { engine.isReadOnly }
 
     let traits: EngineTraits
-    let gate: StoreGate
+    package let gate: StoreGate
     /// Writes, registrations, rewrites, checks and closing, one at a time.
     package let writerLane: SerialLane
     /// Where reads run when they do not run on the calling thread.
@@ -153,33 +153,33 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        submitRead(singleStatement: false, body, completion: completion)
+    }
+
+    /// Admits a read and runs it: right here on a thread that may block (a task preferring
+    /// the store's executor) when it need not wait for a connection, which saves the hop
+    /// there and back; otherwise on the read queue, with a connection when the engine has them.
+    func submitRead<T: Sendable>(
+        singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
         do { try gate.enter() } catch { return completion(.failure(error)) }
-        // On a thread that may block (a task preferring the store's executor) a read that
-        // need not wait for a connection runs right here: no hop there and back.
-        if StoreExecutor.isCurrent {
-            if pool == nil {
-                let result = Result { try readNow(on: nil, singleStatement: false, body) }
+        guard let pool else {
+            if StoreExecutor.isCurrent {
+                let result = Result { try readNow(on: nil, singleStatement: singleStatement, body) }
                 gate.leave()
                 return completion(result)
             }
-            if let pool, let connection = pool.takeIdle() {
-                let result = Result { try readNow(on: connection, singleStatement: false, body) }
-                pool.checkIn(connection)
-                gate.leave()
-                return completion(result)
-            }
-        }
-        if let pool {
-            pool.checkOut { connection in
-                let result = Result { try self.readNow(on: connection, singleStatement: false, body) }
-                pool.checkIn(connection)
+            readQueue.async {
+                let result = Result { try self.readNow(on: nil, singleStatement: singleStatement, body) }
                 self.gate.leave()
                 completion(result)
             }
             return
         }
-        readQueue.async {
-            let result = Result { try self.readNow(on: nil, singleStatement: false, body) }
+        pool.checkOut { connection in
+            let result = Result { try self.readNow(on: connection, singleStatement: singleStatement, body) }
+            pool.checkIn(connection)
             self.gate.leave()
             completion(result)
         }
@@ -193,6 +193,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     ) throws -> T {
         try log.transaction("read") {
             var attempt = 0
+            var singleStatement = singleStatement
             while true {
                 let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement)
                 let value: T
@@ -205,8 +206,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
                         throw error
                     }
                     transaction.end()
-                    attempt += 1
-                    try prepareRetry(retry, attempt: attempt, fromReader: true)
+                    try prepareRead(retry, attempt: &attempt, singleStatement: &singleStatement)
                     continue
                 }
                 guard let retry = transaction.retry else {
@@ -214,10 +214,20 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
                     return value
                 }
                 transaction.end()
-                attempt += 1
-                try prepareRetry(retry, attempt: attempt, fromReader: true)
+                try prepareRead(retry, attempt: &attempt, singleStatement: &singleStatement)
             }
         }
+    }
+
+    /// Prepares a read's next attempt: as a transaction when it went on to a second
+    /// statement, otherwise through the engine on the writer's lane.
+    private func prepareRead(_ retry: EngineRetry, attempt: inout Int, singleStatement: inout Bool) throws {
+        if retry.inTransaction, singleStatement {
+            singleStatement = false
+            return
+        }
+        attempt += 1
+        try prepareRetry(retry, attempt: attempt, fromReader: true)
     }
 
     /// Has the engine prepare a transaction's next attempt on the writer's lane: a reader
@@ -489,34 +499,32 @@ extension EngineStore: ExecutorReadingStore {
     }
 }
 
+extension EngineStore: SingleStatementReadingStore {
+    /// Runs `body` as a read that should need one statement (see
+    /// ``StorageEngine/beginRead(on:singleStatement:)``).
+    @usableFromInline
+    package func submitSingleStatementRead<T: Sendable>(
+        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        submitRead(singleStatement: true, body, completion: completion)
+    }
+}
+
+extension EngineStore: SingleStatementExecutorReadingStore {
+    @usableFromInline
+    package func readOneStatementOnCallingThread(_ body: (any ReadTransaction) throws -> Void) throws -> Bool {
+        try readHere(singleStatement: true, body)
+    }
+}
+
 extension EngineStore: RowReadingStore {
     @usableFromInline
     package func submitRowRead(
         _ entity: EntityHandle, key: Value, visit: @escaping @Sendable (any ColumnReader) throws -> Void,
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
-        do { try gate.enter() } catch { return completion(.failure(error)) }
-        if StoreExecutor.isCurrent, pool == nil {
-            let result = Result { try readNow(on: nil, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) } }
-            gate.leave()
-            return completion(result)
-        }
-        if let pool {
-            pool.checkOut { connection in
-                let result = Result {
-                    try self.readNow(on: connection, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) }
-                }
-                pool.checkIn(connection)
-                self.gate.leave()
-                completion(result)
-            }
-            return
-        }
-        readQueue.async {
-            let result = Result { try self.readNow(on: nil, singleStatement: true) { try $0.fetchRow(entity, key: key, visit) } }
-            self.gate.leave()
-            completion(result)
-        }
+        submitRead(singleStatement: true, { try $0.fetchRow(entity, key: key, visit) }, completion: completion)
     }
 
     /// One row by key, as ``submitRowRead(_:key:visit:completion:)``, without retaining the

@@ -89,9 +89,12 @@ public protocol StorageEngine: AnyObject, Sendable {
     ///
     /// - Parameters:
     ///   - connection: The connection the read holds, or nil when the engine has none.
-    ///   - singleStatement: The read runs exactly one statement (a lookup by key): an
-    ///     engine whose single statement is its own snapshot may skip beginning a
-    ///     transaction.
+    ///   - singleStatement: The read should need one statement (a lookup by key, a
+    ///     controller's `fetchAll`, `count` or page): an engine whose single statement is its
+    ///     own snapshot may skip beginning a transaction. Should the body go on to a second
+    ///     statement, which would see another snapshot, the transaction refuses it and asks
+    ///     for ``EngineRetry/asTransaction``: the runtime begins the read again with
+    ///     `singleStatement` false.
     func beginRead(on connection: ReadConnection?, singleStatement: Bool) throws -> Reading
 
     /// Begins a write transaction. The runtime runs one at a time, and ends each with
@@ -145,15 +148,35 @@ extension StorageEngine {
 /// wrote may rest on the stale state. So a body must have no effect outside the
 /// transaction and what it returns. The runtime calls ``StorageEngine/prepareRetry(_:attempt:)``
 /// between the attempts.
+///
+/// A transaction may ask as soon as it begins (the engine found the schema changed while
+/// beginning it): its calls then throw, and it runs again once the engine is prepared.
 public struct EngineRetry: Sendable, Hashable, CustomStringConvertible {
     /// What the engine must mend, in words ("the memory map is full"), for logs; engines
     /// also tell their own requests apart by it.
     public var reason: String
+    /// Whether the read runs again as a transaction, with nothing to prepare: see
+    /// ``asTransaction``.
+    public let inTransaction: Bool
 
-    /// Creates a request to run the transaction again for `reason`.
+    /// Creates a request to run the transaction again for `reason`, after
+    /// ``StorageEngine/prepareRetry(_:attempt:)``.
     public init(reason: String) {
         self.reason = reason
+        self.inTransaction = false
     }
+
+    private init(inTransactionBecause reason: String) {
+        self.reason = reason
+        self.inTransaction = true
+    }
+
+    /// A read begun with `singleStatement` (see ``StorageEngine/beginRead(on:singleStatement:)``)
+    /// went on to a second statement: the runtime ends it and begins it again with
+    /// `singleStatement` false, so that its statements share one snapshot. Nothing is
+    /// prepared (``StorageEngine/prepareRetry(_:attempt:)`` is not called) and it does not
+    /// count as an attempt.
+    public static let asTransaction = EngineRetry(inTransactionBecause: "the read went on to a second statement")
 
     public var description: String { reason }
 }

@@ -2,7 +2,7 @@ import DepotCore
 import Foundation
 
 // Opening read-only (`Options.readOnly`): the bookkeeping is read, never created.
-extension SQLiteStore {
+extension SQLiteEngine {
     /// Reads the stored entity descriptions of a file opened read-only, refusing a file that
     /// has no Depot bookkeeping (a new, empty database, or one whose store was never
     /// created) instead of creating it.

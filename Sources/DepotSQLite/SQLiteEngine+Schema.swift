@@ -5,17 +5,13 @@ import Foundation
 import NIOConcurrencyHelpers
 
 // Registration: creating tables and indexes, additive migrations, the stored descriptions.
-extension SQLiteStore {
+extension SQLiteEngine {
     // MARK: Registration
 
-    /// Creates or migrates the tables of `entities` on the writer, in submission order with
-    /// the writes.
-    public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
-    ) {
-        writerLane.submit(admittedBy: gate, closed: DepotError.closed("SQLite store at \(path)"), {
-            Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-        }, completion: completion)
+    /// Creates or migrates the tables of `entities`, and records their descriptions in
+    /// `depot_entities`, in one transaction on the writer.
+    public func register(_ entities: [EntityDescription]) throws -> [EntityHandle] {
+        try registerNow(entities)
     }
 
     func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
@@ -25,7 +21,7 @@ extension SQLiteStore {
         if entities.allSatisfy({ current[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
-        if options.readOnly { throw DepotError.readOnly("SQLite store at \(path)") }
+        if options.readOnly { throw DepotError.readOnly(storeDescription) }
         let serial = state.withLockedValue { s in
             defer { s.nextSerial += entities.count }
             return s.nextSerial
@@ -232,22 +228,17 @@ extension SQLiteStore {
     }
 }
 
-extension SQLiteStore: SchemaRewritingStore {
+extension SQLiteEngine {
     /// Creates the new table beside the old one, copies the transformed rows into it, drops
     /// the old table and renames the new one, then rebuilds the indexes and the stored
     /// description and records the step, all in one transaction (foreign keys off meanwhile,
     /// as for any schema change; the new table's references are checked with
     /// `foreign_key_check` before the commit).
     public func rewrite(
-        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
-        ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle? {
-        if options.readOnly { throw DepotError.readOnly("SQLite store at \(path)") }
-        return try await writerLane.run(admittedBy: gate, closed: DepotError.closed("SQLite store at \(path)")) {
-            try self.log.loggingFailure("rewriting \(name)") {
-                try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
-            }
-        }
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row,
+        ledger: EntityHandle
+    ) throws -> EntityHandle? {
+        try rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
     }
 
     private func rewriteNow(
@@ -278,8 +269,6 @@ extension SQLiteStore: SchemaRewritingStore {
             s.tables.registry = current
             s.verifiedCookie = cookie
         }
-        changes.publishTouched([name, entity.name, ledger.name])
-        log.logger.info("Entity rewritten by a migration step", metadata: ["depot.entity": .string(name), "depot.newName": .string(entity.name)])
         return handle
     }
 

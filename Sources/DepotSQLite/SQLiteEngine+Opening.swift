@@ -3,7 +3,7 @@ package import DepotCore
 import Foundation
 
 // Opening a file: the directory, the header and ownership checks, the bookkeeping tables.
-extension SQLiteStore {
+extension SQLiteEngine {
     static func createDirectory(_ url: URL) throws(DepotError) {
         do {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)

@@ -14,12 +14,9 @@ import Foundation
 // run, and one prepared after it is new), so single-statement reads pay nothing while the
 // schema stands still. When the cookie moved, the registry takes the stored descriptions:
 // an entity another process migrated gets a new generation, and handles of its old layout
-// are refused with `schemaMismatch` (a read runs again first, with the reloaded registry).
-extension SQLiteStore {
-    /// How often one read follows schema changes before it gives up with the
-    /// `schemaMismatch` it met.
-    static let schemaReloads = 8
-
+// are refused with `schemaMismatch` (a read asks the store runtime to run it again first,
+// with the reloaded registry: `EngineRetry`).
+extension SQLiteEngine {
     /// Verifies the registry against the file's schema cookie in the writer's current
     /// transaction, reloading the stored descriptions when the cookie moved. Runs on the
     /// writer's lane.
@@ -64,37 +61,13 @@ extension SQLiteStore {
 
     /// The watch a reader connection runs after the first step of a statement SQLite
     /// prepared or re-prepared: when the file's schema moved past the verified one, the
-    /// writer reloads the registry and the read runs again.
+    /// read stops, and its transaction asks for the registry to be reloaded (on the writer's
+    /// lane) and for the read to run again.
     func watchSchema(_ connection: Connection) throws(DepotError) {
         let cookie = try connection.schemaCookie()
         guard cookie != state.withLockedValue({ $0.verifiedCookie }) else { return }
-        do {
-            try writerLane.runAndWait { () throws in
-                try self.writer.run(key: Keys.begin, "BEGIN")
-                defer { self.rollback(self.writer) }
-                try self.verifySchemaOnWriter()
-            }
-        } catch {
-            throw (error as? DepotError) ?? DepotError(.backend, "Reloading the schema of \(path): \(error)")
-        }
-        connection.schemaReloaded = true
+        connection.schemaMoved = true
         throw DepotError(.schemaMismatch, "The schema of \(path) was changed by another process while this read ran; the read runs again with the new schema.")
-    }
-
-    /// Runs a read on `connection`, and again (up to ``schemaReloads`` times) when it met a
-    /// schema change that the registry has been reloaded for.
-    func retryingAfterSchemaChange<T>(on connection: Connection, _ body: () throws -> T) throws -> T {
-        var attempts = 0
-        while true {
-            do {
-                return try body()
-            } catch {
-                let reloaded = connection.schemaReloaded
-                connection.schemaReloaded = false
-                attempts += 1
-                guard reloaded, attempts < Self.schemaReloads else { throw error }
-            }
-        }
     }
 
     /// A stored description, decoded and validated; `storeCorrupted` when it cannot be.
