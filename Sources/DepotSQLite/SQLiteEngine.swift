@@ -103,8 +103,10 @@ public final class SQLiteEngine: StorageEngine {
     public var location: String { isInMemory ? ":memory:" : path }
     /// Whether the store was opened with ``Options/readOnly``.
     public var isReadOnly: Bool { options.readOnly }
-    /// Reads and writes block (I/O, locks); queued writes share one commit.
-    public var traits: EngineTraits { EngineTraits(groupsWrites: true) }
+    /// Reads and writes block (I/O, locks); queued writes share one commit; the writer's
+    /// lane runs on a concurrent queue's threads, so a task a write resumes usually goes on
+    /// on the thread that ran it.
+    public var traits: EngineTraits { EngineTraits(groupsWrites: true, writerOnConcurrentQueue: true) }
     /// The reader connections: one read at a time each.
     public var readConnections: [Reader] { readers }
     let log: StoreLog
