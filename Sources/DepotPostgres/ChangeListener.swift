@@ -11,7 +11,7 @@ import NIOConcurrencyHelpers
 /// (PostgreSQL takes under 8,000 bytes) names only the entities it touched, which
 /// observers read again. A thread of the store waits on the listener connection's socket
 /// and publishes other stores' payloads into the store's `ChangeFeed`.
-extension PostgresStore {
+extension PostgresEngine {
     /// How this store's own notifications begin.
     var ownPayloadPrefix: String { "{\"i\":" + Self.quotedJSON(instance) }
 
@@ -30,10 +30,6 @@ extension PostgresStore {
     func notify(_ recorder: ChangeRecorder) throws(DepotError) {
         guard let step = notification(recorder) else { return }
         _ = try writer.run([step])
-    }
-
-    func publishLocally(_ recorder: ChangeRecorder) {
-        changes.publish(recorder)
     }
 
     /// The notification of a write, written by hand (JSONSerialization cost more than the
@@ -112,11 +108,12 @@ extension PostgresStore {
     /// connection, or a payload that could not list them).
     func announceEverything() {
         let names = tables.names
-        writerLane.submit { self.changes.publishTouched(names) }
+        runtime.withLockedValue { $0 }?.publishTouched(names)
     }
 
-    /// Publishes one received payload, unless this store sent it, on the writer's lane:
-    /// the feed delivers commits one at a time, in order, whoever made them.
+    /// Publishes one received payload, unless this store sent it, through the runtime, which
+    /// orders it with the store's own commits: the feed delivers commits one at a time, in
+    /// order, whoever made them.
     func received(_ payload: String) {
         // This store's own writes come back too: skip them before parsing anything.
         if payload.hasPrefix(ownPayloadPrefix) { return }
@@ -131,10 +128,9 @@ extension PostgresStore {
                 guard let kind = Change.Kind(rawValue: entry[1]), let key = Self.decode(entry[2]) else { continue }
                 list.append(Change(entity: entry[0], key: key, kind: kind))
             }
-            let changes = list
-            writerLane.submit { self.changes.publish(changes) }
+            runtime.withLockedValue { $0 }?.publish(list)
         } else if let entities = object["t"] as? [String] {
-            writerLane.submit { self.changes.publishTouched(entities) }
+            runtime.withLockedValue { $0 }?.publishTouched(entities)
         }
     }
 }
@@ -149,11 +145,11 @@ final class ChangeListener: Sendable {
         self.connection = connection
     }
 
-    func start(store: PostgresStore) {
+    func start(engine: PostgresEngine) {
         let connection = self.connection
         let stopped = self.stopped
         let finished = self.finished
-        let thread = Thread { [weak store] in
+        let thread = Thread { [weak engine] in
             Thread.current.name = "depot.postgres.listen"
             var listened = false
             // Listening all the time, not only while observed: an observer that starts
@@ -179,13 +175,13 @@ final class ChangeListener: Sendable {
                     continue
                 }
                 if !listening {
-                    guard let channel = store?.channel else { break }
+                    guard let channel = engine?.channel else { break }
                     guard (try? connection.execute("LISTEN \(quoted(channel))")) != nil else {
                         usleep(200_000)
                         continue
                     }
                     // After a reconnect: whatever other servers wrote meanwhile was not heard.
-                    if listened { store?.announceEverything() }
+                    if listened { engine?.announceEverything() }
                     listening = true
                     listened = true
                 }
@@ -193,12 +189,12 @@ final class ChangeListener: Sendable {
                 // Wakes at least every 100 ms to see whether the store is closing.
                 let ready = poll(&descriptor, 1, 100)
                 if ready < 0 && errno != EINTR { break }
-                guard let store else { break }
+                guard let engine else { break }
                 // Also when nothing arrived: libpq may hold notifications it read already.
-                let heard = connection.notifications().filter { $0.channel == store.channel }
-                if heard.contains(where: { !$0.payload.hasPrefix(store.ownPayloadPrefix) }) { store.noteHeardCommits(on: connection) }
+                let heard = connection.notifications().filter { $0.channel == engine.channel }
+                if heard.contains(where: { !$0.payload.hasPrefix(engine.ownPayloadPrefix) }) { engine.noteHeardCommits(on: connection) }
                 for notification in heard {
-                    store.received(notification.payload)
+                    engine.received(notification.payload)
                 }
             }
             finished.signal()

@@ -34,7 +34,7 @@ final class PGConnection: @unchecked Sendable {
     /// The last failure's SQLSTATE, for the write loop's retry decision.
     var lastFailure: PGFailure?
     /// Set when a statement found the session gone (the server restarted, failed over, or
-    /// ended it); cleared by ``PostgresStore/healthy(_:)`` before each operation. The store
+    /// ended it); cleared by `PostgresEngine.healthy(_:)` before each operation. The store
     /// runs a read again on the connection made afresh, and a write whose COMMIT was not
     /// sent (``commitSent``): the server rolled back what the lost session had begun.
     var lost = false
@@ -55,7 +55,7 @@ final class PGConnection: @unchecked Sendable {
     /// Keeps the connection string's password out of messages.
     let redaction: PGRedaction
 
-    /// The store's schema-version check (see `PostgresStore+SchemaWatch.swift`): called
+    /// The store's schema-version check (see `PostgresEngine+SchemaWatch.swift`): called
     /// with the version the probe read (nil when the store records none), in the same
     /// round trip as the transaction's first statement; throws when the schema moved.
     var schemaCheck: ((PGConnection, String?) throws(DepotError) -> Void)?

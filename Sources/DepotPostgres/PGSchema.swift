@@ -14,13 +14,13 @@ final class RegisteredEntity: Sendable {
     let statements: SQLKeyStatements<PostgresDialect>
     let upsert: String
     /// The same writes as one autocommit statement each, carrying their change notification
-    /// and the schema-version guard (see `PostgresStore+SingleStatement.swift`).
+    /// and the schema-version guard (see `PostgresEngine+SingleStatement.swift`).
     let single: SingleStatements
     /// Whether a write can violate a UNIQUE constraint other than the key's (which inserts
     /// avoid with ON CONFLICT): such writes run inside a savepoint (see PostgresTransaction).
     let hasUniqueAttributes: Bool
     /// How this entity's last upsert went (inserted or updated): a held-back upsert is
-    /// answered so (see `PostgresStore+SingleStatement.swift`).
+    /// answered so (see `PostgresEngine+SingleStatement.swift`).
     let upsertsInsert = Atomic<Bool>(true)
 
     /// A write of one record as one autocommit statement: a data-modifying CTE that writes

@@ -5,35 +5,47 @@ import Logging
 // What Depot's own tests look at inside a PostgreSQL store: package members, so the tests
 // need no `@testable import`. The connections stay internal; these read what the tests
 // count on them.
-extension PostgresStore {
+extension EngineStore where Engine == PostgresEngine {
     /// The exchanges the writer connection has had with the server (see
     /// `PGConnection.roundTrips`). Read between the store's calls, not during one.
-    package var writerRoundTrips: Int { writer.roundTrips }
+    package var writerRoundTrips: Int { engine.writer.roundTrips }
+
+    /// The exchanges the connections to the primary (the writer's, and the one that serves
+    /// reads a standby cannot serve yet) have had with the server, summed.
+    package var primaryRoundTrips: Int { engine.writer.roundTrips + (engine.primaryReader?.roundTrips ?? 0) }
 
     /// The exchanges the read connections have had with the server, summed.
-    package var readerRoundTrips: Int { readers.reduce(0) { $0 + $1.roundTrips } }
+    package var readerRoundTrips: Int { engine.readers.reduce(0) { $0 + $1.roundTrips } }
 
     /// Whether each read connection is inside a transaction (or has an answer to read).
-    package var readersInTransaction: [Bool] { readers.map(\.isInTransaction) }
+    package var readersInTransaction: [Bool] { engine.readers.map(\.isInTransaction) }
 
     /// Whether each read connection was found on a standby when it opened.
-    package var readersOnStandby: [Bool] { readers.map(\.onStandby) }
+    package var readersOnStandby: [Bool] { engine.readers.map(\.onStandby) }
 
     /// Whether the store's URL names several hosts, so that reads may go to standbys.
-    package var routesToStandbys: Bool { hasStandbys }
+    package var routesToStandbys: Bool { engine.hasStandbys }
 
     /// Asks the server whether the writer connection is on a standby, now.
     package func writerIsOnStandby() throws(DepotError) -> Bool {
-        try writer.readRecoveryState()
-        return writer.onStandby
+        try engine.writer.readRecoveryState()
+        return engine.writer.onStandby
+    }
+
+    /// Runs `body` with the engine on the writer's lane, between the store's transactions.
+    private func onWriter<T: Sendable>(_ body: @escaping @Sendable (PostgresEngine) throws -> T) async throws -> T {
+        try await writerLane.run(admittedBy: gate, closed: DepotError.closed(engine.storeDescription)) {
+            self.engine.healthy(self.engine.writer)
+            return try body(self.engine)
+        }
     }
 
     /// Runs `sql` on the writer connection, between the store's transactions, and returns
     /// its rows' first column as text (for looking at the catalogs, or changing what a
     /// test needs changed underneath the store).
     package func executeOnWriter(_ sql: String) async throws -> [String] {
-        try await onWriter("running a test's statement") { () throws -> [String] in
-            let result = try self.writer.query(sql, [], "Running a test's statement")
+        try await onWriter { engine throws -> [String] in
+            let result = try engine.writer.query(sql, [], "Running a test's statement")
             guard result.columnCount > 0 else { return [] }
             return (0..<result.rowCount).map { result.text($0, 0) }
         }
@@ -67,8 +79,8 @@ extension PostgresStore {
         let table = RegisteredEntity(entity: query.entity)
         let statement = counting ? try PGQueryCompiler.count(query, table: table) : try PGQueryCompiler.select(query, table: table)
         let (sql, parameters) = (statement.sql, statement.parameters)
-        let plan = try await onWriter("explaining a test's statement") { () throws -> String in
-            let result = try self.writer.query("EXPLAIN (FORMAT JSON) " + sql, parameters, "Explaining a test's statement")
+        let plan = try await onWriter { engine throws -> String in
+            let result = try engine.writer.query("EXPLAIN (FORMAT JSON) " + sql, parameters, "Explaining a test's statement")
             return String(decoding: result.bytes(0, 0), as: UTF8.self)
         }
         return (sql, plan)
@@ -76,7 +88,7 @@ extension PostgresStore {
 
     /// How many statements each connection's cache holds: the writer's, then each reader's.
     package var cachedStatements: (writer: Int, readers: [Int]) {
-        (writer.statements.count, readers.map(\.statements.count))
+        (engine.writer.statements.count, engine.readers.map(\.statements.count))
     }
 
     /// How many statements a connection caches at most.
@@ -84,16 +96,17 @@ extension PostgresStore {
 
     /// How many statements the server has prepared in the session of the writer connection.
     package func serverPreparedOnWriter() async throws -> Int {
-        try await onWriter("counting prepared statements") { () throws -> Int in try PostgresTestConnection.serverPrepared(self.writer) }
+        try await onWriter { engine throws -> Int in try PostgresTestConnection.serverPrepared(engine.writer) }
     }
 
     /// How many statements the server has prepared in the session of a read connection
     /// (the next one the pool hands out).
     package func serverPreparedOnReader() async throws -> Int {
         try await withCheckedThrowingContinuation { continuation in
+            guard let pool else { return continuation.resume(throwing: DepotError(.backend, "The store has no read connections.")) }
             pool.checkOut { connection in
-                continuation.resume(with: Result { try PostgresTestConnection.serverPrepared(connection) })
-                self.pool.checkIn(connection)
+                continuation.resume(with: Result { try PostgresTestConnection.serverPrepared(connection.connection) })
+                pool.checkIn(connection)
             }
         }
     }

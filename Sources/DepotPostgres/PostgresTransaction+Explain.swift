@@ -1,4 +1,4 @@
-import DepotCore
+public import DepotCore
 import Foundation
 
 extension PostgresTransaction {
@@ -7,8 +7,10 @@ extension PostgresTransaction {
     /// whether a Sort node orders the rows, whether a Filter checks them, and the planner's
     /// row estimate; with `analyze`, `EXPLAIN ANALYZE` runs the query and the plan says how
     /// many rows the scans returned.
-    func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
+    public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         if isFinished { throw DepotError.transactionEnded }
+        // An explanation may run more than one statement: in a transaction.
+        try needsTransaction()
         let table = try tables.resolve(query.handle)
         let compiled = try PGQueryCompiler.select(query, table: table)
         let options = analyze ? "ANALYZE, FORMAT JSON" : "FORMAT JSON"

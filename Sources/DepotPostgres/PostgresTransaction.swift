@@ -1,21 +1,58 @@
 import CLibPQ
-import DepotCore
+public import DepotCore
 import Foundation
 
-/// A read or write transaction on one connection. The store begins and ends the SQL
-/// transaction around the closure; this object only runs statements inside it.
-final class PostgresTransaction: WriteTransaction {
+/// A read of ``PostgresEngine`` on one connection: in a `REPEATABLE READ READ ONLY`
+/// transaction, or, for a read of one statement, alone in autocommit mode, its own snapshot.
+/// The engine's writes run their statements through one too.
+public final class PostgresTransaction: EngineReadTransaction, WriteTransaction {
     let connection: PGConnection
     let tables: EntityRegistry<RegisteredEntity>
     let writable: Bool
     var recorder: ChangeRecorder
     var isFinished = false
+    /// Whether the engine began an SQL transaction for the read (and ends it in ``end()``).
+    var explicit = false
+    /// A read of one statement in autocommit mode: its first statement runs; a second is
+    /// refused and the read asks to run again as a transaction (``EngineRetry/asTransaction``).
+    var oneStatement = false
+    private var ranStatement = false
+    /// Whether a read of one statement went on to another.
+    private(set) var wantedAnother = false
+    /// What the previous run of the read asked for, and how many runs came before.
+    var after: EngineRetry?
+    var attempt = 0
+    /// Whether the read holds the engine's connection to the primary (see
+    /// `PostgresEngine.primaryReader`), which ``end()`` gives back.
+    var releasesPrimary: DispatchSemaphore?
+
+    /// The refusal of a second statement in a read of one statement.
+    struct SecondStatement: Error {}
 
     init(connection: PGConnection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false)) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
         self.recorder = recorder
+    }
+
+    /// Counts a statement of a read of one statement, refusing the second.
+    @inline(__always)
+    func startStatement() throws {
+        guard oneStatement else { return }
+        if ranStatement {
+            wantedAnother = true
+            throw SecondStatement()
+        }
+        ranStatement = true
+    }
+
+    /// Refuses, in a read of one statement, what takes more than one (an aggregate with
+    /// double sums, an explanation): the read runs again as a transaction.
+    func needsTransaction() throws {
+        guard oneStatement else { return }
+        wantedAnother = true
+        throw SecondStatement()
     }
 
     @inline(__always)
@@ -31,8 +68,10 @@ final class PostgresTransaction: WriteTransaction {
 
     // MARK: ReadTransaction
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    /// The rows `query` selects, in its order.
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
+        try startStatement()
         if query.limit == 0 { return }
         let compiled = try PGQueryCompiler.select(query, table: table)
         let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Fetching \(table.entity.name) records")
@@ -45,8 +84,10 @@ final class PostgresTransaction: WriteTransaction {
         }
     }
 
-    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    /// The row of `entity` whose key is `key`, when there is one.
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
+        try startStatement()
         guard key.type == table.keyType else { return false }
         let result = try connection.query(
             table.selectByKey, [.value(key)], prepare: true, "Reading a \(entity.name) record")
@@ -55,8 +96,10 @@ final class PostgresTransaction: WriteTransaction {
         return true
     }
 
-    func count(_ query: Query) throws -> Int {
+    /// How many rows `query` selects.
+    public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
+        try startStatement()
         let compiled = try PGQueryCompiler.count(query, table: table)
         let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Counting \(table.entity.name) records")
         guard result.rowCount > 0 else { return 0 }
@@ -66,8 +109,11 @@ final class PostgresTransaction: WriteTransaction {
     /// Computed by the server (``PGQueryCompiler/aggregate(_:table:)``), so a count or a
     /// sum over a large table sends one row per group (per group and binary exponent for
     /// double sums, finished with Depot's exactly rounded sum), not every record.
-    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+    public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
+        // Sums and averages of doubles take a statement of their own beside the main one,
+        // and both must read one snapshot: in a transaction, as every aggregate is.
+        try needsTransaction()
         let compiled = try PGQueryCompiler.aggregate(query, table: table)
         let entity = query.entity
         let keyCount = query.groupBy.count
@@ -246,7 +292,8 @@ final class PostgresTransaction: WriteTransaction {
         }
     }
 
-    func insert(_ row: Row, into entity: EntityHandle) throws {
+    /// Inserts `row`; a key or unique value already present is refused.
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
         let table = try writableTable(entity)
         // ON CONFLICT on the key: a duplicate key is reported without aborting the
         // transaction.
@@ -259,7 +306,8 @@ final class PostgresTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: key, existedBefore: false, existsAfter: true)
     }
 
-    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    /// Inserts `row`, or replaces the row with its key; returns whether it inserted.
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         let result = try runWrite(table.upsert, try params(row, table: table), row: row, table: table, what: "Saving")
         let inserted = result.bool(0, 0)
@@ -267,7 +315,8 @@ final class PostgresTransaction: WriteTransaction {
         return inserted
     }
 
-    func update(_ row: Row, in entity: EntityHandle) throws {
+    /// Replaces the row with `row`'s key; a missing row is refused.
+    public func update(_ row: Row, in entity: EntityHandle) throws {
         let table = try writableTable(entity)
         let result = try runWrite(table.update, try params(row, table: table), row: row, table: table, what: "Updating")
         let key = row[value: table.keyIndex]
@@ -277,7 +326,8 @@ final class PostgresTransaction: WriteTransaction {
         recorder.record(entity: entity.name, key: key, existedBefore: true, existsAfter: true)
     }
 
-    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    /// Deletes the row whose key is `key`; returns whether there was one.
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         let table = try writableTable(entity)
         guard key.type == table.keyType else { return false }
         let result = try connection.query(
@@ -287,7 +337,8 @@ final class PostgresTransaction: WriteTransaction {
         return deleted
     }
 
-    func delete(_ query: Query) throws -> Int {
+    /// Deletes the rows `query` selects; returns how many.
+    public func delete(_ query: Query) throws -> Int {
         let table = try writableTable(query.handle)
         if query.limit == 0 { return 0 }
         let compiled = try PGQueryCompiler.delete(query, table: table, returningKeys: true)

@@ -38,7 +38,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     /// Where reads run when they do not run on the calling thread.
     let readQueue: DispatchQueue
     /// The engine's read connections; nil when its reads need none.
-    let pool: ReaderPool<Engine.ReadConnection>?
+    package let pool: ReaderPool<Engine.ReadConnection>?
     private let storeDescription: String
 
     /// Runs a store on `engine`.
@@ -56,8 +56,18 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
         let readQueue = DispatchQueue(label: "depot.\(engine.backendName).readers", attributes: .concurrent)
         self.readQueue = readQueue
         let connections = engine.readConnections
-        self.pool = connections.isEmpty ? nil : ReaderPool(connections, telemetry: log.telemetry, queue: { _ in readQueue })
+        self.pool = connections.isEmpty ? nil : ReaderPool(connections, telemetry: log.telemetry, queue: { engine.readQueue(for: $0) ?? readQueue })
         log.opened(engine.backendName, at: engine.location)
+        // Weakly: the engine outlives no store, and must not keep its store alive.
+        engine.start(EngineRuntime(
+            publish: { [weak self] changes in
+                guard let store = self else { return }
+                store.writerLane.submit { store.changes.publish(changes) }
+            },
+            publishTouched: { [weak self] entities in
+                guard let store = self else { return }
+                store.writerLane.submit { store.changes.publishTouched(entities) }
+            }))
     }
 
     /// A store released without ``close()`` still closes its engine, which may be blocking
@@ -193,9 +203,12 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
     ) throws -> T {
         try log.transaction("read") {
             var attempt = 0
+            var runs = 0
+            var previous: EngineRetry?
             var singleStatement = singleStatement
             while true {
-                let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement)
+                let transaction = try engine.beginRead(on: connection, singleStatement: singleStatement, after: previous, attempt: runs)
+                runs += 1
                 let value: T
                 do {
                     value = try body(transaction)
@@ -207,6 +220,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
                     }
                     transaction.end()
                     try prepareRead(retry, attempt: &attempt, singleStatement: &singleStatement)
+                    previous = retry
                     continue
                 }
                 guard let retry = transaction.retry else {
@@ -215,6 +229,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
                 }
                 transaction.end()
                 try prepareRead(retry, attempt: &attempt, singleStatement: &singleStatement)
+                previous = retry
             }
         }
     }
@@ -333,8 +348,9 @@ extension EngineStore: WriteGroupRunner {
         defer { gate.leave() }
         try log.transaction("write") {
             var attempt = 0
+            var previous: EngineRetry?
             while true {
-                let transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+                let transaction = try engine.beginWrite(recordingKeys: changes.isObserved, after: previous, attempt: attempt)
                 let retry: EngineRetry
                 do {
                     try ReferenceEnforcement.run(transaction, transaction.relationships) { try write.perform($0) }
@@ -355,6 +371,7 @@ extension EngineStore: WriteGroupRunner {
                 transaction.rollback()
                 attempt += 1
                 try prepareRetry(retry, attempt: attempt, fromReader: false)
+                previous = retry
             }
         }
     }
@@ -370,10 +387,11 @@ extension EngineStore: WriteGroupRunner {
         }
         defer { gate.leave() }
         var attempt = 0
+        var previous: EngineRetry?
         attempts: while true {
             let transaction: Engine.Writing
             do {
-                transaction = try engine.beginWrite(recordingKeys: changes.isObserved)
+                transaction = try engine.beginWrite(recordingKeys: changes.isObserved, after: previous, attempt: attempt)
             } catch {
                 for write in group { write.complete(failure: error) }
                 return []
@@ -393,7 +411,10 @@ extension EngineStore: WriteGroupRunner {
                         outcomes.append((write, try transaction.releaseSavepoint(), nil))
                         continue
                     }
-                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
+                    if retryGroup(group, transaction, retry, attempt: &attempt) {
+                        previous = retry
+                        continue attempts
+                    }
                     return []
                 } catch {
                     guard let retry = transaction.retry else {
@@ -411,7 +432,10 @@ extension EngineStore: WriteGroupRunner {
                         write.complete(failure: error)
                         return group[index...]
                     }
-                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
+                    if retryGroup(group, transaction, retry, attempt: &attempt) {
+                        previous = retry
+                        continue attempts
+                    }
                     return []
                 }
             }
@@ -419,7 +443,10 @@ extension EngineStore: WriteGroupRunner {
                 _ = try transaction.commit()
             } catch {
                 if let retry = transaction.retry {
-                    if retryGroup(group, transaction, retry, attempt: &attempt) { continue attempts }
+                    if retryGroup(group, transaction, retry, attempt: &attempt) {
+                        previous = retry
+                        continue attempts
+                    }
                     return []
                 }
                 transaction.rollback()

@@ -1,3 +1,5 @@
+public import Dispatch
+
 /// What only a storage engine can do: keep rows, in transactions.
 ///
 /// A backend is an engine under ``EngineStore``, Depot's one implementation of ``Store``.
@@ -97,12 +99,45 @@ public protocol StorageEngine: AnyObject, Sendable {
     ///     `singleStatement` false.
     func beginRead(on connection: ReadConnection?, singleStatement: Bool) throws -> Reading
 
+    /// Begins a read that runs again, after the transaction of its `attempt`-th run asked
+    /// for `retry`: what the runtime calls. The default calls
+    /// ``beginRead(on:singleStatement:)``; an engine whose reads begin differently when
+    /// they run again (on a connection made afresh, in a transaction rather than in
+    /// autocommit mode) implements this, and reads `retry` and `attempt` to decide, and to
+    /// stop asking.
+    ///
+    /// - Parameters:
+    ///   - connection: The connection the read holds, the same on every run of one read.
+    ///   - singleStatement: See ``beginRead(on:singleStatement:)``.
+    ///   - retry: What the previous run asked for; nil on the first run.
+    ///   - attempt: How many times the read ran before; 0 on the first run.
+    func beginRead(on connection: ReadConnection?, singleStatement: Bool, after retry: EngineRetry?, attempt: Int) throws -> Reading
+
     /// Begins a write transaction. The runtime runs one at a time, and ends each with
     /// ``EngineWriteTransaction/commit()`` or ``EngineWriteTransaction/rollback()``.
     ///
     /// - Parameter recordingKeys: Record each written key for the change feed (someone
     ///   observes it); otherwise record only which entities were touched.
     func beginWrite(recordingKeys: Bool) throws -> Writing
+
+    /// Begins a write transaction that runs again, after its `attempt`-th run asked for
+    /// `retry`: what the runtime calls. The default calls ``beginWrite(recordingKeys:)``.
+    ///
+    /// - Parameters:
+    ///   - recordingKeys: See ``beginWrite(recordingKeys:)``.
+    ///   - retry: What the previous run asked for; nil on the first run.
+    ///   - attempt: How many times the transaction ran before; 0 on the first run.
+    func beginWrite(recordingKeys: Bool, after retry: EngineRetry?, attempt: Int) throws -> Writing
+
+    /// The queue the reads on `connection` run on; nil (the default) for the runtime's
+    /// shared concurrent read queue. An engine whose connections each want a serial queue
+    /// of their own (a client library that blocks on a socket) returns it here.
+    func readQueue(for connection: ReadConnection) -> DispatchQueue?
+
+    /// Called once, when the runtime starts running the engine, with what the engine may
+    /// ask of the runtime afterwards: publishing changes other processes committed. The
+    /// default does nothing.
+    func start(_ runtime: EngineRuntime)
 
     /// Problems found in the stored data, in words; empty when there are none. The default
     /// finds none: the runtime's own checks (references, unique values) run on every store.
@@ -127,6 +162,22 @@ public protocol StorageEngine: AnyObject, Sendable {
 }
 
 extension StorageEngine {
+    /// Begins the read as its first run does.
+    public func beginRead(on connection: ReadConnection?, singleStatement: Bool, after retry: EngineRetry?, attempt: Int) throws -> Reading {
+        try beginRead(on: connection, singleStatement: singleStatement)
+    }
+
+    /// Begins the write as its first run does.
+    public func beginWrite(recordingKeys: Bool, after retry: EngineRetry?, attempt: Int) throws -> Writing {
+        try beginWrite(recordingKeys: recordingKeys)
+    }
+
+    /// The runtime's shared read queue.
+    public func readQueue(for connection: ReadConnection) -> DispatchQueue? { nil }
+
+    /// Asks nothing of the runtime.
+    public func start(_ runtime: EngineRuntime) {}
+
     /// The entities registered in this process: an engine without files holds no others.
     public func storedEntities() throws -> [EntityHandle] { try entities() }
 
@@ -285,4 +336,27 @@ extension EngineWriteTransaction {
     public func releaseSavepoint() throws -> ChangeRecorder { try savepoint(); return ChangeRecorder() }
     /// Fails as ``savepoint()`` does.
     public func rollbackToSavepoint() throws { try savepoint() }
+}
+
+/// What an engine may ask of the store runtime it runs under (``StorageEngine/start(_:)``).
+///
+/// It holds the store weakly: once the store is gone, asking does nothing.
+public struct EngineRuntime: Sendable {
+    private let publishChanges: @Sendable ([Change]) -> Void
+    private let publishEntities: @Sendable ([String]) -> Void
+
+    /// Creates a runtime handle from what the runtime does for each request.
+    public init(publish: @escaping @Sendable ([Change]) -> Void, publishTouched: @escaping @Sendable ([String]) -> Void) {
+        self.publishChanges = publish
+        self.publishEntities = publishTouched
+    }
+
+    /// Publishes changes another process (or another store on the same data) committed to
+    /// the store's observers, in order with the store's own commits.
+    public func publish(_ changes: [Change]) { publishChanges(changes) }
+
+    /// Tells the store's observers that `entities` changed in ways not known key by key
+    /// (another process's large write, or commits that may have been missed), in order with
+    /// the store's own commits: they read them again.
+    public func publishTouched(_ entities: [String]) { publishEntities(entities) }
 }

@@ -1,7 +1,7 @@
 import DepotCore
 
 // Opening read-only (`Options.readOnly`): the schema and Depot's tables must exist already.
-extension PostgresStore {
+extension PostgresEngine {
     /// Refuses a read-only open of a schema that is missing or lacks Depot's tables, before
     /// opening would create them.
     static func checkReadOnly(_ connection: PGConnection, options: Options, schemaExists: Bool) throws(DepotError) {

@@ -17,11 +17,12 @@ import Synchronization
 // position in the same round trip (`pg_current_wal_insert_lsn()` after the COMMIT, which
 // is past the commit's record). A reader on a standby that has not been seen to replay that
 // far asks it (`pg_last_wal_replay_lsn()`) until it has, for at most `standbyWait`; then the
-// primary serves the read. Schema changes are waited for under either consistency, since a
+// primary serves the read, on a connection of its own (`primaryReader`), one such read at a
+// time. Schema changes are waited for under either consistency, since a
 // standby behind one would serve the old layout. Other stores' commits heard on the listener
 // count as this store's writes (the listener reads the primary's position before publishing
 // them), so an observation's read after a commit sees that commit.
-extension PostgresStore {
+extension PostgresEngine {
     /// Whether `conninfo` names more than one host (libpq's own parse of it).
     static func namesSeveralHosts(_ conninfo: String) throws(DepotError) -> Bool {
         var failure: UnsafeMutablePointer<CChar>?
@@ -113,27 +114,6 @@ extension PostgresStore {
             // Short at first: a standby that keeps up replays a commit soon after it.
             usleep(pause)
             pause = min(pause * 2, 5_000)
-        }
-    }
-
-    /// Runs a read on the primary: on the writer, between writes.
-    func readOnPrimary<T: Sendable>(_ body: @escaping @Sendable (any ReadTransaction) throws -> T) throws -> T {
-        try writerLane.runAndWait { () throws -> T in
-            var reloads = 0
-            while true {
-                self.healthy(self.writer)
-                do {
-                    return try self.readInTransaction(on: self.writer, body)
-                } catch {
-                    // Another process changed the schema: reloaded here, on the writer's lane
-                    // already (retryingAfterSchemaChange would wait for this lane).
-                    guard self.writer.schemaReloadNeeded else { throw error }
-                    self.writer.schemaReloadNeeded = false
-                    reloads += 1
-                    guard reloads < Self.schemaReloads else { throw error }
-                    try self.reloadSchemaNow()
-                }
-            }
         }
     }
 }

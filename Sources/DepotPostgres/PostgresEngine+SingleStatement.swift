@@ -1,5 +1,5 @@
 import CLibPQ
-import DepotCore
+public import DepotCore
 import Foundation
 
 // One round trip for a write that is one statement.
@@ -7,7 +7,7 @@ import Foundation
 // A write reaches the store as a closure over a `WriteTransaction`, and the closure decides
 // what to do next from what each statement returned: the store cannot commit a statement in
 // its own round trip without knowing that no statement follows. So the closure runs against
-// a `DeferringTransaction`, which holds back its first write of a record by key and answers
+// a `PostgresWriteTransaction`, which holds back its first write of a record by key and answers
 // it at once as a write that takes effect is answered (an upsert: as the last upsert of
 // that entity went, inserted or updated).
 //
@@ -33,55 +33,30 @@ import Foundation
 // COMMIT does. The writer's sessions run with `default_transaction_isolation =
 // serializable`, so the autocommit statement is as serializable as the transaction it
 // replaces.
-extension PostgresStore {
-    /// Runs `body` as a write, in one autocommit statement when it is one write of a record
-    /// by key.
-    ///
-    /// A write held back that did not go as answered runs again held back once when it was
-    /// an upsert (now answered the other way); any other (a duplicate insert, an update or a
-    /// delete of nothing) runs in a transaction, which gives its error or its result.
-    func writeDeferring<T>(_ body: (any WriteTransaction) throws -> T) throws -> T {
-        for attempt in 0..<2 {
-            let tables = self.tables
-            let deferring = DeferringTransaction(
-                PostgresTransaction(connection: writer, tables: tables, writable: true, recorder: changes.makeRecorder(detailedAlways: true)))
-            let result: T
-            do {
-                result = try ReferenceEnforcement.run(deferring, tables.relationships, body)
-            } catch {
-                deferring.real.isFinished = true
-                if writer.isInTransaction { try? writer.execute("ROLLBACK") }
-                if deferring.misanswered {
-                    if attempt == 0, deferring.heldBackUpsert { continue }
-                    break
-                }
-                throw error
-            }
-            deferring.real.isFinished = true
-            if deferring.misanswered {
-                if writer.isInTransaction { try? writer.execute("ROLLBACK") }
-                if attempt == 0, deferring.heldBackUpsert { continue }
-                break
-            }
-            if deferring.begun {
-                try commit(deferring.real)
-                return result
-            }
-            // Nothing written: nothing to send.
-            guard let write = deferring.deferred else { return result }
-            if let recorder = try runSingle(write) {
-                publishLocally(recorder)
-                return result
-            }
-            if !deferring.heldBackUpsert { break }
-        }
+extension PostgresEngine {
+    /// Begins a write's first run: holding back its first write of a record by key.
+    public func beginWrite(recordingKeys: Bool) throws -> PostgresWriteTransaction {
+        try beginWrite(recordingKeys: recordingKeys, after: nil, attempt: 0)
+    }
+
+    /// Begins a write on the writer connection (made afresh first when its server went
+    /// away): holding back its first write of a record by key on its first run, and on the
+    /// second run of an upsert that went the other way; in a `SERIALIZABLE` transaction
+    /// from its start on any other run. Every write records each key it changes: other
+    /// processes are told, whether or not this one observes.
+    public func beginWrite(recordingKeys: Bool, after retry: EngineRetry?, attempt: Int) throws -> PostgresWriteTransaction {
+        healthy(writer)
         writer.lastFailure = nil
-        return try writeInTransaction(body)
+        writer.schemaReloadNeeded = false
+        let real = PostgresTransaction(connection: writer, tables: tables, writable: true, recorder: ChangeRecorder(detailed: true))
+        let write = PostgresWriteTransaction(real, engine: self, after: retry, attempt: attempt)
+        if retry != nil && retry != .misansweredUpsert { try write.beginNow() }
+        return write
     }
 
     /// Sends a held-back write as one autocommit statement; its change recorder when it took
     /// effect as it was answered, nil when it took no effect.
-    private func runSingle(_ write: SingleWrite) throws -> ChangeRecorder? {
+    func runSingle(_ write: SingleWrite) throws -> ChangeRecorder? {
         // A session the server ended while it sat idle (a restart) shows here, before the
         // write goes out: once it has gone out, a failure leaves its fate unknown.
         writer.noticeIdleLoss()
@@ -89,7 +64,7 @@ extension PostgresStore {
         guard !writer.isBroken, !writer.isInTransaction else { return nil }
         let table = write.table
         let verified = state.withLockedValue { $0.verifiedVersion }
-        var recorder = changes.makeRecorder(detailedAlways: true)
+        var recorder = ChangeRecorder(detailed: true)
         let sql: String, params: [PGParam], what: String
         switch write.kind {
         case .insert, .upsert(inserting: true):
@@ -144,8 +119,8 @@ extension PostgresStore {
     }
 
     /// Ends a write whose closure returned in a transaction: its notification and COMMIT in
-    /// one round trip; then the local publication.
-    func commit(_ transaction: PostgresTransaction) throws {
+    /// one round trip.
+    func commitTransaction(_ transaction: PostgresTransaction) throws {
         if writer.isInFailedTransaction {
             throw DepotError(writer.lastFailure.map { $0.depotError("").code } ?? .backend, "PostgreSQL rolled this transaction back after an error in it that the operation caught (\(writer.lastFailure?.message ?? "see that error")); nothing of it was kept.")
         }
@@ -165,7 +140,6 @@ extension PostgresStore {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
             throw error
         }
-        publishLocally(transaction.recorder)
     }
 }
 
@@ -185,15 +159,20 @@ struct SingleWrite {
     let params: [PGParam]
 }
 
-/// The writer's transaction as a write closure sees it: its first write of a record by key
-/// is held back and answered as a write that takes effect; any later statement begins the
-/// transaction, with the held-back write first (see `PostgresStore+SingleStatement.swift`).
-final class DeferringTransaction: WriteTransaction {
+/// The writer's transaction as a write closure sees it: on a write's first run its first
+/// write of a record by key is held back and answered as a write that takes effect; any
+/// later statement begins the transaction, with the held-back write first (see
+/// `PostgresEngine+SingleStatement.swift`).
+public final class PostgresWriteTransaction: EngineWriteTransaction {
     /// Thrown when the held-back write, run in the transaction, did not go as it was
     /// answered: the closure runs again.
     struct Misanswered: Error {}
 
     let real: PostgresTransaction
+    unowned let engine: PostgresEngine
+    /// What the previous run asked for, and how many runs came before.
+    let after: EngineRetry?
+    let attempt: Int
     private(set) var deferred: SingleWrite?
     /// Whether the SQL transaction has begun (a read, a second write).
     private(set) var begun = false
@@ -206,8 +185,17 @@ final class DeferringTransaction: WriteTransaction {
         return false
     }
 
-    init(_ real: PostgresTransaction) {
+    init(_ real: PostgresTransaction, engine: PostgresEngine, after: EngineRetry?, attempt: Int) {
         self.real = real
+        self.engine = engine
+        self.after = after
+        self.attempt = attempt
+    }
+
+    /// Begins the SQL transaction before any statement: a run that holds nothing back.
+    func beginNow() throws {
+        begun = true
+        try real.connection.begin("BEGIN ISOLATION LEVEL SERIALIZABLE")
     }
 
     /// Begins the transaction, with the held-back write first; throws when that write did
@@ -260,51 +248,61 @@ final class DeferringTransaction: WriteTransaction {
         return true
     }
 
-    func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
+    /// The rows `query` selects, in the transaction.
+    public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         try begin()
         try real.fetch(query, reserve: reserve, body)
     }
 
-    func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
+    /// The row of `entity` whose key is `key`, in the transaction.
+    public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         try begin()
         return try real.fetchRow(entity, key: key, body)
     }
 
-    func count(_ query: Query) throws -> Int {
+    /// How many rows `query` selects, in the transaction.
+    public func count(_ query: Query) throws -> Int {
         try begin()
         return try real.count(query)
     }
 
-    func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
+    /// The groups and values of `query`, in the transaction.
+    public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         try begin()
         return try real.aggregate(query)
     }
 
-    func delete(_ query: Query) throws -> Int {
+    /// Deletes the rows `query` selects, in the transaction.
+    public func delete(_ query: Query) throws -> Int {
         try begin()
         return try real.delete(query)
     }
 
-    func insert(_ row: Row, into entity: EntityHandle) throws {
+    /// Inserts `row`: held back when it is the run's first statement.
+    public func insert(_ row: Row, into entity: EntityHandle) throws {
         if try holdBack(.insert, entity, row: row, key: nil) { return }
         try begin()
         try real.insert(row, into: entity)
     }
 
-    func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
+    /// Saves `row`: held back when it is the run's first statement, and answered as the
+    /// entity's last upsert went.
+    public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         let inserting = (try? real.tables.resolve(entity))?.upsertsInsert.load(ordering: .relaxed) ?? true
         if try holdBack(.upsert(inserting: inserting), entity, row: row, key: nil) { return inserting }
         try begin()
         return try real.upsert(row, into: entity)
     }
 
-    func update(_ row: Row, in entity: EntityHandle) throws {
+    /// Updates the row with `row`'s key: held back when it is the run's first statement.
+    public func update(_ row: Row, in entity: EntityHandle) throws {
         if try holdBack(.update, entity, row: row, key: nil) { return }
         try begin()
         try real.update(row, in: entity)
     }
 
-    func delete(key: Value, from entity: EntityHandle) throws -> Bool {
+    /// Deletes the row whose key is `key`: held back when it is the run's first statement.
+    public func delete(key: Value, from entity: EntityHandle) throws -> Bool {
         // A key of another type matches nothing and sends nothing, as in the transaction.
         if let table = try? real.tables.resolve(entity), key.type != table.keyType {
             if misanswered { throw Misanswered() }
@@ -313,5 +311,49 @@ final class DeferringTransaction: WriteTransaction {
         if try holdBack(.delete, entity, row: nil, key: key) { return true }
         try begin()
         return try real.delete(key: key, from: entity)
+    }
+}
+
+// What the store runtime calls around a write's closure.
+extension PostgresWriteTransaction {
+    /// The references between the entities of the registry the write began with.
+    public var relationships: Relationships { real.tables.relationships }
+
+    /// Asks for a rerun when the held-back write was answered wrong (held back again for an
+    /// upsert's first rerun, in a transaction otherwise), when another process changed the
+    /// schema, once when the writer's server went away before the write could have taken
+    /// effect, and when PostgreSQL aborted the write for a serialization failure or a
+    /// deadlock (up to ``PostgresEngine/Options/retries`` times).
+    public var retry: EngineRetry? {
+        if misanswered { return heldBackUpsert && attempt == 0 && after == nil ? .misansweredUpsert : .misanswered }
+        let writer = real.connection
+        if writer.schemaReloadNeeded, attempt + 1 < PostgresEngine.schemaReloads { return .schemaChanged }
+        if writer.lost, !writer.commitSent, after != .connectionLost { return .connectionLost }
+        if writer.lastFailure?.isRetryable == true, attempt < engine.options.retries { return .serialization }
+        return nil
+    }
+
+    /// Commits: a transaction with its notification and `COMMIT` in one round trip; a write
+    /// held back as one autocommit statement that carries its notification, which asks for
+    /// a rerun when it did not take effect as answered.
+    public func commit() throws -> ChangeRecorder {
+        if misanswered { throw Misanswered() }
+        real.isFinished = true
+        if begun {
+            try engine.commitTransaction(real)
+            return real.recorder
+        }
+        // Nothing written: nothing to send.
+        guard let write = deferred else { return ChangeRecorder(detailed: true) }
+        if let recorder = try engine.runSingle(write) { return recorder }
+        misanswered = true
+        throw Misanswered()
+    }
+
+    /// Rolls the transaction back, when one began.
+    public func rollback() {
+        real.isFinished = true
+        let writer = real.connection
+        if writer.isInTransaction { try? writer.execute("ROLLBACK") }
     }
 }

@@ -6,16 +6,12 @@ import NIOConcurrencyHelpers
 // Registration: tables, indexes and additive migrations in one transaction under the
 // schema's advisory lock, so two servers starting with the same new schema apply it once;
 // schema rewrites for migration steps.
-extension PostgresStore {
+extension PostgresEngine {
     /// Creates or migrates the tables of `entities` on the writer, in one transaction under
-    /// the schema's advisory lock, in submission order with the writes.
-    public func submitRegistration(
-        _ entities: [EntityDescription], completion: @escaping @Sendable (Result<[EntityHandle], any Error>) -> Void
-    ) {
-        writerLane.submit(admittedBy: gate, closed: DepotError.closed("PostgreSQL store (schema \(options.schema))"), {
-            self.healthy(self.writer)
-            return Result { try self.log.loggingFailure("registering entities") { try self.registerNow(entities) } }
-        }, completion: completion)
+    /// the schema's advisory lock.
+    public func register(_ entities: [EntityDescription]) throws -> [EntityHandle] {
+        healthy(writer)
+        return try registerNow(entities)
     }
 
     func registerNow(_ entities: [EntityDescription]) throws(DepotError) -> [EntityHandle] {
@@ -28,7 +24,7 @@ extension PostgresStore {
         if entities.allSatisfy({ current[$0.name]?.entity.serves($0) ?? false }) {
             return entities.compactMap { current.handle(named: $0.name) }
         }
-        if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
+        if options.readOnly { throw DepotError.readOnly(storeDescription) }
         var version: String?
         try lockedTransaction("Registering entities") { () throws(DepotError) in
             // Changes other processes made since the registry was verified first: the
@@ -215,21 +211,19 @@ extension PostgresStore {
     }
 }
 
-extension PostgresStore: SchemaRewritingStore {
+extension PostgresEngine {
     /// Builds the new table beside the old one, copies the transformed rows into it, drops
     /// the old table and renames the new one, restores the foreign keys of the entities
     /// that refer to it, rebuilds the indexes and the stored description and records the
     /// step: one transaction under the schema's advisory lock, so a failure anywhere (a
     /// conversion that throws, a duplicate, a dangling reference at commit) changes nothing.
     public func rewrite(
-        _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
-        ledgerRow: Row, ledger: EntityHandle
-    ) async throws -> EntityHandle? {
+        _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row,
+        ledger: EntityHandle
+    ) throws -> EntityHandle? {
         try PGDDL.checkNames(entity)
-        if options.readOnly { throw DepotError.readOnly("PostgreSQL store (schema \(options.schema))") }
-        return try await onWriter("rewriting \(name)") {
-            try self.rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
-        }
+        healthy(writer)
+        return try rewriteNow(name, as: entity, transform: transform, ledgerRow: ledgerRow, ledger: ledger)
     }
 
     private func rewriteNow(
@@ -329,7 +323,7 @@ extension PostgresStore: SchemaRewritingStore {
             s.tables = current
             s.verifiedVersion = verified
         }
-        changes.publishTouched([name, entity.name, ledger.name])
+        // Observers in this process hear it from the runtime; other processes from here.
         try? notifyTouched([name, entity.name, ledger.name])
         return handle
     }

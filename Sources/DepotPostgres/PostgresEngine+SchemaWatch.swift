@@ -12,9 +12,9 @@ import Foundation
 // When the version moved past the one the registry was verified at, the registry takes the
 // stored descriptions (an entity another process migrated gets a new generation, and
 // handles of its old layout are refused with `schemaMismatch`) and the work runs again.
-extension PostgresStore {
+extension PostgresEngine {
     /// How often one operation follows schema changes before it gives up with the
-    /// `schemaMismatch` it met.
+    /// `schemaMismatch` it met (counted in its runs: see `PostgresEngine.prepareRetry`).
     static let schemaReloads = 8
 
     /// The check every connection of the store runs on the probe's answer.
@@ -85,29 +85,6 @@ extension PostgresStore {
         } catch {
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
             throw error
-        }
-    }
-
-    /// Runs `body` on a reader, and again (up to ``schemaReloads`` times) when it met a
-    /// schema change, after the writer reloaded the registry.
-    func retryingAfterSchemaChange<T>(on connection: PGConnection, _ body: () throws -> T) throws -> T {
-        var attempts = 0
-        while true {
-            do {
-                return try body()
-            } catch {
-                guard connection.schemaReloadNeeded else { throw error }
-                connection.schemaReloadNeeded = false
-                attempts += 1
-                guard attempts < Self.schemaReloads else { throw error }
-                do {
-                    try writerLane.runAndWait { () throws in try self.reloadSchemaNow() }
-                } catch let reload as DepotError {
-                    throw reload
-                } catch {
-                    throw DepotError(.backend, "Reloading the schema \(options.schema): \(error)")
-                }
-            }
         }
     }
 }
