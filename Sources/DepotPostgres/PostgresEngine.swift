@@ -415,7 +415,7 @@ public final class PostgresEngine: StorageEngine, @unchecked Sendable {
     // MARK: The engine contract
 
     /// Each connection's reads run on the connection's own serial queue, off the global
-    /// queue's workers that Swift's tasks share (see ``PGConnection/queue``).
+    /// queue's workers that Swift's tasks share.
     public func readQueue(for reader: Reader) -> DispatchQueue? { reader.connection.queue }
 
     /// Starts the listener, which publishes other processes' commits through `runtime`.

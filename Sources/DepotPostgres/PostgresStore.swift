@@ -41,7 +41,7 @@ public import DepotCore
 ///
 /// A write committed by any process reaches this store's observers: each write sends the
 /// keys it changed with `pg_notify` in its own transaction (so only a commit is heard), and
-/// a listener connection publishes other stores' notifications into ``changes``.
+/// a listener connection publishes other stores' notifications into `changes`.
 ///
 /// It is `EngineStore<PostgresEngine>`: Depot's one store runtime over the PostgreSQL engine.
 public typealias PostgresStore = EngineStore<PostgresEngine>

@@ -106,7 +106,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         return Int(result.int64(0, 0))
     }
 
-    /// Computed by the server (``PGQueryCompiler/aggregate(_:table:)``), so a count or a
+    /// Computed by the server (`PGQueryCompiler.aggregate(_:table:)`), so a count or a
     /// sum over a large table sends one row per group (per group and binary exponent for
     /// double sums, finished with Depot's exactly rounded sum), not every record.
     public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
