@@ -107,9 +107,22 @@ struct PostgresFailoverTests {
             #expect(counts.codes.isSubset(of: ["io", "busy"]), "a write in flight fails with io (or busy), not \(counts.codes)")
             #expect(counts.acknowledged.count >= atPromotion + perPhase)
         }
-        // A write after the failover reaches the other store's observers.
-        try await cats.insert(Cat(id: -1, name: "After", weight: 1, age: 1))
-        while !heard.withLockedValue({ $0.contains(-1) }) { try await Task.sleep(for: .milliseconds(10)) }
+        // Writes after the failover reach the other store's observers once its listener has
+        // found the new primary. A commit made before the listener listens again is not
+        // heard by key (the listener then tells observers that everything may have
+        // changed), so write until one is heard, a second apart; the suite's time limit
+        // bounds the wait.
+        var after: Int64 = -1
+        try await cats.insert(Cat(id: after, name: "After", weight: 1, age: 1))
+        var waited = 0
+        while !heard.withLockedValue({ $0.contains(after) }) {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 1
+            if waited % 100 == 0 {
+                after -= 1
+                try await cats.insert(Cat(id: after, name: "After", weight: 1, age: 1))
+            }
+        }
         subscription.cancel()
         await watcher.close()
         await store.close()
