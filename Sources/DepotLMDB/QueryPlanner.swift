@@ -55,7 +55,7 @@ package struct KeyRange: Sendable, Equatable {
 }
 
 /// How a query reads its candidate rows.
-package struct Plan {
+package struct Plan: Equatable {
     package enum Source: Equatable {
         /// The entity's database, by primary key.
         case primary
@@ -64,6 +64,10 @@ package struct Plan {
         /// A composite index database: each entry is (components and primary key, primary
         /// key).
         case composite(CompositeHandle)
+        /// The records of several plans, one per alternative of an `OR`, each read once,
+        /// in primary key order (see ``LMDBTransaction/unionPlan(_:_:needsOrder:describing:rival:)``).
+        /// The plan's own ``Plan/ranges`` are `nil`: each alternative has its own.
+        case union([Plan])
     }
 
     package var source: Source
