@@ -55,8 +55,8 @@ package struct KeyRange: Sendable, Equatable {
 }
 
 /// How a query reads its candidate rows.
-package struct Plan: Equatable {
-    package enum Source: Equatable {
+package struct Plan: Equatable, Sendable {
+    package enum Source: Equatable, Sendable {
         /// The entity's database, by primary key.
         case primary
         /// An index database: each entry is (index key, primary key).

@@ -89,7 +89,7 @@ extension LMDBTransaction {
         let rivalPerRow = rowCost(rival, needsOrder: needsOrder)
         let end = needsOrder && rival.ordered ? query.end : nil
         // A rival reading a whole database is measured by mdb_stat, without a walk.
-        let knownRivalRows = rival.ranges == nil ? try measure(rival, handles, cap: .max) : rival.entries
+        let knownRivalRows: Int? = try rival.ranges == nil ? measure(rival, handles, cap: .max) : rival.entries
         // The union's entries past which it cannot win: a scan's cost (every record, one
         // step each), and the rival's when it is known.
         var cap = try entries(handles.main) / perRow + 1
@@ -194,7 +194,8 @@ extension LMDBTransaction {
     ) throws {
         let keys = try unionKeys(alternatives, handles)
         let entityName = handles.entity.name
-        for key in descending ? keys.reversed() : keys {
+        let ordered: [[UInt8]] = descending ? keys.reversed() : keys
+        for key in ordered {
             guard let value = try get(handles.main, key, context: "Reading a \(entityName) record in \(storeName)") else {
                 throw corrupted("An index entry points to a missing record", entity: entityName)
             }

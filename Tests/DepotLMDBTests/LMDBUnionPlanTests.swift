@@ -37,7 +37,7 @@ struct LMDBUnionPlanTests {
             #expect(union.estimatedRows == sensor.count + seven.count, "the estimate is the alternatives' entries: \(union)")
             #expect(union.actualRows == sensor.count + seven.count - both.count, "a record in both is read once: \(union)")
 
-            let withKey = try await lmdb.explain(Request(\.sensor == "s3" || \.id == 4 || .in(\.id, [Int64(11), 18])))
+            let withKey = try await lmdb.explain(Request(\.sensor == "s3" || \.id == 4 || Condition<Reading>.in(\.id, [Int64(11), 18])))
             #expect(withKey.access == .union([Self.components("sensor"), Self.components("id"), Self.components("id")]), "\(withKey)")
             #expect(withKey.ranges == ["sensor == \"s3\"", "id == 4", "id == 11", "id == 18"], "\(withKey)")
 
@@ -96,8 +96,8 @@ struct LMDBUnionPlanTests {
             ("index and key", \.sensor == "s3" || \.id == 4 || \.id > 10_900),
             ("overlapping", \.sensor == "s3" || (\.sensor == "s3" && \.count == 7) || \.count == 7),
             ("unindexed alternative", \.sensor == "s3" || \.note == "n5"),
-            ("nil and prefix", .isNil(\.value) && \.flag == true || .hasPrefix(\.sensor, "s12")),
-            ("in and range", .in(\.count, [1, 2]) || \.at > Date(timeIntervalSinceReferenceDate: 240)),
+            ("nil and prefix", Condition<Reading>.isNil(\.value) && \.flag == true || Condition<Reading>.hasPrefix(\.sensor, "s12")),
+            ("in and range", Condition<Reading>.in(\.count, [1, 2]) || \.at > Date(timeIntervalSinceReferenceDate: 240)),
             ("inside an and", (\.sensor == "s1" || \.count == 2) && \.note > "n5"),
             ("nothing", \.sensor == "zz" || \.count == 99),
         ]

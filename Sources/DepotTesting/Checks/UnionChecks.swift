@@ -37,7 +37,7 @@ enum UnionChecks {
                     $0.species == "s5" || $0.id == 7 || $0.id > 1_190
                 }),
                 ("an unindexed alternative", Request(\.species == "s3" || \.name == "n5"), { $0.species == "s3" || $0.name == "n5" }),
-                ("IN, a range and a prefix", Request(.in(\.owner, [1, 2]) || \.species >= "s9" || .hasPrefix(\.species, "s1")), {
+                ("IN, a range and a prefix", Request(Condition<OwnedPet>.in(\.owner, [1, 2]) || \.species >= "s9" || Condition<OwnedPet>.hasPrefix(\.species, "s1")), {
                     [1, 2].contains($0.owner) || !utf8Less($0.species, "s9") || $0.species.hasPrefix("s1")
                 }),
                 ("an OR inside an AND", Request((\.species == "s1" || \.owner == 2) && \.name > "n5"), {
