@@ -20,58 +20,88 @@ extension LMDBTransaction {
                 estimatedRows: 0, actualRows: analyze ? 0 : nil, backendDetail: "The filter matches nothing; nothing is read.")
         }
         let plan = try plan(query, handles, needsOrder: true, describing: true)
-        var estimate = try measure(plan, handles, cap: Self.explainEstimateCap)
+        var estimate: Int
+        if case .union = plan.source, let entries = plan.entries {
+            // Counted whole while weighing the union against the plan without it.
+            estimate = entries
+        } else {
+            estimate = try measure(plan, handles, cap: Self.explainEstimateCap)
+        }
         if let window = window(plan, query, needsOrder: true) { estimate = min(estimate, window) }
 
         let access: QueryPlan.Access
         var ranges: [String] = []
         var detail: String
         let conjuncts = CompositePlanner.conjuncts(of: query.filter)
-        /// The conditions on one attribute a single-attribute plan's ranges come from: one
-        /// line per value of an `in` read as points, else one line.
-        func lines(on position: Int) -> [String] {
-            let name = entity.attributes[position].name
-            var texts: [String] = []
-            for conjunct in conjuncts {
-                switch conjunct {
-                case .oneOf(position, let values, let includesNil) where (plan.ranges?.count ?? 0) > 1:
-                    return values.map { "\(name) == \($0.debugLiteral)" } + (includesNil ? ["\(name) == nil"] : [])
-                case .compare(position, let op, _) where op != .notEqual:
-                    texts.append(CompositePlanner.describe(conjunct, entity))
-                case .oneOf(position, _, _), .isNil(position), .hasPrefix(position, _):
-                    texts.append(CompositePlanner.describe(conjunct, entity))
-                default:
-                    continue
-                }
-            }
-            return texts.isEmpty ? [] : [texts.joined(separator: " AND ")]
-        }
         switch plan.source {
-        case .primary:
-            let pk = entity.primaryKeyIndex
-            if plan.ranges == nil {
-                access = .scan
-                detail = "every record of the \(entity.name) database"
-            } else {
+        case .union(let alternatives):
+            let lists = alternatives.map { Self.components(of: $0, entity) }
+            let databases = Set(alternatives.map { Self.database(of: $0, handles) })
+            if databases.count == 1, case .primary = alternatives[0].source {
+                // Several key ranges of one database, as the memory store and PostgreSQL
+                // describe an `OR` on one index.
                 access = .primaryKey
-                ranges = lines(on: pk)
-                detail = "\(plan.ranges?.count ?? 0) key ranges of the \(entity.name) database"
+            } else if databases.count == 1 {
+                access = .index(lists[0])
+            } else {
+                access = .union(lists)
             }
-        case .index(let index):
-            let name = entity.attributes[index.position].name
-            access = .index([IndexDescription.Component(name)])
-            ranges = lines(on: index.position)
-            detail = (plan.ranges.map { "\($0.count) ranges" } ?? "every entry") + " of \(Catalog.indexName(entity: entity.name, attribute: name))"
-        case .composite(let index):
-            access = .index(index.description.components)
-            ranges = plan.rangeText
-            detail = (plan.ranges.map { "\($0.count) ranges" } ?? "every entry")
-                + " of \(Catalog.compositeName(entity: entity.name, index: index.description))"
+            ranges = alternatives.flatMap(\.rangeText)
+            detail = "the records of \(alternatives.count) alternatives, each read once by primary key: "
+                + alternatives.map { Self.detail(of: $0, entity) }.joined(separator: "; ")
+        case .primary where plan.ranges == nil:
+            access = .scan
+            detail = Self.detail(of: plan, entity)
+        case .primary:
+            access = .primaryKey
+            ranges = Self.rangeLines(plan, conjuncts: conjuncts, entity)
+            detail = Self.detail(of: plan, entity)
+        case .index, .composite:
+            access = .index(Self.components(of: plan, entity))
+            ranges = Self.rangeLines(plan, conjuncts: conjuncts, entity)
+            detail = Self.detail(of: plan, entity)
         }
         if plan.ordered { detail += plan.descending ? ", read backwards" : ", read forwards" }
         return QueryPlan(
             entity: entity.name, access: access, ranges: ranges, sortsAfterwards: !plan.ordered, filtersAfterwards: !plan.exact,
             estimatedRows: estimate, actualRows: analyze ? try rowsRead(query, plan, handles) : nil, backendDetail: detail)
+    }
+
+    /// The attributes of the database a one-source plan reads: the primary key's, or its
+    /// index's.
+    static func components(of plan: Plan, _ entity: EntityDescription) -> [IndexDescription.Component] {
+        switch plan.source {
+        case .primary: [IndexDescription.Component(entity.attributes[entity.primaryKeyIndex].name)]
+        case .index(let index): [IndexDescription.Component(entity.attributes[index.position].name)]
+        case .composite(let index): index.description.components
+        case .union(let alternatives): alternatives.flatMap { components(of: $0, entity) }
+        }
+    }
+
+    /// The database a plan reads (a union: its first alternative's).
+    static func database(of plan: Plan, _ handles: RegisteredEntity) -> MDB_dbi {
+        switch plan.source {
+        case .primary: handles.main
+        case .index(let index): index.dbi
+        case .composite(let index): index.dbi
+        case .union(let alternatives): alternatives.first.map { database(of: $0, handles) } ?? handles.main
+        }
+    }
+
+    /// What a one-source plan reads, in LMDB's terms.
+    static func detail(of plan: Plan, _ entity: EntityDescription) -> String {
+        switch plan.source {
+        case .primary:
+            plan.ranges.map { "\($0.count) key ranges of the \(entity.name) database" } ?? "every record of the \(entity.name) database"
+        case .index(let index):
+            (plan.ranges.map { "\($0.count) ranges" } ?? "every entry")
+                + " of \(Catalog.indexName(entity: entity.name, attribute: entity.attributes[index.position].name))"
+        case .composite(let index):
+            (plan.ranges.map { "\($0.count) ranges" } ?? "every entry")
+                + " of \(Catalog.compositeName(entity: entity.name, index: index.description))"
+        case .union(let alternatives):
+            alternatives.map { detail(of: $0, entity) }.joined(separator: "; ")
+        }
     }
 
     /// The records a fetch of `query` reads through `plan`: every candidate, or in order

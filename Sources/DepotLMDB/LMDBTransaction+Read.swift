@@ -21,6 +21,7 @@ extension LMDBTransaction {
         let dupSort: Bool
         let lookup: Bool
         switch plan.source {
+        case .union(let alternatives): return try visitUnion(alternatives, handles, descending: plan.descending, body)
         case .primary: (dbi, dupSort, lookup) = (handles.main, false, false)
         case .index(let index): (dbi, dupSort, lookup) = (index.dbi, true, true)
         case .composite(let index): (dbi, dupSort, lookup) = (index.dbi, false, true)
@@ -65,6 +66,9 @@ extension LMDBTransaction {
         let dbi: MDB_dbi
         let dupSort: Bool
         switch plan.source {
+        case .union(let alternatives):
+            let keys = try unionKeys(alternatives, handles).count
+            return stopAt.map { min($0, keys) } ?? keys
         case .primary: (dbi, dupSort) = (handles.main, false)
         case .index(let index): (dbi, dupSort) = (index.dbi, true)
         case .composite(let index): (dbi, dupSort) = (index.dbi, false)
@@ -97,7 +101,18 @@ extension LMDBTransaction {
     /// entity's plan cache (see ``ReusablePlan``): a hit encodes the new values into the
     /// remembered plan and re-checks its cost against the data in this transaction, and
     /// falls back to planning afresh when the check fails.
+    ///
+    /// A filter with an `OR` among its conjuncts is then weighed as a union of its
+    /// alternatives (see ``unionPlan(_:_:needsOrder:describing:rival:)``); any other filter
+    /// never reaches that planner.
     package func plan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool, describing: Bool = false) throws -> Plan {
+        let plan = try oneSourcePlan(query, handles, needsOrder: needsOrder, describing: describing)
+        guard Self.hasAlternatives(query) else { return plan }
+        return try unionPlan(query, handles, needsOrder: needsOrder, describing: describing, rival: plan) ?? plan
+    }
+
+    /// The plan reading one source: the primary key, one index or one composite index.
+    func oneSourcePlan(_ query: Query, _ handles: RegisteredEntity, needsOrder: Bool, describing: Bool) throws -> Plan {
         guard !describing, query.limit != nil, !handles.composites.isEmpty else {
             return try planAfresh(query, handles, needsOrder: needsOrder, describing: describing).plan
         }
@@ -203,6 +218,13 @@ extension LMDBTransaction {
     func measure(_ plan: Plan, _ handles: RegisteredEntity, cap: Int) throws -> Int {
         guard let ranges = plan.ranges else {
             switch plan.source {
+            case .union(let alternatives):
+                var n = 0
+                for alternative in alternatives where n < cap {
+                    let (sum, overflow) = n.addingReportingOverflow(try measure(alternative, handles, cap: cap - n))
+                    n = overflow ? .max : sum
+                }
+                return n
             case .primary: return try entries(handles.main)
             case .index(let index): return try entries(index.dbi)
             case .composite(let index): return try entries(index.dbi)

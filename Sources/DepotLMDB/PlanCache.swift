@@ -116,6 +116,7 @@ package struct ReusablePlan: Sendable {
             case .primary: dbi = handles.main
             case .index(let index): dbi = index.dbi
             case .composite(let index): dbi = index.dbi
+            case .union: return nil
             }
             rivals.append((dbi, transaction.rowCost(candidate, needsOrder: needsOrder)))
         }

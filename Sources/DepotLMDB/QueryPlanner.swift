@@ -55,8 +55,8 @@ package struct KeyRange: Sendable, Equatable {
 }
 
 /// How a query reads its candidate rows.
-package struct Plan {
-    package enum Source: Equatable {
+package struct Plan: Equatable, Sendable {
+    package enum Source: Equatable, Sendable {
         /// The entity's database, by primary key.
         case primary
         /// An index database: each entry is (index key, primary key).
@@ -64,6 +64,10 @@ package struct Plan {
         /// A composite index database: each entry is (components and primary key, primary
         /// key).
         case composite(CompositeHandle)
+        /// The records of several plans, one per alternative of an `OR`, each read once,
+        /// in primary key order (see ``LMDBTransaction/unionPlan(_:_:needsOrder:describing:rival:)``).
+        /// The plan's own ``Plan/ranges`` are `nil`: each alternative has its own.
+        case union([Plan])
     }
 
     package var source: Source

@@ -67,7 +67,7 @@ public enum ConformanceSuite {
         CRUDChecks.all + PredicateChecks.all + OrderChecks.all + TransactionChecks.all + ErrorChecks.all
         + SchemaChecks.all + ChangeFeedChecks.all + LiveChecks.all + RobustnessChecks.all + EnumChecks.all
         + MappingChecks.all + CodableChecks.all + AggregateChecks.all + RelationshipChecks.all + JSONChecks.all + MigrationChecks.all + WriteAnswerChecks.all
-        + CompositeIndexChecks.all + IndexChecks.all + ClosingChecks.all
+        + CompositeIndexChecks.all + IndexChecks.all + UnionChecks.all + ClosingChecks.all
 }
 
 // MARK: - Expectations

@@ -381,6 +381,79 @@ struct DifferentialTests {
         #expect(indexed.value > 0)
         report("differential, composite indexes: \(checked.value) cases checked against memory on \(stores.comparedNames), \(indexed.value) planned over an index, \(stores.selective.value) selecting some but not all records; mismatches fail the test")
     }
+
+    /// Requests whose filter is an `OR` of conditions on indexed attributes and the primary
+    /// key (LMDB reads them as a union of ranges when that costs less than a scan), on
+    /// every backend, compared with the memory store.
+    @Test("random records and OR requests shaped for unions of ranges", .shrinking)
+    func unionCases() async throws {
+        let stores = try await DifferentialStores()
+        let checked = Counter()
+        let unions = Counter()
+        await propertyCheck(count: Self.cases, input: Self.recordsGenerator, Self.requestGenerator) { records, request in
+            let testCase = DifferentialCase(orShaped: records, request: request)
+            try await stores.check(testCase)
+            checked.increment()
+            // The plans compared: how many LMDB reads as a union (so the test is not all scans).
+            guard let store = stores.stores.first(where: { $0.name == "lmdb" })?.store else { return }
+            let entity = try await store.register(Probe.entity.description)
+            let query = try testCase.query(for: entity)
+            if try await store.read({ try $0.explain(query, analyze: false) }).usesIndex { unions.increment() }
+        }
+        await stores.close()
+        #expect(unions.value > 0)
+        report("differential, OR filters: \(checked.value) cases checked against memory on \(stores.comparedNames), \(unions.value) planned by LMDB over indexes, \(stores.selective.value) selecting some but not all records; mismatches fail the test")
+    }
+}
+
+extension DifferentialCase {
+    /// The attributes of Probe with a single-attribute index, and its primary key.
+    static let keyedAttributes = ["id", "int", "double", "string", "date", "optionalInt", "optionalString"]
+
+    /// A case shaped for a union of ranges: an `OR` of two or three alternatives, each a
+    /// condition the planners turn into a range (equality, `IN`, a comparison, `isNil`, a
+    /// prefix) on an indexed attribute or the primary key, sometimes with a second
+    /// condition; now and then an alternative on an unindexed attribute (which must scan),
+    /// and maybe another condition joined by `AND` around the `OR`.
+    init(orShaped records: [[Int]], request requestChoices: [Int]) {
+        self.init(records: records, request: [])
+        var c = Choices(requestChoices)
+        func ranged(_ c: inout Choices) -> DepotPredicate {
+            let attribute = Self.keyedAttributes[c.next(Self.keyedAttributes.count)]
+            switch c.next(5) {
+            case 0:
+                var values: [Value] = []
+                for _ in 0..<(1 + c.next(3)) { values.append(Self.value(&c, for: attribute)) }
+                return .oneOf(attribute: attribute, values)
+            case 1:
+                return .compare(attribute: attribute, [.less, .lessOrEqual, .greater, .greaterOrEqual][c.next(4)], Self.value(&c, for: attribute))
+            case 2 where attribute.hasPrefix("optional"):
+                return .isNil(attribute: attribute)
+            case 3 where Pool.stringAttributes.contains(attribute):
+                let text = Pool.strings[c.next(Pool.strings.count)]
+                return .hasPrefix(attribute: attribute, String(String.UnicodeScalarView(text.unicodeScalars.prefix(1 + c.next(2)))))
+            default:
+                let value = Self.value(&c, for: attribute)
+                return value.isNull ? .isNil(attribute: attribute) : .compare(attribute: attribute, .equal, value)
+            }
+        }
+        var alternatives: [DepotPredicate] = []
+        for _ in 0..<(2 + c.next(2)) {
+            switch c.next(8) {
+            case 0: alternatives.append(Self.predicate(&c, depth: 0))
+            case 1: alternatives.append(.and([ranged(&c), Self.predicate(&c, depth: 0)]))
+            default: alternatives.append(ranged(&c))
+            }
+        }
+        predicate = c.next(3) == 0 ? .and([.or(alternatives), Self.predicate(&c, depth: 1)]) : .or(alternatives)
+        var keys: [SortKey] = []
+        for _ in 0..<c.next(3) {
+            keys.append(SortKey(Pool.attributes[c.next(Pool.attributes.count)], ascending: c.next(2) == 0))
+        }
+        sortKeys = keys
+        limit = [nil, 0, 1, 3, 5, 10][c.next(6)]
+        offset = [0, 0, 1, 4][c.next(4)]
+    }
 }
 
 extension Probe {

@@ -141,6 +141,17 @@ public struct Query: Sendable, Hashable {
         self.offset = other.offset
     }
 
+    /// The same entity and order with another filter (resolved against the same entity),
+    /// every match asked for: a backend's planner weighing one alternative of an `OR` on its
+    /// own.
+    package init(unlimited other: Query, filter: Filter) {
+        self.handle = other.handle
+        self.filter = filter
+        self.sort = other.sort
+        self.limit = nil
+        self.offset = 0
+    }
+
     /// How deeply `&&`, `||` and `!` may nest in one predicate. Backends evaluate and
     /// compile predicates recursively on their own threads, whose stacks are small, and
     /// SQLite's parser refuses SQL nested past about 50 parentheses; a deeper tree (which
