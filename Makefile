@@ -14,6 +14,10 @@ TRAITS := --traits PostgreSQL
 # helpers land beside the test runner, where the reliability tests look for them (so Tools
 # is built before this package's tests run).
 TOOLS := --package-path Tools
+# The @Record macro's expansion tests, a package of their own (see its Package.swift for
+# why), also built in this package's build folder, on the host swift-syntax the macro
+# already needs. Not run under Thread Sanitizer: they transform syntax on one thread.
+MACRO_TESTS := --package-path Tools/MacroTests
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 .PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
@@ -42,6 +46,7 @@ deps:
 warnings: deps
 	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(TRAITS) --build-tests
 	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(TOOLS) --scratch-path .build --build-tests
+	DEPOT_WARNINGS_AS_ERRORS=1 $(SWIFT) build $(MACRO_TESTS) --scratch-path .build --build-tests
 
 # Runs `swift test` (or the command in WITH_POSTGRES_RUN) with a throwaway PostgreSQL
 # server in WITH_POSTGRES_DIR: DEPOT_TEST_POSTGRES_URL tells the tests where it is, and
@@ -65,7 +70,7 @@ define WITH_POSTGRES
 endef
 
 # Runs every test (the conformance suite against every backend included, PostgreSQL on a
-# throwaway server), then each fuzz target for a few seconds: the committed seeds and crash
+# throwaway server; the Tools package's fault tests; the macro's expansion tests), then each fuzz target for a few seconds: the committed seeds and crash
 # regressions, and a little more.
 # The tests that restart a PostgreSQL server of their own run after the others, in a run of
 # their own (no second build): beside every other suite at once on 2 cores, the stores'
@@ -79,6 +84,7 @@ test: deps
 	$(SWIFT) build $(TOOLS) --scratch-path .build --build-tests
 	$(WITH_POSTGRES)
 	$(SWIFT) test $(TOOLS) --scratch-path .build --skip-build
+	$(SWIFT) test $(MACRO_TESTS) --scratch-path .build
 	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The same tests under Thread Sanitizer, in a build folder of their own (with a server of

@@ -134,15 +134,9 @@ let package = Package(
                 "DepotSQLite", "DepotTesting", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]),
-        // Expansion and diagnostics of @Record, checked as text with swift-syntax's own
-        // test support (no XCTest, no extra package).
-        .testTarget(
-            name: "DepotMacrosTests",
-            dependencies: [
-                "DepotMacros",
-                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
-                .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
-            ]),
+        // The @Record macro's expansion tests are a package of their own (Tools/MacroTests):
+        // a test target here that depended on the macro target would move every test target,
+        // and a second copy of Depot and its dependencies, into the host build.
         .testTarget(
             name: "DepotPostgresTests",
             dependencies: [

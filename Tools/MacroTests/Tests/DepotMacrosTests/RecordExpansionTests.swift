@@ -1,4 +1,4 @@
-import DepotMacros
+import DepotMacrosUnderTest
 import SwiftSyntaxMacroExpansion
 import SwiftSyntaxMacrosGenericTestSupport
 import Testing
