@@ -64,6 +64,12 @@ public final class RecordingStore: RowReadingStore {
         base.readRow(entity, key: key, visit: visit, completion: completion)
     }
 
+    /// The base store's entities.
+    public func storedEntities() async throws -> [EntityHandle] { try await base.storedEntities() }
+
+    /// The base store's own check.
+    public func checkIntegrity() async throws -> [String] { try await base.checkIntegrity() }
+
     /// Closes the base store.
     public func close() async { await base.close() }
 

@@ -17,9 +17,7 @@ struct Check: AsyncParsableCommand {
                 entities = try await store.storedEntities().count
                 // The backend's own check first: it names every damaged record, where the
                 // checks below stop at the first one they read.
-                if let checking = store as? any IntegrityCheckingStore {
-                    problems += try await checking.checkIntegrity()
-                }
+                problems += try await store.checkIntegrity()
                 problems += try await StoreChecks.run(store)
             } catch let error as DepotError where error.code == .storeCorrupted {
                 // Damage found while checking is a finding (status 1), not a failure to check.

@@ -49,20 +49,16 @@ func reporting(_ urls: String..., body: () async throws -> Void) async throws {
 /// Opens an existing store and lists what it holds. Reading commands open it read-only
 /// (`readOnly=true`): every backend then refuses a store that does not exist instead of
 /// creating it, and writes nothing (`import` opens it to write).
-func openCatalog(_ url: String, readOnly: Bool = true) async throws -> (any CatalogStore, StoreURL) {
+func openCatalog(_ url: String, readOnly: Bool = true) async throws -> (any Store, StoreURL) {
     let parsed = try StoreURL(url)
     if let path = parsed.path, !FileManager.default.fileExists(atPath: path) {
         throw CommandError("There is no store at \(path); check the URL (depot never creates a store it was asked to read).")
     }
     let store = try await (readOnly ? parsed.setting("readOnly", to: "true") : parsed).open()
-    guard let catalog = store as? any CatalogStore else {
-        await store.close()
-        throw CommandError("The \(store.backendName) store at \(parsed.redacted) cannot list its entities.")
-    }
-    return (catalog, parsed)
+    return (store, parsed)
 }
 
-func entity(_ name: String, in store: any CatalogStore) async throws -> EntityHandle {
+func entity(_ name: String, in store: any Store) async throws -> EntityHandle {
     let entities = try await store.storedEntities()
     guard let handle = entities.first(where: { $0.name == name }) else {
         let known = entities.map(\.name)

@@ -33,7 +33,7 @@ struct Explain: AsyncParsableCommand {
         }
     }
 
-    func explain(_ store: any CatalogStore) async throws {
+    func explain(_ store: any Store) async throws {
         let handle = try await entity(entityName, in: store)
         let expression = try predicate.map { try PredicateSyntax.parse($0, for: handle.entity) } ?? .constant(true)
         let keys = sort.map { $0.hasPrefix("-") ? SortKey(String($0.dropFirst()), ascending: false) : SortKey($0) }

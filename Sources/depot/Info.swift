@@ -22,7 +22,7 @@ struct Info: AsyncParsableCommand {
         }
     }
 
-    func show(_ store: any CatalogStore, _ parsed: StoreURL) async throws {
+    func show(_ store: any Store, _ parsed: StoreURL) async throws {
         var entities: [[String: Any]] = []
         var text = "backend: \(store.backendName)\n"
         for (file, size) in files(of: parsed) {

@@ -85,7 +85,7 @@ struct CrossProcessSchemaTests {
                 let store = try await openStore(url: url)
                 let renamed = try await Controller<CrossProcessSchema.RenamedWidget, CrossProcessSchema.RenamedWidget>(store: store).fetchAll()
                 #expect(renamed.count == 200 && renamed.allSatisfy { $0.label == "widget \($0.id)" }, "\(name) round \(round): \(renamed.prefix(3))")
-                let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
+                let stored = try await store.storedEntities()
                 let ledger = try #require(stored.first { $0.name == EntityDescription.migrationLedgerName }, "\(name): the ledger")
                 let applied = try await Migrator.applied(in: store, ledger: ledger)
                 #expect(applied == ["widget-name-to-label"], "\(name) round \(round): the ledger holds the step once")

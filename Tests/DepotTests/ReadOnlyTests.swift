@@ -89,8 +89,7 @@ struct ReadOnlyTests {
         let cats = Controller<Cat, CatRecord>(store: store)
         #expect(try await cats.count() == 50, "a controller registers a stored entity and reads")
         #expect(try await cats.fetchOne(id: 7)?.id == 7)
-        let catalog = try #require(store as? any CatalogStore)
-        #expect(try await catalog.storedEntities().map(\.name) == ["Cat"])
+        #expect(try await store.storedEntities().map(\.name) == ["Cat"])
 
         await #expect { try await cats.save(Cat(id: 999, name: "New", weight: 1, age: 1)) } throws: { isReadOnlyRefusal($0) }
         await #expect { try await cats.deleteAll(where: Request(\.age > 0)) } throws: { isReadOnlyRefusal($0) }

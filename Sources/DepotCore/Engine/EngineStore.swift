@@ -17,7 +17,7 @@ import Dispatch
 /// Closing follows one order on every backend: refuse new work, wait for admitted work,
 /// end the change feed (observers' streams end), then ``StorageEngine/close()`` on the
 /// writer's lane.
-public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, SchemaRewritingStore, IntegrityCheckingStore {
+public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingStore {
     /// The engine the store runs on.
     public let engine: Engine
     /// The committed changes of this store's writes.
@@ -132,7 +132,7 @@ public final class EngineStore<Engine: StorageEngine>: Store, CatalogStore, Sche
 
     /// Runs one migration step through the engine on the writer's lane and publishes the
     /// entities it touched.
-    public func rewrite(
+    package func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle? {

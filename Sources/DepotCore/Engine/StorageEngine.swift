@@ -59,7 +59,7 @@ public protocol StorageEngine: AnyObject, Sendable {
     /// Every entity the engine holds: those registered in this process and, for a store on
     /// files, those its files hold, which this registers with their stored descriptions (so
     /// nothing changes). What tools that work without the application's record types list
-    /// (``CatalogStore/storedEntities()``), and what a read-only store's registration is
+    /// (``Store/storedEntities()``), and what a read-only store's registration is
     /// checked against. The default is ``entities()``: an engine without files.
     ///
     /// Called on the writer's lane.
@@ -78,9 +78,21 @@ public protocol StorageEngine: AnyObject, Sendable {
     /// Called on the writer's lane; nothing else runs on the engine's writer meanwhile.
     func register(_ entities: [EntityDescription]) throws -> [EntityHandle]
 
-    /// A migration step, in one write transaction: see
-    /// ``SchemaRewritingStore/rewrite(_:as:transform:ledgerRow:ledger:)``, whose contract
-    /// this is. Called on the writer's lane.
+    /// A migration step (what ``Migrator``'s schema steps run on), in one write
+    /// transaction: reads every record of the entity `name`, passes each through `transform`
+    /// (the old row in, the row in `entity`'s layout out), replaces the entity's stored
+    /// description and records with `entity` and the new rows (another name renames the
+    /// entity), and inserts `ledgerRow` into `ledger`. Nothing changes when any part fails.
+    /// When `ledger` already holds `ledgerRow`'s key as the transaction begins (another
+    /// process running the same migration applied the step meanwhile), nothing is rewritten
+    /// and the result is nil. Called on the writer's lane.
+    ///
+    /// - Returns: The handle of the rewritten entity, or nil when the step was applied
+    ///   meanwhile.
+    /// - Throws: What ``SchemaRewrite/check(renaming:to:registered:relationships:)`` refuses;
+    ///   ``DepotError/Code/duplicateKey`` when two new rows share a key or a unique value;
+    ///   ``DepotError/Code/missingReference`` when a new row refers to no record; what
+    ///   `transform` throws.
     func rewrite(
         _ name: String, as entity: EntityDescription, transform: (Row) throws -> Row, ledgerRow: Row,
         ledger: EntityHandle

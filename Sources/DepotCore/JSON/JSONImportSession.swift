@@ -66,7 +66,7 @@ package struct JSONImportSession {
         self.options = options
         self.converter = JSONValueConverter(dateFormats: options.dateFormats)
         var catalog: [String: EntityHandle] = [:]
-        for handle in try await (store as? any CatalogStore)?.storedEntities() ?? [] { catalog[handle.name] = handle }
+        for handle in try await store.storedEntities() { catalog[handle.name] = handle }
         catalog[entity.name] = entity
         self.catalog = catalog
     }

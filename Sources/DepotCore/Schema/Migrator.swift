@@ -37,8 +37,7 @@ import Foundation
 /// - Schema steps (``renameAttribute(_:in:from:to:)``, ``changeType(_:of:in:to:optional:_:)``,
 ///   ``dropAttribute(_:_:from:)``, ``dropIndex(_:_:from:)``, ``renameEntity(_:from:to:)``,
 ///   ``registerSchemaStep(_:entity:describe:row:)``) rewrite one entity's stored schema and
-///   every record in one transaction with their record; the store must be a
-///   ``SchemaRewritingStore`` (every backend Depot ships is).
+///   every record in one transaction with their record.
 /// - An index the declarations no longer name is kept, and maintained, until a
 ///   ``dropIndex(_:_:from:)`` step removes it.
 /// - `plan(_:registering:)` says what would happen without writing anything.
@@ -76,8 +75,8 @@ public struct Migrator: Sendable {
     /// A step that rewrites one entity: `describe` turns the stored description into the new
     /// one (another name renames the entity), `row` turns each stored row (with the old and
     /// new descriptions) into the new layout. The entity's records, its stored schema and the
-    /// step's record change in one transaction (the store must be a
-    /// ``SchemaRewritingStore``); the records are held in memory during the step.
+    /// step's record change in one transaction; the records are held in memory during the
+    /// step.
     public mutating func registerSchemaStep(
         _ name: String, entity: String, describe: @escaping @Sendable (EntityDescription) throws -> EntityDescription,
         row: @escaping @Sendable (_ old: Row, _ from: EntityDescription, _ to: EntityDescription) throws -> Row
@@ -279,7 +278,7 @@ public struct Migrator: Sendable {
         for (index, step) in pending.enumerated() {
             if index > lastSchemaStep { try await register() }
             let position = Int64(steps.firstIndex { $0.name == step.name } ?? 0)
-            let catalog = try await (store as? any CatalogStore)?.storedEntities() ?? []
+            let catalog = try await store.storedEntities()
             let ranHere: Bool
             do {
                 switch step.kind {
@@ -350,7 +349,7 @@ public struct Migrator: Sendable {
     /// What the array form of `migrate` would do, without writing anything.
     public func plan(_ store: any Store, registering records: [any ManagedRecord.Type]) async throws -> Plan {
         try checkNames()
-        let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
+        let stored = try await store.storedEntities()
         var applied: [String] = []
         if let ledger = stored.first(where: { $0.name == EntityDescription.migrationLedgerName }) {
             applied = try await Self.applied(in: store, ledger: ledger)

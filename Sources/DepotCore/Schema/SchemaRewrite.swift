@@ -1,28 +1,17 @@
 /// A store that replaces an entity's stored schema and all its records in one transaction:
 /// what ``Migrator``'s schema steps (rename, retype or drop an attribute, rename an entity,
-/// split or merge attributes) run on. Memory, SQLite and LMDB adopt it.
-public protocol SchemaRewritingStore: Store {
-    /// In one write transaction: reads every record of the entity `name`, passes each
-    /// through `transform` (the old row in, the row in `entity`'s layout out), replaces the
-    /// entity's stored description and records with `entity` and the new rows (another name
-    /// renames the entity), and inserts `ledgerRow` into `ledger`. Nothing changes when any
-    /// part fails. When `ledger` already holds `ledgerRow`'s key as the transaction begins
-    /// (another process running the same migration applied the step meanwhile), nothing
-    /// is rewritten and the result is nil.
-    ///
-    /// - Returns: The handle of the rewritten entity, or nil when the step was applied
-    ///   meanwhile.
-    /// - Throws: What ``SchemaRewrite/check(renaming:to:registered:relationships:)`` refuses;
-    ///   ``DepotError/Code/duplicateKey`` when two new rows share a key or a unique value;
-    ///   ``DepotError/Code/missingReference`` when a new row refers to no record; what
-    ///   `transform` throws.
+/// split or merge attributes) run on. ``EngineStore`` adopts it over every engine's
+/// ``StorageEngine/rewrite(_:as:transform:ledgerRow:ledger:)``, whose contract this is;
+/// applications run the steps through ``Migrator``.
+package protocol SchemaRewritingStore: Store {
+    /// The engine's rewrite, on the writer's lane, with the touched entities published.
     func rewrite(
         _ name: String, as entity: EntityDescription, transform: @escaping @Sendable (Row) throws -> Row,
         ledgerRow: Row, ledger: EntityHandle
     ) async throws -> EntityHandle?
 }
 
-/// The rules every backend's ``SchemaRewritingStore/rewrite(_:as:transform:ledgerRow:ledger:)``
+/// The rules every engine's ``StorageEngine/rewrite(_:as:transform:ledgerRow:ledger:)``
 /// applies before it writes.
 public enum SchemaRewrite {
     /// Checks that `old` may become `new`: `new` is valid, a new name is free, and an entity

@@ -128,6 +128,21 @@ public protocol Store: AnyObject, Sendable {
     /// Where the store reports metrics and spans; nil (the default) for none.
     var telemetry: StoreTelemetry? { get }
 
+    /// The handles of every entity the store holds: those registered in this process and,
+    /// for a store on files or a server, those it holds from before, registered now with
+    /// their stored descriptions (so nothing changes).
+    ///
+    /// What tools that work without the application's record types read the schema from:
+    /// JSON import and export, ``StoreCopy``, ``StoreChecks`` and the `depot` command.
+    func storedEntities() async throws -> [EntityHandle]
+
+    /// Checks the store's own files beyond what Depot sees through transactions (SQLite's
+    /// `integrity_check` and `foreign_key_check`, LMDB's indexes against its records, the
+    /// memory store's trees), as `depot check` does beside ``StoreChecks``.
+    ///
+    /// - Returns: Every problem found, in words; empty when there is none.
+    func checkIntegrity() async throws -> [String]
+
     /// Waits for the work submitted before it (queued work included) to finish, ends the
     /// change feed, then releases files and threads. Later calls fail with
     /// ``DepotError/Code/closed``. Closing twice is harmless, and every call returns only
@@ -198,15 +213,6 @@ package protocol SingleStatementReadingStore: Store {
     func submitSingleStatementRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void)
-}
-
-/// A store that lists the entities it holds: those registered in this process and, for a
-/// store on files, those its files hold. Tools that work without the application's record
-/// types (JSON import and export, `StoreCopy`, the `depot` command) read the schema here.
-public protocol CatalogStore: Store {
-    /// The handles of every entity the store holds, registering the stored ones this
-    /// process has not registered yet (with their stored descriptions, so nothing changes).
-    func storedEntities() async throws -> [EntityHandle]
 }
 
 /// A capability: a store whose reads never block (no I/O, no lock held by a writer), so

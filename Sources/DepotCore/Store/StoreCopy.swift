@@ -31,7 +31,7 @@ public enum StoreCopy {
     ///   - target: The store to copy into.
     ///   - progress: Called after each page with the entity and the records copied.
     public static func run(
-        from source: any CatalogStore, to target: any Store, progress: (@Sendable (_ entity: String, _ records: Int) -> Void)? = nil
+        from source: any Store, to target: any Store, progress: (@Sendable (_ entity: String, _ records: Int) -> Void)? = nil
     ) async throws -> [EntityReport] {
         let entities = ordered(try await source.storedEntities())
         let handles = try await target.register(entities.map(\.entity))
@@ -138,19 +138,11 @@ public enum StoreCopy {
     }
 }
 
-/// A store that can check its own files beyond what Depot sees through transactions (SQLite's
-/// `integrity_check` and `foreign_key_check`, LMDB's indexes against its records, the memory
-/// store's trees). What `depot check` runs, with ``StoreChecks``.
-public protocol IntegrityCheckingStore: Store {
-    /// Every problem found, in words; empty when there is none.
-    func checkIntegrity() async throws -> [String]
-}
-
 /// The checks `depot check` runs on any store, through transactions: every reference names
 /// a record, and no two records share a unique value.
 public enum StoreChecks {
     /// Runs the checks on every entity `store` holds; returns each problem found, in words.
-    public static func run(_ store: any CatalogStore) async throws -> [String] {
+    public static func run(_ store: any Store) async throws -> [String] {
         var problems: [String] = []
         let handles = try await store.storedEntities()
         var byName: [String: EntityHandle] = [:]

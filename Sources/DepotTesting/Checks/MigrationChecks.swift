@@ -108,7 +108,7 @@ enum MigrationChecks {
             try expectEqual(ran, ["code-to-integer", "drop-legacy", "label-to-title", "gizmo-to-widget"], "every step ran")
             let widgets = try await Controller<Widget, Widget>(store: store).fetchAll()
             try expectEqual(widgets, [Widget(id: 1, code: 12, title: "gizmo 1"), Widget(id: 2, code: 7, title: "gizmo 2"), Widget(id: 3, code: -3, title: "gizmo 3")], "the records, in the new layout")
-            let names = Set(try await (store as? any CatalogStore)?.storedEntities().map(\.name) ?? [])
+            let names = Set(try await store.storedEntities().map(\.name))
             try expect(names.contains("Widget") && !names.contains("Gizmo"), "the entity is renamed: \(names)")
             try await expectEqual(Controller<Widget, Widget>(store: store).fetchAll(Request(\.title == "gizmo 2")).map(\.id), [2], "the renamed attribute is indexed")
             try await expectEqual(gizmoToWidget().migrate(store, registering: Widget.self), [], "nothing runs twice")
@@ -121,7 +121,7 @@ enum MigrationChecks {
             } catch let error as DepotError {
                 try expect(error.message.contains("code-to-integer"), "the error names the step: \(error.message)")
             }
-            guard let stored = try await (store as? any CatalogStore)?.storedEntities().first(where: { $0.name == "Gizmo" }) else {
+            guard let stored = try await store.storedEntities().first(where: { $0.name == "Gizmo" }) else {
                 throw ConformanceFailure(message: "the store no longer lists Gizmo", file: #fileID, line: #line)
             }
             try expectEqual(stored.entity, gizmo, "the stored schema is the old one")
@@ -220,7 +220,7 @@ enum MigrationChecks {
             try expect(plan.description.contains("pending: split-names"), "printable: \(plan.description)")
             let person = try await Controller<PersonV1, PersonV1>(store: store).fetchOne(id: 1)
             try expectEqual(person?.fullName, "Ada Lovelace", "the store still holds version 1")
-            let names = Set(try await (store as? any CatalogStore)?.storedEntities().map(\.name) ?? [])
+            let names = Set(try await store.storedEntities().map(\.name))
             try expect(!names.contains("Cat") && !names.contains(EntityDescription.migrationLedgerName), "nothing was registered: \(names)")
         },
     ]

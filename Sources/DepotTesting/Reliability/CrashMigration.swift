@@ -33,7 +33,7 @@ public enum CrashMigration {
     /// a data step that rewrites every member's score, then a schema step that renames
     /// `name` to `label` (rewriting every record again).
     public static func migrate(_ store: any Store) async throws {
-        let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
+        let stored = try await store.storedEntities()
         // Registering comes before the seeding transaction: a kill between them leaves the
         // entity empty, and it is seeded then.
         let crowd = stored.first { $0.name == "Crowd" }
@@ -87,7 +87,7 @@ public enum CrashMigration {
         var problems: [String] = []
         var members: [Member] = []
         var renamed = false
-        if let crowd = try await (store as? any CatalogStore)?.storedEntities().first(where: { $0.name == "Crowd" }) {
+        if let crowd = try await store.storedEntities().first(where: { $0.name == "Crowd" }) {
             renamed = crowd.entity.index(of: "label") != nil
             let id = crowd.entity.primaryKeyIndex
             let name = crowd.entity.index(of: renamed ? "label" : "name") ?? 1
@@ -142,7 +142,7 @@ public enum CrashMigration {
 extension Migrator {
     /// The applied steps, whichever this migrator knows (for checks).
     func planIgnoringUnknownSteps(_ store: any Store) async throws -> [String] {
-        let stored = try await (store as? any CatalogStore)?.storedEntities() ?? []
+        let stored = try await store.storedEntities()
         guard let ledger = stored.first(where: { $0.name == EntityDescription.migrationLedgerName }) else { return [] }
         return try await Self.applied(in: store, ledger: ledger)
     }
