@@ -41,7 +41,7 @@ extension PostgresEngine {
         transaction.attempt = attempt
         transaction.releasesPrimary = taken
         if singleStatement {
-            transaction.oneStatement = true
+            transaction.single.isOn = true
             connection.probeNextStatement()
             return transaction
         }
@@ -64,8 +64,7 @@ extension PostgresTransaction {
     public var retry: EngineRetry? {
         if connection.schemaReloadNeeded, attempt + 1 < PostgresEngine.schemaReloads { return .schemaChanged }
         if connection.lost, !connection.commitSent, after != .connectionLost { return .connectionLost }
-        if wantedAnother { return .asTransaction }
-        return nil
+        return single.retry
     }
 
     /// Ends a read: its transaction, when it has one, ends without waiting for the server's
@@ -83,29 +82,28 @@ extension EngineRetry {
     static let schemaChanged = EngineRetry(reason: "another process changed the schema")
     /// The connection's server went away (a restart, a failover) before the work could
     /// have taken effect: it runs again on the connection made afresh.
-    static let connectionLost = EngineRetry(reason: "the connection to PostgreSQL was lost")
+    static let connectionLost = EngineRetry(reason: "the connection to PostgreSQL was lost", needsPreparation: false)
     /// PostgreSQL aborted the write for a serialization failure or a deadlock.
     static let serialization = EngineRetry(reason: "a serialization failure")
     /// A write held back as one statement did not go as it was answered: it runs again in
     /// a transaction.
-    static let misanswered = EngineRetry(reason: "a held-back write did not go as answered")
+    static let misanswered = EngineRetry(reason: "a held-back write did not go as answered", needsPreparation: false)
     /// A held-back upsert went the other way: it runs again held back, answered that way.
-    static let misansweredUpsert = EngineRetry(reason: "a held-back upsert went the other way")
+    static let misansweredUpsert = EngineRetry(reason: "a held-back upsert went the other way", needsPreparation: false)
 }
 
 extension PostgresEngine {
     /// Prepares a transaction's next run: reloads the registry after another process's
     /// schema change and waits a short random while after a serialization failure (so two
-    /// writers that collided do not collide again at once); a lost connection is made
-    /// afresh when the next run begins, and a write answered wrong needs nothing.
+    /// writers that collided do not collide again at once). A lost connection and a write
+    /// answered wrong ask for no preparation: the connection is made afresh, and the write
+    /// held back or not, as the next run begins.
     public func prepareRetry(_ retry: EngineRetry, attempt: Int) throws {
         switch retry {
         case .schemaChanged:
             try reloadSchemaNow()
         case .serialization:
             usleep(UInt32.random(in: 200...(1_000 * UInt32(min(max(attempt, 1), 20)))))
-        case .connectionLost, .misanswered, .misansweredUpsert:
-            break
         default:
             throw DepotError(.backend, "The PostgreSQL engine cannot run a transaction again for \(retry.reason).")
         }

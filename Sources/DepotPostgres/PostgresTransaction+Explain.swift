@@ -10,7 +10,7 @@ extension PostgresTransaction {
     public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         if isFinished { throw DepotError.transactionEnded }
         // An explanation may run more than one statement: in a transaction.
-        try needsTransaction()
+        try single.requireTransaction()
         let table = try tables.resolve(query.handle)
         let compiled = try PGQueryCompiler.select(query, table: table)
         let options = analyze ? "ANALYZE, FORMAT JSON" : "FORMAT JSON"

@@ -15,10 +15,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     var explicit = false
     /// A read of one statement in autocommit mode: its first statement runs; a second is
     /// refused and the read asks to run again as a transaction (``EngineRetry/asTransaction``).
-    var oneStatement = false
-    private var ranStatement = false
-    /// Whether a read of one statement went on to another.
-    private(set) var wantedAnother = false
+    var single = SingleStatementRead()
     /// What the previous run of the read asked for, and how many runs came before.
     var after: EngineRetry?
     var attempt = 0
@@ -26,33 +23,11 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// `PostgresEngine.primaryReader`), which ``end()`` gives back.
     var releasesPrimary: DispatchSemaphore?
 
-    /// The refusal of a second statement in a read of one statement.
-    struct SecondStatement: Error {}
-
     init(connection: PGConnection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false)) {
         self.connection = connection
         self.tables = tables
         self.writable = writable
         self.recorder = recorder
-    }
-
-    /// Counts a statement of a read of one statement, refusing the second.
-    @inline(__always)
-    func startStatement() throws {
-        guard oneStatement else { return }
-        if ranStatement {
-            wantedAnother = true
-            throw SecondStatement()
-        }
-        ranStatement = true
-    }
-
-    /// Refuses, in a read of one statement, what takes more than one (an aggregate with
-    /// double sums, an explanation): the read runs again as a transaction.
-    func needsTransaction() throws {
-        guard oneStatement else { return }
-        wantedAnother = true
-        throw SecondStatement()
     }
 
     @inline(__always)
@@ -71,7 +46,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// The rows `query` selects, in its order.
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
-        try startStatement()
+        try single.countStatement()
         if query.limit == 0 { return }
         let compiled = try PGQueryCompiler.select(query, table: table)
         let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Fetching \(table.entity.name) records")
@@ -87,7 +62,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// The row of `entity` whose key is `key`, when there is one.
     public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
-        try startStatement()
+        try single.countStatement()
         guard key.type == table.keyType else { return false }
         let result = try connection.query(
             table.selectByKey, [.value(key)], prepare: true, "Reading a \(entity.name) record")
@@ -99,7 +74,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// How many rows `query` selects.
     public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
-        try startStatement()
+        try single.countStatement()
         let compiled = try PGQueryCompiler.count(query, table: table)
         let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Counting \(table.entity.name) records")
         guard result.rowCount > 0 else { return 0 }
@@ -113,7 +88,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         let table = try table(query.rows.handle)
         // Sums and averages of doubles take a statement of their own beside the main one,
         // and both must read one snapshot: in a transaction, as every aggregate is.
-        try needsTransaction()
+        try single.requireTransaction()
         let compiled = try PGQueryCompiler.aggregate(query, table: table)
         let entity = query.entity
         let keyCount = query.groupBy.count

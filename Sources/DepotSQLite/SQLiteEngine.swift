@@ -306,7 +306,7 @@ public final class SQLiteEngine: StorageEngine {
         connection.schemaMoved = false
         if singleStatement {
             let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false)
-            transaction.oneStatement = true
+            transaction.single.isOn = true
             return transaction
         }
         try connection.run(key: Keys.begin, "BEGIN")

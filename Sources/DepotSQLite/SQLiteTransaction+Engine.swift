@@ -9,8 +9,7 @@ extension SQLiteTransaction {
     /// second, to run again as a transaction.
     public var retry: EngineRetry? {
         if connection.schemaMoved { return .schemaChanged }
-        if wantedAnother { return .asTransaction }
-        return nil
+        return single.retry
     }
 
     /// The references between the registered tables.

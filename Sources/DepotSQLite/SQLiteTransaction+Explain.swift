@@ -10,7 +10,7 @@ extension SQLiteTransaction {
     /// those the statement returned.
     public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         if isFinished { throw DepotError.transactionEnded }
-        try startStatement()
+        try single.countStatement()
         let table = try tables.resolve(query.handle)
         let compiled = try QueryCompiler.select(query, table: table)
         let statement = try connection.prepare("EXPLAIN QUERY PLAN " + compiled.sql, cached: false)

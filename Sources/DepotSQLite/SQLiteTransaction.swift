@@ -20,15 +20,9 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     var recorder: ChangeRecorder
     var isFinished = false
     /// A read of one statement in autocommit mode (see `SQLiteEngine.beginRead`): its first
-    /// statement runs; a second is refused with ``SecondStatement`` and the transaction asks
-    /// to run again as a transaction, so that its statements share one snapshot.
-    var oneStatement = false
-    private var ranStatement = false
-    /// Whether a read of one statement went on to another.
-    private(set) var wantedAnother = false
-
-    /// The refusal of a second statement in a read of one statement.
-    struct SecondStatement: Error {}
+    /// statement runs; a second is refused and the transaction asks to run again as a
+    /// transaction, so that its statements share one snapshot.
+    var single = SingleStatementRead()
 
     init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
@@ -37,17 +31,6 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
         self.explicit = explicit
         self.recorder = recorder
         connection.lastError = nil
-    }
-
-    /// Counts a statement of a read of one statement, refusing the second.
-    @inline(__always)
-    func startStatement() throws {
-        guard oneStatement else { return }
-        if ranStatement {
-            wantedAnother = true
-            throw SecondStatement()
-        }
-        ranStatement = true
     }
 
     @inline(__always)
@@ -93,7 +76,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// The rows `query` selects, in its order, each read through one column reader.
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let table = try table(query.handle)
-        try startStatement()
+        try single.countStatement()
         if query.limit == 0 { return }
         if let limit = query.limit {
             // A page: at most `limit` rows, whatever the table holds. Counting the table
@@ -141,7 +124,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// The row of `entity` whose key is `key`, when there is one.
     public func fetchRow(_ entity: EntityHandle, key: Value, _ body: (any ColumnReader) throws -> Void) throws -> Bool {
         let table = try table(entity)
-        try startStatement()
+        try single.countStatement()
         return try Self.fetchRow(entity, key: key, table: table, on: connection, body)
     }
 
@@ -173,7 +156,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// How many rows `query` selects.
     public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
-        try startStatement()
+        try single.countStatement()
         if query.filter == .constant(true) && query.limit == nil && query.offset == 0 {
             return try countAll(table)
         }
@@ -189,7 +172,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// The groups and values of `query`, computed by SQLite.
     public func aggregate(_ query: AggregateQuery) throws -> [AggregateRow] {
         let table = try table(query.rows.handle)
-        try startStatement()
+        try single.countStatement()
         let compiled = try QueryCompiler.aggregate(query, table: table)
         let statement = try connection.statement(sql: compiled.sql)
         defer { connection.release(statement) }

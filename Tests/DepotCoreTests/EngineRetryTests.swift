@@ -27,6 +27,8 @@ struct EngineRetryTests {
         var writes = 0
         /// `singleStatement` of each read begun.
         var singleStatements: [Bool] = []
+        /// Ask with `needsPreparation` false.
+        var unprepared = false
     }
 
     /// A memory engine whose transactions ask for a retry while `log.asks` is positive.
@@ -53,7 +55,7 @@ struct EngineRetryTests {
             log.withLockedValue { log in
                 guard log.asks > 0 else { return nil }
                 log.asks -= 1
-                return EngineRetry(reason: "a test asked")
+                return EngineRetry(reason: "a test asked", needsPreparation: !log.unprepared)
             }
         }
 
@@ -63,7 +65,7 @@ struct EngineRetryTests {
                 $0.singleStatements.append(singleStatement)
             }
             let transaction = Transaction(try inner.beginRead(on: nil, singleStatement: singleStatement), retry: takeAsk())
-            transaction.oneStatement = singleStatement
+            transaction.single.isOn = singleStatement
             return transaction
         }
         func beginWrite(recordingKeys: Bool) throws -> Transaction {
@@ -85,19 +87,16 @@ struct EngineRetryTests {
     /// it afterwards) when made with one.
     final class Transaction: EngineReadTransaction, EngineWriteTransaction {
         let inner: MemoryTransaction
-        var retry: EngineRetry?
+        let asked: EngineRetry?
         /// Refuse a second statement, as an SQL engine's read in autocommit mode must.
-        var oneStatement = false
-        private var statements = 0
+        var single = SingleStatementRead()
+        var retry: EngineRetry? { single.retry ?? asked }
         init(_ inner: MemoryTransaction, retry: EngineRetry?) {
             self.inner = inner
-            self.retry = retry
+            self.asked = retry
         }
         private func statement() throws {
-            statements += 1
-            guard oneStatement, statements > 1 else { return }
-            retry = .asTransaction
-            throw DepotError(.backend, "A second statement in a read of one statement.")
+            try single.countStatement()
         }
         var relationships: Relationships { inner.relationships }
         func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
@@ -185,6 +184,41 @@ struct EngineRetryTests {
         #expect(log.prepared.count == 1)
         // The reader waits while the writer's lane prepares: another thread.
         #expect(log.prepared.first.map { prepared in !log.bodyThreads.contains(prepared.thread) } == true, "prepared on the writer's lane")
+        await store.close()
+    }
+
+    @Test func aReadThatNeedsNoPreparationRunsAgainWithoutWaitingForTheWriter() async throws {
+        let engine = RetryingEngine()
+        let store = EngineStore(engine: engine)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
+        let readsBefore = engine.log.withLockedValue { $0.reads }
+        // The writer's lane stays busy with a write that waits for the read below.
+        let release = DispatchSemaphore(value: 0)
+        let writeRunning = DispatchSemaphore(value: 0)
+        store.submitWrite({ _ in
+            writeRunning.signal()
+            release.wait()
+        }, completion: { _ in })
+        writeRunning.wait()
+        engine.log.withLockedValue {
+            $0.asks = 1
+            $0.unprepared = true
+        }
+        let read = Task { try await cats.count() }
+        // The read finishes while the lane is still held, or the wait gives up.
+        var finished = false
+        for _ in 0..<1_000 where !finished {
+            try await Task.sleep(for: .milliseconds(10))
+            finished = engine.log.withLockedValue { $0.reads - readsBefore == 2 }
+        }
+        let lastRunBeganBeforeRelease = finished
+        release.signal()
+        #expect(try await read.value == 1)
+        #expect(lastRunBeganBeforeRelease, "the second run did not wait for the writer's lane")
+        let log = engine.log.withLockedValue { $0 }
+        #expect(log.reads - readsBefore == 2, "ran twice")
+        #expect(log.prepared.isEmpty, "prepareRetry is not called for a retry that needs no preparation")
         await store.close()
     }
 

@@ -235,7 +235,8 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
     }
 
     /// Prepares a read's next attempt: as a transaction when it went on to a second
-    /// statement, otherwise through the engine on the writer's lane.
+    /// statement, otherwise through the engine on the writer's lane when the engine needs
+    /// that.
     private func prepareRead(_ retry: EngineRetry, attempt: inout Int, singleStatement: inout Bool) throws {
         if retry.inTransaction, singleStatement {
             singleStatement = false
@@ -245,10 +246,11 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
         try prepareRetry(retry, attempt: attempt, fromReader: true)
     }
 
-    /// Has the engine prepare a transaction's next attempt on the writer's lane: a reader
-    /// waits for the lane, a write is already on it.
+    /// Has the engine prepare a transaction's next attempt on the writer's lane (a reader
+    /// waits for the lane, a write is already on it), unless the retry needs no preparation.
     private func prepareRetry(_ retry: EngineRetry, attempt: Int, fromReader: Bool) throws {
         if log.tracing { log.trace("Running a transaction again", ["depot.reason": .string(retry.reason), "depot.attempt": .stringConvertible(attempt)]) }
+        guard retry.needsPreparation else { return }
         guard fromReader else { return try engine.prepareRetry(retry, attempt: attempt) }
         let engine = self.engine
         try writerLane.runAndWait { try engine.prepareRetry(retry, attempt: attempt) }

@@ -221,17 +221,32 @@ public struct EngineRetry: Sendable, Hashable, CustomStringConvertible {
     /// Whether the read runs again as a transaction, with nothing to prepare: see
     /// ``asTransaction``.
     public let inTransaction: Bool
+    /// Whether the runtime calls ``StorageEngine/prepareRetry(_:attempt:)`` before the next
+    /// run: see ``init(reason:needsPreparation:)``.
+    public let needsPreparation: Bool
 
-    /// Creates a request to run the transaction again for `reason`, after
-    /// ``StorageEngine/prepareRetry(_:attempt:)``.
-    public init(reason: String) {
+    /// Creates a request to run the transaction again for `reason`.
+    ///
+    /// - Parameters:
+    ///   - reason: What went wrong, in words, for logs.
+    ///   - needsPreparation: Whether the engine must mend something shared first (grow the
+    ///     map, reload the schema). Then the runtime calls
+    ///     ``StorageEngine/prepareRetry(_:attempt:)`` on the writer's lane before the next
+    ///     run, and a read waits for the lane. Pass false when what went wrong belongs to
+    ///     the transaction alone and is mended as the next run begins (a lost connection
+    ///     made afresh): the transaction runs again at once, a read without waiting for the
+    ///     writer, and ``StorageEngine/prepareRetry(_:attempt:)`` is not called. Either way
+    ///     the run counts as an attempt.
+    public init(reason: String, needsPreparation: Bool = true) {
         self.reason = reason
         self.inTransaction = false
+        self.needsPreparation = needsPreparation
     }
 
     private init(inTransactionBecause reason: String) {
         self.reason = reason
         self.inTransaction = true
+        self.needsPreparation = false
     }
 
     /// A read begun with `singleStatement` (see ``StorageEngine/beginRead(on:singleStatement:)``)
