@@ -197,14 +197,7 @@ extension PostgresEngine {
     }
 
     func storeDescription(_ entity: EntityDescription) throws(DepotError) {
-        let json: String
-        do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
-        } catch {
-            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
-        }
+        let json = try StoredDescription.encode(entity)
         try writer.query(
             "INSERT INTO depot_entities (name, description) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description",
             [.text(entity.name), .text(json)], "Storing the description of \(entity.name)")

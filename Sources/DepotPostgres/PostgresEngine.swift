@@ -370,10 +370,7 @@ public final class PostgresEngine: StorageEngine, @unchecked Sendable {
 
     /// The entity description stored in `result`'s field, read while the result is alive.
     static func decodeDescription(_ result: PGResult, _ row: Int, _ column: Int, name: String) throws(DepotError) -> EntityDescription {
-        guard let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(result.bytes(row, column))), (try? entity.validate()) != nil else {
-            throw DepotError(.storeCorrupted, "The stored description of entity \(name) cannot be read; the depot_entities table was changed outside Depot.")
-        }
-        return entity
+        try StoredDescription.decode(utf8: result.bytes(row, column), of: name, in: nil)
     }
 
     var tables: EntityRegistry<RegisteredEntity> { state.withLockedValue { $0.tables } }

@@ -1,5 +1,6 @@
 import CSQLite
 package import DepotCore
+import DepotSQL
 import Foundation
 
 // Opening a file: the directory, the header and ownership checks, the bookkeeping tables.
@@ -177,13 +178,7 @@ extension SQLiteEngine {
             var entities: [EntityDescription] = []
             while try writer.step(statement, "Reading depot_entities") {
                 let name = try writer.column(0, of: statement, as: .string)
-                guard case .string(let json) = try writer.column(1, of: statement, as: .string),
-                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-                    (try? entity.validate()) != nil
-                else {
-                    throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
-                }
-                entities.append(entity)
+                entities.append(try StoredDescription.decode(writer.column(1, of: statement, as: .string), of: "\(name)", in: file))
             }
             try repairIndexes(entities, on: writer)
             // After any index the repair made: the cookie the registry starts verified at.

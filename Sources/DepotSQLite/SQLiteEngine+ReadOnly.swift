@@ -1,4 +1,5 @@
 import DepotCore
+import DepotSQL
 import Foundation
 
 // Opening read-only (`Options.readOnly`): the bookkeeping is read, never created.
@@ -21,13 +22,7 @@ extension SQLiteEngine {
             var entities: [EntityDescription] = []
             while try connection.step(statement, "Reading depot_entities") {
                 let name = try connection.column(0, of: statement, as: .string)
-                guard case .string(let json) = try connection.column(1, of: statement, as: .string),
-                    let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-                    (try? entity.validate()) != nil
-                else {
-                    throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
-                }
-                entities.append(entity)
+                entities.append(try StoredDescription.decode(connection.column(1, of: statement, as: .string), of: "\(name)", in: file))
             }
             let cookie = try connection.schemaCookie()
             try connection.execute("COMMIT")

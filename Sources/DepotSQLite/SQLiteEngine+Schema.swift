@@ -203,24 +203,11 @@ extension SQLiteEngine {
         let statement = try writer.prepare("SELECT description FROM depot_entities WHERE name = ?1", cached: false)
         try writer.bind(.string(name), at: 1, in: statement)
         guard try writer.step(statement, "Reading the description of \(name)") else { return nil }
-        guard case .string(let json) = try writer.column(0, of: statement, as: .string),
-            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-            (try? entity.validate()) != nil
-        else {
-            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(path) cannot be read; the depot_entities table was changed outside Depot.")
-        }
-        return entity
+        return try StoredDescription.decode(writer.column(0, of: statement, as: .string), of: name, in: path)
     }
 
     func storeDescription(_ entity: EntityDescription) throws(DepotError) {
-        let json: String
-        do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            json = String(decoding: try encoder.encode(entity), as: UTF8.self)
-        } catch {
-            throw DepotError(.invalidSchema, "The description of entity \(entity.name) cannot be encoded: \(error).")
-        }
+        let json = try StoredDescription.encode(entity)
         let statement = try writer.prepare("INSERT OR REPLACE INTO depot_entities (name, description) VALUES (?1, ?2)", cached: false)
         try writer.bind(.string(entity.name), at: 1, in: statement)
         try writer.bind(.string(json), at: 2, in: statement)

@@ -1,5 +1,6 @@
 import CSQLite
 import DepotCore
+import DepotSQL
 import Foundation
 
 // Following schema changes made by other processes (or other stores on the same file).
@@ -72,12 +73,6 @@ extension SQLiteEngine {
 
     /// A stored description, decoded and validated; `storeCorrupted` when it cannot be.
     static func decodeDescription(_ value: Value, of name: String, file: String) throws(DepotError) -> EntityDescription {
-        guard case .string(let json) = value,
-            let entity = try? JSONDecoder().decode(EntityDescription.self, from: Data(json.utf8)),
-            (try? entity.validate()) != nil
-        else {
-            throw DepotError(.storeCorrupted, "The stored description of entity \(name) in \(file) cannot be read; the depot_entities table was changed outside Depot.")
-        }
-        return entity
+        try StoredDescription.decode(value, of: name, in: file)
     }
 }
