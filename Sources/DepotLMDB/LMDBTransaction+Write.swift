@@ -13,7 +13,7 @@ extension LMDBTransaction {
             throw DepotError.transactionEnded
         }
         if !writable {
-            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+            throw DepotError.writeInRead
         }
     }
 

@@ -198,7 +198,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     private func writableTable(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         let table = try table(entity)
         if !writable {
-            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+            throw DepotError.writeInRead
         }
         return table
     }

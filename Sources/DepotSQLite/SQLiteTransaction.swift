@@ -216,7 +216,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     private func writableTable(_ entity: EntityHandle) throws(DepotError) -> RegisteredEntity {
         let table = try table(entity)
         if !writable {
-            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+            throw DepotError.writeInRead
         }
         return table
     }

@@ -224,7 +224,7 @@ public final class SortedArrayTransaction: EngineReadTransaction, EngineWriteTra
     /// Changes a table in this transaction's copy.
     private func modify<R>(_ handle: EntityHandle, _ body: (inout Table, inout ChangeRecorder) throws(DepotError) -> R) throws(DepotError) -> R {
         if ended { throw DepotError.transactionEnded }
-        if !writable { throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.") }
+        if !writable { throw DepotError.writeInRead }
         var table = try tables.resolve(handle)
         // Out of the registry while it changes, so the rows' storage is not shared and
         // changes in place.

@@ -138,6 +138,9 @@ extension DepotError {
         DepotError(.closed, "The \(store) has been closed; open a new store to continue.")
     }
 
+    /// What every backend throws for a write asked of a read transaction.
+    public static let writeInRead = DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+
     /// What every backend throws for a transaction used after its closure returned.
     public static let transactionEnded = DepotError(.closed, "This transaction has ended; use the context only inside its closure.")
 

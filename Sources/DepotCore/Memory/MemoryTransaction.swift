@@ -425,7 +425,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
 
     private func checkWritable() throws(DepotError) {
         if !writable {
-            throw DepotError(.invalidConfiguration, "This is a read transaction; write inside a write operation.")
+            throw DepotError.writeInRead
         }
     }
 
