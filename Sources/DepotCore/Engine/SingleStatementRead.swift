@@ -38,6 +38,7 @@ public struct SingleStatementRead: Sendable {
     /// ``EngineRetry/asTransaction`` in the transaction's retry and runs the read again, so
     /// the caller never sees this error.
     public struct SecondStatement: Error, CustomStringConvertible {
+        /// What happened, in words.
         public var description: String { "A read of one statement went on to a second; it runs again as a transaction." }
     }
 

@@ -256,6 +256,7 @@ public struct EngineRetry: Sendable, Hashable, CustomStringConvertible {
     /// count as an attempt.
     public static let asTransaction = EngineRetry(inTransactionBecause: "the read went on to a second statement")
 
+    /// The reason.
     public var description: String { reason }
 }
 
