@@ -1,7 +1,6 @@
 import DepotCore
 import DepotPostgres
 import DepotTesting
-import Dispatch
 import Foundation
 import Testing
 
@@ -54,9 +53,12 @@ struct PostgresConnectTimeoutTests {
     func aSilentServerIsGivenUpOn() async throws {
         let listener = try SilentListener()
         let url = "postgresql://depot:pw@127.0.0.1:\(listener.port)/depot_test?sslmode=disable"
-        // Off the cooperative pool: opening blocks its thread while libpq waits.
+        // Off the cooperative pool, on a thread of its own: opening blocks its thread while
+        // libpq waits, and a `DispatchQueue.global()` block could wait behind the stores'
+        // readers and writer lanes of every suite running beside this one (under the thread
+        // sanitizer, for longer than the suite's time limit) before it even began connecting.
         let result: Result<Void, DepotError> = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            let thread = Thread {
                 do throws(DepotError) {
                     let store = try PostgresStore(url: url, options: .init(schema: "never", readers: 1))
                     _ = store
@@ -65,6 +67,7 @@ struct PostgresConnectTimeoutTests {
                     continuation.resume(returning: .failure(error))
                 }
             }
+            thread.start()
         }
         withExtendedLifetime(listener) {}
         switch result {
