@@ -18,6 +18,17 @@ TOOLS := --package-path Tools
 # why), also built in this package's build folder, on the host swift-syntax the macro
 # already needs. Not run under Thread Sanitizer: they transform syntax on one thread.
 MACRO_TESTS := --package-path Tools/MacroTests
+# Builds other than the plain debug one (release, Thread Sanitizer, the fuzzers' ASan) load
+# the debug build's @Record plugin (DEPOT_MACRO_PLUGIN, read by the manifests) rather than
+# have SwiftPM compile swift-syntax once more, optimized or instrumented, for a plugin that
+# only expands source while compiling and is linked into nothing: that compile was most of
+# a release build's time, and the code built is the same. MACRO_PLUGIN builds the plugin
+# first (a no-op when it is current); every command of such a build sets the variable, so
+# that SwiftPM sees one manifest and reuses one build.
+MACRO_PLUGIN_PATH := $(CURDIR)/.build/debug/DepotMacros-tool
+MACRO_PLUGIN := $(SWIFT) build $(TRAITS) --scratch-path .build --product DepotMacros
+WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)
+RELEASE := $(WITH_PLUGIN) $(SWIFT)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 .PHONY: deps warnings test test-tsan stress fuzz bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
@@ -85,7 +96,8 @@ test: deps
 	$(WITH_POSTGRES)
 	$(SWIFT) test $(TOOLS) --scratch-path .build --skip-build
 	$(SWIFT) test $(MACRO_TESTS) --scratch-path .build
-	FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
+	$(MACRO_PLUGIN)
+	$(WITH_PLUGIN) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The same tests under Thread Sanitizer, in a build folder of their own (with a server of
 # its own, so that it can run beside `make test`). DEPOT_TSAN=1 tells the reliability tests
@@ -96,11 +108,12 @@ test: deps
 # their transaction failed; the checks themselves still run their own work concurrently.
 TSAN_TEST_WIDTH ?= 8
 test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
-test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
+test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps
-	$(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
+	$(MACRO_PLUGIN)
+	$(WITH_PLUGIN) $(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
 	$(WITH_POSTGRES)
-	$(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
+	$(WITH_PLUGIN) $(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
 
 # The reliability tests at full size: 200 SIGKILL points per backend and durability, 10,000
 # differential cases, 5,000 transfers per writer (on every backend, PostgreSQL on a throwaway
@@ -129,7 +142,8 @@ stress: deps
 FUZZ_SECONDS ?= 60
 FUZZ_TEST_SECONDS ?= 3
 fuzz: deps
-	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
+	$(MACRO_PLUGIN)
+	$(WITH_PLUGIN) FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The DocC documentation of every library (swift-docc-plugin), into
 # .build/plugins/Swift-DocC/outputs. Any warning (a broken symbol link, an undocumented
@@ -154,10 +168,11 @@ docs: deps
 # Without an earlier release build there is nothing stale and nothing is touched (touching
 # would make the next debug build, `make example-test`'s in CI, compile Depot again).
 define FRESH_RELEASE_BUILD
+	$(MACRO_PLUGIN)
 	@sum=$$(find Sources Package.swift Tools/Sources Tools/Package.swift -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
 	if [ "$$(cat .build/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
 		if [ -d .build/release ]; then find Sources Tools/Sources -name '*.swift' -exec touch {} +; fi; \
-		$(SWIFT) build $(TOOLS) --scratch-path .build -c release || exit 1; \
+		$(RELEASE) build $(TOOLS) --scratch-path .build -c release || exit 1; \
 		echo "$$sum" > .build/release-sources.cksum; \
 	fi
 endef
@@ -174,22 +189,22 @@ BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BEN
 # record goes to BENCH_RECORD.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
-# build, as `make bench` (6 minutes from clean here; nothing is timed): it is CI's only run
+# build, as `make bench` (nothing is timed): it is CI's only run
 # of the release build, whose awaited calls resume through unsafe continuations where debug
 # builds (and so the tests) use checked ones, and the optimizer has crashed code that
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
 	$(FRESH_RELEASE_BUILD)
-	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
 
 # The conformance suite against the release build (the tests run a debug build), on every
 # backend: PostgreSQL on a throwaway server, as `make test`. CI runs it after bench-smoke,
 # whose release build it reuses: about a minute. Any failed check fails it.
 conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
-conformance: WITH_POSTGRES_RUN = $(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
+conformance: WITH_POSTGRES_RUN = $(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
 conformance: deps
 	$(FRESH_RELEASE_BUILD)
 	$(WITH_POSTGRES)
@@ -204,7 +219,7 @@ bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(SWIFT) run $(TOOLS) --scratch-path .build -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
 # package of its own so that it reaches Depot's public API only; its source is a link to

@@ -16,6 +16,18 @@ if Context.environment["DEPOT_WARNINGS_AS_ERRORS"] == "1" {
     sharedSettings.append(.unsafeFlags(["-warnings-as-errors"]))
 }
 
+// DEPOT_MACRO_PLUGIN=<path of a built DepotMacros-tool> (set by the Makefile for its
+// release builds, to the debug build's plugin): Depot's targets load that plugin for @Record
+// instead of having SwiftPM build the macro target. A release build otherwise compiles
+// swift-syntax with optimization for the plugin, by far its longest step, although the
+// plugin only expands source at compile time and nothing of it is linked into Depot: the
+// expansions, and so the built code, are the same. Like the flag above, never set for a
+// package that others depend on by version.
+let macroPlugin = Context.environment["DEPOT_MACRO_PLUGIN"].flatMap { $0.isEmpty ? nil : $0 }
+if let macroPlugin {
+    sharedSettings.append(.unsafeFlags(["-Xfrontend", "-load-plugin-executable", "-Xfrontend", "\(macroPlugin)#DepotMacros"]))
+}
+
 let package = Package(
     name: "Depot",
     platforms: [.macOS(.v15)],
@@ -72,8 +84,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-                "DepotMacros",
-            ]),
+            ] + (macroPlugin == nil ? ["DepotMacros"] : [])),
         // The compiler plugin behind @Record and its property markers (declared in DepotCore).
         .macro(
             name: "DepotMacros",

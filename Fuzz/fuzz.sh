@@ -18,7 +18,9 @@ WORK=.build/fuzz
 # the @Record macro's plugin executable too, which has no fuzz entry point and fails to link.
 mkdir -p "$WORK"
 echo "Building the fuzz targets (log: Fuzz/$WORK/build.log)..."
-# The macro plugin is built with ASan and runs during the build: no leak report at its exit.
+# Unless DEPOT_MACRO_PLUGIN names a built @Record plugin (the Makefile passes the debug
+# build's, see Package.swift), the plugin is built with ASan and runs during the build: no
+# leak report at its exit.
 export ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}"
 if ! $SWIFT build -c debug -Xswiftc -sanitize=address -Xswiftc -sanitize-coverage=edge,trace-cmp,pc-table,inline-8bit-counters \
 	--product DepotFuzz >"$WORK/build.log" 2>&1; then

@@ -17,6 +17,11 @@ var settings: [SwiftSetting] = [.enableUpcomingFeature("InternalImportsByDefault
 if Context.environment["DEPOT_WARNINGS_AS_ERRORS"] == "1" {
     settings.append(.unsafeFlags(["-warnings-as-errors"]))
 }
+// A prebuilt @Record plugin for release builds (see the root Package.swift): depot-bench
+// expands @Record too.
+if let macroPlugin = Context.environment["DEPOT_MACRO_PLUGIN"], !macroPlugin.isEmpty {
+    settings.append(.unsafeFlags(["-Xfrontend", "-load-plugin-executable", "-Xfrontend", "\(macroPlugin)#DepotMacros"]))
+}
 
 let package = Package(
     name: "DepotTools",
