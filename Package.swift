@@ -188,6 +188,12 @@ let package = Package(
     ]
 )
 
+// With a prebuilt plugin the macro target goes too: building this package's every target
+// (`swift build --build-tests`, the TSan run's) would otherwise compile swift-syntax for it.
+if macroPlugin != nil {
+    package.targets.removeAll { $0.type == .macro }
+}
+
 for target in package.targets where target.type != .system {
     target.swiftSettings = (target.swiftSettings ?? []) + sharedSettings
 }
