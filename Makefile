@@ -24,7 +24,10 @@ MACRO_TESTS := --package-path Tools/MacroTests
 # only expands source while compiling and is linked into nothing: that compile was most of
 # a release build's time, and the code built is the same. MACRO_PLUGIN builds the plugin
 # first (a no-op when it is current); every command of such a build sets the variable, so
-# that SwiftPM sees one manifest and reuses one build.
+# that SwiftPM sees one manifest and reuses one build. SwiftPM does not see the plugin as an
+# input: after a change to Sources/DepotMacros, the release build recompiles everything
+# (FRESH_RELEASE_BUILD's checksum covers it), but an incremental TSan or fuzz build keeps
+# the old expansions until the files that use @Record are compiled again.
 MACRO_PLUGIN_PATH := $(CURDIR)/.build/debug/DepotMacros-tool
 MACRO_PLUGIN := $(SWIFT) build $(TRAITS) --scratch-path .build --product DepotMacros
 WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)

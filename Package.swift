@@ -17,9 +17,9 @@ if Context.environment["DEPOT_WARNINGS_AS_ERRORS"] == "1" {
 }
 
 // DEPOT_MACRO_PLUGIN=<path of a built DepotMacros-tool> (set by the Makefile for its
-// release builds, to the debug build's plugin): Depot's targets load that plugin for @Record
-// instead of having SwiftPM build the macro target. A release build otherwise compiles
-// swift-syntax with optimization for the plugin, by far its longest step, although the
+// release, Thread Sanitizer and fuzzing builds, to the debug build's plugin): Depot's targets
+// load that plugin for @Record instead of having SwiftPM build the macro target. Such a build
+// otherwise compiles swift-syntax optimized or instrumented for the plugin, although the
 // plugin only expands source at compile time and nothing of it is linked into Depot: the
 // expansions, and so the built code, are the same. Like the flag above, never set for a
 // package that others depend on by version.
