@@ -36,7 +36,7 @@ struct DepotBench: AsyncParsableCommand {
     @Option(help: "SQLite durability for Depot and raw SQLite alike: normal (WAL, synchronous=NORMAL) or full (synchronous=FULL). LMDB always commits durably.")
     var durability = "normal"
 
-    @Option(help: "Where stores are created (a temporary directory, removed afterwards, by default).")
+    @Option(help: "Where stores are created (a temporary directory, removed afterwards, by default); stores an earlier run left there are replaced.")
     var directory: String?
 
     @Option(help: "Where to write results.json, report.md and chart.svg (make bench: a new folder under docs/benchmarks).")

@@ -219,7 +219,12 @@ struct Runner {
             for kind in kinds {
                 progress("populating \(kind.name) with \(records) cats")
                 let subject = kind.make()
-                try await subject.open(at: directory.appendingPathComponent("populated-\(kind.name)"))
+                // A --directory used by an earlier run still holds its populated stores:
+                // start from an empty one, as in a temporary directory (the raw engines'
+                // inserts refuse keys that exist).
+                let folder = directory.appendingPathComponent("populated-\(kind.name)")
+                try? FileManager.default.removeItem(at: folder)
+                try await subject.open(at: folder)
                 try await subject.saveAll(fixture.cats)
                 let count = try await subject.count()
                 guard count == records else { throw BenchError("\(kind.name) holds \(count) cats after populating, not \(records)") }
