@@ -25,11 +25,20 @@ MACRO_TESTS := --package-path Tools/MacroTests
 # a release build's time, and the code built is the same. MACRO_PLUGIN builds the plugin
 # first (a no-op when it is current); every command of such a build sets the variable, so
 # that SwiftPM sees one manifest and reuses one build. SwiftPM does not see the plugin as an
-# input: after a change to Sources/DepotMacros, the release build recompiles everything
-# (FRESH_RELEASE_BUILD's checksum covers it), but an incremental TSan or fuzz build keeps
-# the old expansions until the files that use @Record are compiled again.
+# input, so a change to Sources/DepotMacros would leave an incremental build's old
+# expansions in place: the release build recompiles everything then (FRESH_RELEASE_BUILD's
+# checksum covers it), and the TSan and fuzz builds touch the files that name @Record
+# (MACRO_EXPANSIONS_CURRENT, given the build folder) so that they are compiled again.
 MACRO_PLUGIN_PATH := $(CURDIR)/.build/debug/DepotMacros-tool
 MACRO_PLUGIN := $(SWIFT) build $(TRAITS) --scratch-path .build --product DepotMacros
+define MACRO_EXPANSIONS_CURRENT
+	@sum=$$(find Sources/DepotMacros -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | cksum); \
+	if [ -d $(1) ] && [ "$$(cat $(1)/macro-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
+		echo "The @Record macro changed since $(1) was built: its users compile again."; \
+		grep -rlE --include='*.swift' '@Record' Sources Tests Tools/Sources Fuzz/Sources | xargs -r touch; \
+	fi; \
+	mkdir -p $(1) && echo "$$sum" > $(1)/macro-sources.cksum
+endef
 WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)
 RELEASE := $(WITH_PLUGIN) $(SWIFT)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
@@ -100,6 +109,7 @@ test: deps
 	$(SWIFT) test $(TOOLS) --scratch-path .build --skip-build
 	$(SWIFT) test $(MACRO_TESTS) --scratch-path .build
 	$(MACRO_PLUGIN)
+	$(call MACRO_EXPANSIONS_CURRENT,Fuzz/.build)
 	$(WITH_PLUGIN) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The same tests under Thread Sanitizer, in a build folder of their own (with a server of
@@ -114,6 +124,7 @@ test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
 test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps
 	$(MACRO_PLUGIN)
+	$(call MACRO_EXPANSIONS_CURRENT,.build-tsan)
 	$(WITH_PLUGIN) $(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
 	$(WITH_POSTGRES)
 	$(WITH_PLUGIN) $(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
@@ -146,6 +157,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TEST_SECONDS ?= 3
 fuzz: deps
 	$(MACRO_PLUGIN)
+	$(call MACRO_EXPANSIONS_CURRENT,Fuzz/.build)
 	$(WITH_PLUGIN) FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) Fuzz/fuzz.sh
 
 # The DocC documentation of every library (swift-docc-plugin), into
