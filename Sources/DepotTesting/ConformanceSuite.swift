@@ -107,9 +107,10 @@ func expectError<T>(
     }
 }
 
-/// Expects `body` to throw a ``DepotError`` with `code`.
+/// Expects `body` to throw a ``DepotError`` with `code` (and, when `containing` is given, a
+/// message that contains it).
 func expectError<T>(
-    _ code: DepotError.Code, _ what: String, file: String = #fileID, line: Int = #line,
+    _ code: DepotError.Code, containing text: String? = nil, _ what: String, file: String = #fileID, line: Int = #line,
     _ body: () async throws -> T
 ) async throws {
     do {
@@ -121,6 +122,9 @@ func expectError<T>(
         }
         if error.message.isEmpty {
             throw ConformanceFailure(message: "\(what): the error has no message", file: file, line: line)
+        }
+        if let text, !error.message.contains(text) {
+            throw ConformanceFailure(message: "\(what): expected a message containing \"\(text)\", got \(error)", file: file, line: line)
         }
     } catch let failure as ConformanceFailure {
         throw failure

@@ -163,10 +163,12 @@ public struct RecordReader<Record: ManagedRecord> {
         }
     }
 
-    func read<V: AttributeValue>(_ position: Int, as type: V.Type, entity: EntityDescription, what: String) throws(DepotError) -> V {
+    /// `what` names the read in an error only: it is an autoclosure because describing a
+    /// key path walks its components and allocates, which every read would pay otherwise.
+    func read<V: AttributeValue>(_ position: Int, as type: V.Type, entity: EntityDescription, what: @autoclosure () -> String) throws(DepotError) -> V {
         let attribute = entity.attributes[position]
         guard attribute.type == V.attributeType, attribute.isOptional == V.isOptional || !attribute.isOptional else {
-            throw DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(what) as \(V.self), but entity \(entity.name) declares \(attribute.name) as \(attribute.isOptional ? "optional " : "")\(attribute.type.rawValue); read it with the declared type.")
+            throw DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(what()) as \(V.self), but entity \(entity.name) declares \(attribute.name) as \(attribute.isOptional ? "optional " : "")\(attribute.type.rawValue); read it with the declared type.")
         }
         return try V.read(from: columns, at: position)
     }

@@ -128,10 +128,17 @@ enum MappingChecks {
             try await expectError(.conversionFailed, "a key path the entity does not declare") {
                 try await Controller<UndeclaredRead, UndeclaredRead>(store: store).fetchAll().count
             }
-            try await expectError(.conversionFailed, "a string read as an integer") {
+            // The message names the read as the mapping wrote it, and the declaration.
+            try await expectError(
+                .conversionFailed, containing: "WrongType.init(row:) reads \"title\" as Int, but entity Label declares title as string",
+                "a string read as an integer"
+            ) {
                 try await Controller<WrongType, WrongType>(store: store).fetchAll().count
             }
-            try await expectError(.conversionFailed, "an optional attribute read as non-optional") {
+            try await expectError(
+                .conversionFailed, containing: "NonOptionalRead.init(row:) reads \"note\" as String, but entity Label declares note as optional string",
+                "an optional attribute read as non-optional"
+            ) {
                 try await Controller<NonOptionalRead, NonOptionalRead>(store: store).fetchAll().count
             }
             try await expectError(.conversionFailed, "an attribute name the entity does not declare") {
