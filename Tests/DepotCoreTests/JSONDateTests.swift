@@ -47,9 +47,13 @@ struct JSONDateTests {
         for seconds in cases { try Self.expectExact(seconds) }
     }
 
+    /// Random cases per property (DEPOT_JSON_DATE_CASES), fewer under Thread Sanitizer:
+    /// pure computation on one thread, nothing for it to check (``TestScale``).
+    static let cases = TestScale.size("DEPOT_JSON_DATE_CASES", ci: 20_000, tsan: 2_000)
+
     @Test("random bit patterns of every finite double")
     func randomBitPatterns() async {
-        await propertyCheck(count: 20_000, input: Gen.uint64()) { bits in
+        await propertyCheck(count: Self.cases, input: Gen.uint64()) { bits in
             let seconds = Double(bitPattern: bits)
             guard seconds.isFinite else { return }
             try Self.expectExact(seconds)
@@ -60,7 +64,7 @@ struct JSONDateTests {
     func randomDatesInRange() async {
         // The magnitude's exponent spread from 2^-1074 to 2^38, so that sub-second and
         // subnormal fractions are as common as whole dates.
-        await propertyCheck(count: 20_000, input: Gen.uint64(), Gen.int(in: -1074...38), Gen.bool) { bits, exponent, negative in
+        await propertyCheck(count: Self.cases, input: Gen.uint64(), Gen.int(in: -1074...38), Gen.bool) { bits, exponent, negative in
             let significand = Double(bitPattern: 0x3FF0_0000_0000_0000 | (bits & 0x000F_FFFF_FFFF_FFFF))
             let magnitude = Double(sign: .plus, exponent: exponent, significand: significand)
             try Self.expectExact(negative ? -magnitude : magnitude)

@@ -313,6 +313,13 @@ struct LMDBCompositeIndexTests {
         }
     }
 
+    /// Rounds per seed (DEPOT_INDEX_ROUNDS), fewer under Thread Sanitizer: one request after
+    /// another, nothing concurrent for it to check (``TestScale``).
+    static let randomRounds = TestScale.size("DEPOT_INDEX_ROUNDS", ci: 400, tsan: 50)
+    /// Pages per cursor walk: enough to cross many page boundaries and to reach the end of
+    /// most answers; each page of the memory reference filters and sorts every record.
+    static let pagesPerWalk = 60
+
     @Test("random requests answer as the memory store does", arguments: [1, 2, 3])
     func randomRequests(seed: UInt64) async throws {
         let animals = IndexedAnimal.generate(1_500, seed: seed)
@@ -324,7 +331,7 @@ struct LMDBCompositeIndexTests {
             var g = SplitMix64(seed: seed &* 31)
             func pick<T>(_ list: [T]) -> T { list[Int(g.next() % UInt64(list.count))] }
             let names = ["Tom1", "Rex0", "", "Zed\u{0}2", "Zed3", "Bo", "tom", "A"]
-            for round in 0..<400 {
+            for round in 0..<Self.randomRounds {
                 var conditions: [Condition<IndexedAnimal>] = []
                 switch g.next() % 4 {
                 case 0: conditions.append(\.species == pick(IndexedAnimal.species))
@@ -370,7 +377,7 @@ struct LMDBCompositeIndexTests {
                         #expect(a.items.map(\.id) == b.items.map(\.id), "page \(pages), round \(round): \(request)")
                         cursor = a.next
                         pages += 1
-                    } while cursor != nil && pages < 400
+                    } while cursor != nil && pages < Self.pagesPerWalk
                 }
                 let plan = try await lmdb.explain(request, analyze: true)
                 #expect((plan.actualRows ?? 0) >= (plan.sortsAfterwards || plan.filtersAfterwards ? got.count : 0), "\(plan)")

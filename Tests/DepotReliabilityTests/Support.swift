@@ -11,21 +11,10 @@ import Darwin
 
 /// How big the reliability runs are: `DEPOT_STRESS=full` for the documented full sizes
 /// (`make stress`), otherwise a CI size, smaller again under Thread Sanitizer, which makes
-/// everything 5–15 times slower.
+/// everything 5–15 times slower (``TestScale``, shared with the other test targets).
 enum Stress {
-    static let isFull = ProcessInfo.processInfo.environment["DEPOT_STRESS"] == "full"
-
-    /// Whether this process runs under Thread Sanitizer: the Makefile's test-tsan target
-    /// sets DEPOT_TSAN=1, and the TSan runtime's entry point is looked up as a fallback for
-    /// a plain `swift test --sanitize=thread`.
-    static let underTSan: Bool = {
-        if ProcessInfo.processInfo.environment["DEPOT_TSAN"] == "1" { return true }
-        #if canImport(Glibc)
-        return dlsym(nil, "__tsan_init") != nil  // nil is RTLD_DEFAULT on glibc
-        #else
-        return false
-        #endif
-    }()
+    static let isFull = TestScale.isFull
+    static let underTSan = TestScale.underThreadSanitizer
 
     /// The PostgreSQL server `make test` and `make stress` start (a libpq URL with a
     /// query part), and whether its absence fails the run rather than skipping.
@@ -34,9 +23,7 @@ enum Stress {
 
     /// The size for this run; an environment variable `name` overrides it.
     static func size(_ name: String, ci: Int, tsan: Int, full: Int) -> Int {
-        if let text = ProcessInfo.processInfo.environment[name], let value = Int(text), value >= 0 { return value }
-        if isFull { return full }
-        return underTSan ? tsan : ci
+        TestScale.size(name, ci: ci, tsan: tsan, full: full)
     }
 }
 
