@@ -286,7 +286,11 @@ final class RawLMDBSubject: BenchSubject {
                 }
                 while code == MDB_SUCCESS, found.count < limit {
                     let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
-                    guard bytes.count >= prefix.count + 8, bytes.prefix(prefix.count).elementsEqual(prefix) else { break }
+                    // memcmp, as C code over LMDB would compare the key's prefix (a
+                    // generic elementsEqual over a slice goes byte by byte).
+                    guard bytes.count >= prefix.count + 8, let keyStart = bytes.baseAddress,
+                        prefix.withUnsafeBytes({ $0.baseAddress.map { memcmp($0, keyStart, prefix.count) == 0 } ?? false })
+                    else { break }
                     var id = MDB_val(mv_size: 8, mv_data: key.mv_data.advanced(by: key.mv_size - 8))
                     var record = MDB_val()
                     try check(mdb_get(txn, petDBI, &id, &record), "get pet")
