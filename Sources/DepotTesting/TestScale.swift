@@ -11,10 +11,11 @@ import Darwin
 /// (`full`, for `DEPOT_STRESS=full`, `make stress`). An environment variable names the
 /// count for one test directly.
 ///
-/// Thread Sanitizer makes single-threaded work many times slower and finds nothing in it, so
-/// a randomized check of answers (which runs one request after another) keeps its shape under
-/// TSan and runs fewer rounds; its full count runs in the uninstrumented `make test` beside
-/// it. The checks that run work concurrently keep their size.
+/// Thread Sanitizer makes everything many times slower. A randomized check of answers, which
+/// runs one request after another, has no race for it to find: it keeps its shape under TSan
+/// and runs fewer rounds, and its full count runs in the uninstrumented `make test`. The
+/// reliability tests' concurrent workloads shrink under TSan too, to sizes that still
+/// interleave their workers.
 package enum TestScale {
     /// Whether the documented full sizes were asked for (`DEPOT_STRESS=full`).
     package static let isFull = ProcessInfo.processInfo.environment["DEPOT_STRESS"] == "full"
