@@ -11,7 +11,7 @@ import Darwin
 
 /// How big the reliability runs are: `DEPOT_STRESS=full` for the documented full sizes
 /// (`make stress`), otherwise a CI size, smaller again under Thread Sanitizer, which makes
-/// everything 5–15 times slower (``TestScale``, shared with the other test targets).
+/// everything many times slower (``TestScale``, shared with the other test targets).
 enum Stress {
     static let isFull = TestScale.isFull
     static let underTSan = TestScale.underThreadSanitizer
