@@ -22,16 +22,15 @@ MACRO_TESTS := --package-path Tools/MacroTests
 # the debug build's @Record plugin (DEPOT_MACRO_PLUGIN, read by the manifests) rather than
 # have SwiftPM compile swift-syntax once more, optimized or instrumented, for a plugin that
 # only expands source while compiling and is linked into nothing: that compile was most of
-# a release build's time, and the code built is the same. The plugin is a file target: it
-# is built (in .build) only when it is missing or older than the macro's sources or the
-# manifest, so a build in another folder does not wait for .build's lock when the plugin is
-# current, and can run beside a build there. Every command of such a build sets the
-# variable, so that SwiftPM sees one manifest and reuses one build. SwiftPM does not see
-# the plugin as an input, so a change to Sources/DepotMacros would leave an incremental
-# build's old expansions in place: the release build recompiles everything then
-# (FRESH_RELEASE_BUILD's checksum covers it), and the TSan and fuzz builds touch the files
-# that name @Record (MACRO_EXPANSIONS_CURRENT, given the build folder) so that they are
-# compiled again.
+# a release build's time, and the code built is the same. The plugin is a file target,
+# built only when it is missing or older than the macro's sources or the manifest (a
+# `swift build` that finds it current still loads every manifest first). Every command of
+# such a build sets the variable, so that SwiftPM sees one manifest and reuses one build.
+# SwiftPM does not see the plugin as an input, so a change to Sources/DepotMacros would
+# leave an incremental build's old expansions in place: the release build recompiles
+# everything then (FRESH_RELEASE_BUILD's checksum covers it), and the TSan and fuzz builds
+# touch the files that name @Record (MACRO_EXPANSIONS_CURRENT, given the build folder) so
+# that they are compiled again.
 MACRO_PLUGIN_PATH := $(CURDIR)/.build/debug/DepotMacros-tool
 # What a recipe runs first to have a current plugin (a no-op when it is).
 MACRO_PLUGIN := @$(MAKE) -s --no-print-directory $(MACRO_PLUGIN_PATH)
@@ -48,13 +47,9 @@ define MACRO_EXPANSIONS_CURRENT
 endef
 WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)
 RELEASE := $(WITH_PLUGIN) $(SWIFT)
-# Release builds have a folder of their own, so that one can run beside a debug build in
-# .build (CI builds the example while the release build runs): they share no compiled
-# module with the debug builds anyway.
-RELEASE_SCRATCH := .build-release
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps warnings test test-tsan stress fuzz test-tsan-build release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-build example-test load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan stress fuzz release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -136,16 +131,12 @@ test: deps
 # step back for over a minute, and checks that wait a minute for a store's thread to start
 # their transaction failed; the checks themselves still run their own work concurrently.
 TSAN_TEST_WIDTH ?= 8
-# test-tsan-build builds both packages' tests under TSan and runs nothing (CI runs it beside
-# `make docs`); test-tsan's `swift test` then finds the build current.
-test-tsan-build: deps
+test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
+test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
+test-tsan: deps
 	$(MACRO_PLUGIN)
 	$(call MACRO_EXPANSIONS_CURRENT,.build-tsan)
 	$(WITH_PLUGIN) $(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
-	$(WITH_PLUGIN) $(SWIFT) build $(TRAITS) --scratch-path .build-tsan --sanitize=thread --build-tests
-test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
-test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
-test-tsan: test-tsan-build
 	$(WITH_POSTGRES)
 	$(WITH_PLUGIN) $(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
 
@@ -205,10 +196,10 @@ docs: deps
 define FRESH_RELEASE_BUILD
 	$(MACRO_PLUGIN)
 	@sum=$$($(call SOURCES_CHECKSUM,Sources Package.swift Tools/Sources Tools/Package.swift)); \
-	if [ "$$(cat $(RELEASE_SCRATCH)/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
-		if [ -d $(RELEASE_SCRATCH)/release ]; then find Sources Tools/Sources -name '*.swift' -exec touch {} +; fi; \
-		$(RELEASE) build $(TOOLS) --scratch-path $(RELEASE_SCRATCH) -c release || exit 1; \
-		echo "$$sum" > $(RELEASE_SCRATCH)/release-sources.cksum; \
+	if [ "$$(cat .build/release-sources.cksum 2>/dev/null)" != "$$sum" ]; then \
+		if [ -d .build/release ]; then find Sources Tools/Sources -name '*.swift' -exec touch {} +; fi; \
+		$(RELEASE) build $(TOOLS) --scratch-path .build -c release || exit 1; \
+		echo "$$sum" > .build/release-sources.cksum; \
 	fi
 endef
 
@@ -221,7 +212,7 @@ BENCH_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT
 BENCH_POSTGRES_RECORD ?= docs/benchmarks/$(shell date -u +%Y-%m-%d-%H%M%S)-$(BENCH_COMMIT)-postgres
 
 # The release build of Depot's programs alone (bench, bench-smoke and conformance make it
-# themselves when it is missing or stale): CI runs it beside `make example-build`.
+# themselves when it is missing or stale), for running depot-bench by hand.
 release-build: deps
 	$(FRESH_RELEASE_BUILD)
 
@@ -229,7 +220,7 @@ release-build: deps
 # record goes to BENCH_RECORD.
 bench: deps
 	$(FRESH_RELEASE_BUILD)
-	$(RELEASE) run $(TOOLS) --scratch-path $(RELEASE_SCRATCH) -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --output "$(BENCH_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # A small run that proves the benchmark still works and its checksums hold (CI). A release
 # build, as `make bench` (nothing is timed): it is CI's only run
@@ -238,13 +229,13 @@ bench: deps
 # debug builds ran fine (a specialized read, on Swift 6.3.1).
 bench-smoke: deps
 	$(FRESH_RELEASE_BUILD)
-	$(RELEASE) run $(TOOLS) --scratch-path $(RELEASE_SCRATCH) -c release depot-bench --records 2000 --repetitions 1 --output $(RELEASE_SCRATCH)/depot-bench-smoke
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --records 2000 --repetitions 1 --output .build/depot-bench-smoke
 
 # The conformance suite against the release build (the tests run a debug build), on every
 # backend: PostgreSQL on a throwaway server, as `make test`. CI runs it after bench-smoke,
 # whose release build it reuses: about a minute. Any failed check fails it.
 conformance: WITH_POSTGRES_DIR = .build/postgres-conformance
-conformance: WITH_POSTGRES_RUN = $(RELEASE) run $(TOOLS) --scratch-path $(RELEASE_SCRATCH) -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
+conformance: WITH_POSTGRES_RUN = $(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-conformance --backends memory,sqlite,sqlite-memory,lmdb,postgres
 conformance: deps
 	$(FRESH_RELEASE_BUILD)
 	$(WITH_POSTGRES)
@@ -259,7 +250,7 @@ bench-postgres: deps
 	$(FRESH_RELEASE_BUILD)
 	@url=$$($(POSTGRES_SERVER) start .build/postgres-bench | tail -n 1) && [ -n "$$url" ] || exit 1; \
 	trap '$(POSTGRES_SERVER) stop .build/postgres-bench' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(RELEASE) run $(TOOLS) --scratch-path $(RELEASE_SCRATCH) -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
+	$(RELEASE) run $(TOOLS) --scratch-path .build -c release depot-bench --backends postgres,raw-postgres --postgres-url "$$url" --records $(POSTGRES_BENCH_RECORDS) --repetitions 3 --output "$(BENCH_POSTGRES_RECORD)" --commit "$(BENCH_COMMIT)"
 
 # The examples: the outside engine of "Writing a backend" (Examples/SortedArrayEngine, a
 # package of its own so that it reaches Depot's public API only; its source is a link to
@@ -270,14 +261,7 @@ bench-postgres: deps
 # where the modules it shares with `make test` (Depot, swift-syntax, the rest of Depot's
 # dependencies) are already built with the same flags and are not compiled again: only
 # Hummingbird, swift-nio(-ssl) and the example itself are (about 2.5 minutes here, against
-# about 5 in a folder of its own). example-build builds both examples and their tests
-# without running anything (CI runs it beside `make release-build`, whose folder is another
-# one, so the release build's single-module compiles leave no core idle); example-test then
-# builds only what changed.
-example-build: deps
-	$(SWIFT) build --package-path Examples/PetClinic --scratch-path .build --build-tests
-	$(SWIFT) build --package-path Examples/SortedArrayEngine --scratch-path .build --build-tests
-
+# about 5 in a folder of its own).
 example-test: WITH_POSTGRES_DIR = .build/postgres-example
 example-test: WITH_POSTGRES_RUN = $(SWIFT) test --package-path Examples/PetClinic --scratch-path .build
 example-test: deps

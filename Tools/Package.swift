@@ -5,8 +5,7 @@
 // (depot-crash-writer, depot-fault-writer), and the SQLite disk-fault VFS with its tests. The Makefile builds them in the root package's
 // build folder (`--scratch-path .build`), where the modules they share with the tests are
 // already built with the same flags; the reliability tests find the helpers there, beside
-// the test runner. Release builds (the benchmark, the release conformance run) go to
-// `.build-release`.
+// the test runner.
 import Foundation
 import PackageDescription
 

@@ -86,7 +86,7 @@ struct DepotBench: AsyncParsableCommand {
 
         #if DEBUG
             let build = "debug"
-            printErr("warning: this is a debug build; figures say nothing about speed. Use: make bench, or make release-build and run .build-release/release/depot-bench")
+            printErr("warning: this is a debug build; figures say nothing about speed. Use: make bench, or make release-build and run .build/release/depot-bench")
         #else
             let build = "release"
         #endif
