@@ -218,13 +218,7 @@ struct Runner {
         if workloads.contains(where: \.readsPopulatedStore) {
             for kind in kinds {
                 progress("populating \(kind.name) with \(records) cats")
-                let subject = kind.make()
-                // A --directory used by an earlier run still holds its populated stores:
-                // start from an empty one, as in a temporary directory (the raw engines'
-                // inserts refuse keys that exist).
-                let folder = directory.appendingPathComponent("populated-\(kind.name)")
-                try? FileManager.default.removeItem(at: folder)
-                try await subject.open(at: folder)
+                let (subject, _) = try await openEmpty(kind, in: "populated-\(kind.name)")
                 try await subject.saveAll(fixture.cats)
                 let count = try await subject.count()
                 guard count == records else { throw BenchError("\(kind.name) holds \(count) cats after populating, not \(records)") }
@@ -321,11 +315,20 @@ struct Runner {
         return (value, Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000)
     }
 
-    private func withFreshSubject(_ kind: SubjectKind, run: Int, _ body: (any BenchSubject) async throws -> Sample) async throws -> Sample {
-        let folder = directory.appendingPathComponent("fresh-\(kind.name)-\(run)")
+    /// A subject of `kind` opened on an empty folder `name` under the run's directory: a
+    /// --directory an earlier run used still holds its stores there, and every run starts
+    /// from none, as in a temporary directory (the raw engines' inserts refuse keys that
+    /// exist).
+    private func openEmpty(_ kind: SubjectKind, in name: String) async throws -> (any BenchSubject, URL) {
+        let folder = directory.appendingPathComponent(name)
         try? FileManager.default.removeItem(at: folder)
         let subject = kind.make()
         try await subject.open(at: folder)
+        return (subject, folder)
+    }
+
+    private func withFreshSubject(_ kind: SubjectKind, run: Int, _ body: (any BenchSubject) async throws -> Sample) async throws -> Sample {
+        let (subject, folder) = try await openEmpty(kind, in: "fresh-\(kind.name)-\(run)")
         let sample: Sample
         do {
             sample = try await body(subject)
