@@ -104,9 +104,9 @@ extension EngineStore where Engine == PostgresEngine {
     package func serverPreparedOnReader() async throws -> Int {
         try await withCheckedThrowingContinuation { continuation in
             guard let pool else { return continuation.resume(throwing: DepotError(.backend, "The store has no read connections.")) }
-            pool.checkOut { connection in
-                continuation.resume(with: Result { try PostgresTestConnection.serverPrepared(connection.connection) })
-                pool.checkIn(connection)
+            pool.checkOut { reader in
+                continuation.resume(with: Result { try PostgresTestConnection.serverPrepared(self.readConnections[reader].connection) })
+                pool.checkIn(reader)
             }
         }
     }

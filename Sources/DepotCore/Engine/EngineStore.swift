@@ -37,8 +37,10 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
     package let writerLane: SerialLane
     /// Where reads run when they do not run on the calling thread.
     let readQueue: DispatchQueue
-    /// The engine's read connections; nil when its reads need none.
-    package let pool: ReaderPool<Engine.ReadConnection>?
+    /// The engine's read connections, by the numbers ``pool`` hands out.
+    package let readConnections: [Engine.ReadConnection]
+    /// Hands out ``readConnections``; nil when the engine's reads need none.
+    package let pool: ReaderPool?
     private let storeDescription: String
 
     /// Runs a store on `engine`.
@@ -56,7 +58,8 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
         let readQueue = DispatchQueue(label: "depot.\(engine.backendName).readers", attributes: .concurrent)
         self.readQueue = readQueue
         let connections = engine.readConnections
-        self.pool = connections.isEmpty ? nil : ReaderPool(connections, telemetry: log.telemetry, queue: { engine.readQueue(for: $0) ?? readQueue })
+        self.readConnections = connections
+        self.pool = connections.isEmpty ? nil : ReaderPool(queues: connections.map { engine.readQueue(for: $0) ?? readQueue }, telemetry: log.telemetry)
         log.opened(engine.backendName, at: engine.location)
         // Weakly: the engine outlives no store, and must not keep its store alive.
         engine.start(EngineRuntime(
@@ -187,9 +190,9 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
             }
             return
         }
-        pool.checkOut { connection in
-            let result = Result { try self.readNow(on: connection, singleStatement: singleStatement, body) }
-            pool.checkIn(connection)
+        pool.checkOut { reader in
+            let result = Result { try self.readNow(on: self.readConnections[reader], singleStatement: singleStatement, body) }
+            pool.checkIn(reader)
             self.gate.leave()
             completion(result)
         }
@@ -267,9 +270,9 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
             try readNow(on: nil, singleStatement: singleStatement, body)
             return true
         }
-        guard let connection = pool.takeIdle() else { return false }
-        defer { pool.checkIn(connection) }
-        try readNow(on: connection, singleStatement: singleStatement, body)
+        guard let reader = pool.takeIdle() else { return false }
+        defer { pool.checkIn(reader) }
+        try readNow(on: readConnections[reader], singleStatement: singleStatement, body)
         return true
     }
 

@@ -16,45 +16,53 @@ import NIOConcurrencyHelpers
 /// thread. A dedicated thread per reader was tried first and not kept: a task resumed from
 /// a thread outside dispatch's pool costs a wake-up of a pool thread on every call, where
 /// from a thread of the pool it usually goes on on the thread that just finished.
-package final class ReaderPool<Reader: Sendable>: Sendable {
+///
+/// The pool hands out reader numbers (`0..<count`), which its owner maps to its readers,
+/// and is not generic over the reader's type: its owner, ``EngineStore``, is generic over
+/// an engine no code of this module knows, so a generic pool ran unspecialized, and looked
+/// up the runtime metadata of its state and closure types on every check-out and check-in.
+package final class ReaderPool: Sendable {
     private struct State: Sendable {
         /// Idle readers, most recently used last: it is handed out first, with its caches
         /// warmest.
-        var idle: [Reader]
+        var idle: [Int]
         /// Jobs waiting for a reader, oldest at `waitingStart`: a head index rather than
         /// `removeFirst()`, so that handing one out does not shift the others.
-        var waiting: [@Sendable (Reader) -> Void] = []
+        var waiting: [@Sendable (Int) -> Void] = []
         var waitingStart = 0
     }
 
     private let state: NIOLockedValueBox<State>
     private let telemetry: StoreTelemetry?
-    private let queue: @Sendable (Reader) -> DispatchQueue
+    /// The queue each reader's jobs run on when they do not run on the calling thread.
+    private let queues: [DispatchQueue]
 
     /// - Parameters:
-    ///   - readers: Every reader of the store, all idle.
+    ///   - queues: The queue a job runs on with each reader, when it does not run on the
+    ///     calling thread: one per reader, all idle at first.
     ///   - telemetry: Where the time a read waits for a reader goes, when metrics are on.
-    ///   - queue: The queue a job runs on with a given reader, when it does not run on the
-    ///     calling thread.
-    package init(_ readers: [Reader], telemetry: StoreTelemetry?, queue: @escaping @Sendable (Reader) -> DispatchQueue) {
-        self.state = NIOLockedValueBox(State(idle: readers))
+    package init(queues: [DispatchQueue], telemetry: StoreTelemetry?) {
+        self.state = NIOLockedValueBox(State(idle: Array(queues.indices)))
         self.telemetry = telemetry
-        self.queue = queue
+        self.queues = queues
     }
+
+    /// The number of readers.
+    package var count: Int { queues.count }
 
     /// An idle reader, now, or `nil` when every reader is busy. The caller checks it in.
     ///
     /// For the paths that want one block on the read queue around all they capture, or
     /// that fall back to another road when no reader is free.
-    package func takeIdle() -> Reader? {
+    package func takeIdle() -> Int? {
         state.withLockedValue { $0.idle.popLast() }
     }
 
     /// Runs `job` with an idle reader now (on the calling thread when it is a
     /// ``StoreExecutor``'s, else on the reader's queue), or with the next reader checked in.
-    package func checkOut(_ job: @escaping @Sendable (Reader) -> Void) {
+    package func checkOut(_ job: @escaping @Sendable (Int) -> Void) {
         let telemetry = self.telemetry
-        let reader = state.withLockedValue { p -> Reader? in
+        let reader = state.withLockedValue { p -> Int? in
             if let reader = p.idle.popLast() { return reader }
             if let telemetry, telemetry.metrics {
                 // Every reader is busy: how long this read waits for one.
@@ -76,17 +84,17 @@ package final class ReaderPool<Reader: Sendable>: Sendable {
     /// Runs `job` with `reader`, which the caller has checked out: on the calling thread
     /// when it is a ``StoreExecutor``'s, else on the reader's queue.
     @inline(__always)
-    package func run(_ job: @escaping @Sendable (Reader) -> Void, with reader: Reader) {
+    package func run(_ job: @escaping @Sendable (Int) -> Void, with reader: Int) {
         if StoreExecutor.isCurrent {
             job(reader)
         } else {
-            queue(reader).async { job(reader) }
+            queues[reader].async { job(reader) }
         }
     }
 
     /// Hands `reader` to the oldest waiting job, on the reader's queue, or makes it idle.
-    package func checkIn(_ reader: Reader) {
-        let next = state.withLockedValue { p -> (@Sendable (Reader) -> Void)? in
+    package func checkIn(_ reader: Int) {
+        let next = state.withLockedValue { p -> (@Sendable (Int) -> Void)? in
             guard p.waitingStart < p.waiting.count else {
                 p.idle.append(reader)
                 return nil
@@ -99,6 +107,6 @@ package final class ReaderPool<Reader: Sendable>: Sendable {
             }
             return job
         }
-        if let next { queue(reader).async { next(reader) } }
+        if let next { queues[reader].async { next(reader) } }
     }
 }
