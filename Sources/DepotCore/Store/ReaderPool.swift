@@ -47,9 +47,6 @@ package final class ReaderPool: Sendable {
         self.queues = queues
     }
 
-    /// The number of readers.
-    package var count: Int { queues.count }
-
     /// An idle reader, now, or `nil` when every reader is busy. The caller checks it in.
     ///
     /// For the paths that want one block on the read queue around all they capture, or
