@@ -247,19 +247,34 @@ extension SQLQueryCompiler {
 // A select's SQL depends on its request's shape (which attributes, operators, list
 // lengths, sort keys, whether it is paged), not on its values: a backend can keep the SQL
 // per shape and skip building the same text again for every call.
-extension SQLQueryCompiler {
-    /// The shape of `query`'s SELECT and its parameters in the order ``select(_:table:columns:)``
-    /// binds them, from one walk that mirrors it; `nil` when a condition's parameters are
-    /// derived by the dialect (prefix and substring tests), whose queries always compile.
-    /// Two queries with equal shapes compile to the same SQL for the same table and columns.
-    ///
-    /// Inlinable, so a backend runs it specialized for its dialect: generic, every call
-    /// looked up the metadata of the parameters' arrays at run time.
-    @inlinable
-    package static func selectShape(_ query: Query) -> (shape: [Int], parameters: [Dialect.Parameter])? {
+
+/// A parameter of a shaped select before a dialect binds it: a value compared with a
+/// column, a LIMIT or OFFSET, or the LIMIT that means no limit.
+package enum SQLShapeParameter: Sendable {
+    case value(Value)
+    case count(Int64)
+    case noLimit
+}
+
+/// The shape of a request's SELECT (see ``SQLQueryCompiler``), and its parameters in the
+/// order ``SQLQueryCompiler/select(_:table:columns:)`` binds them.
+///
+/// Not generic over the dialect: it runs on every read of a shaped statement, and the
+/// inlinable generic version it replaces was still called unspecialized from a backend's
+/// release build, looking up its arrays' metadata at run time on each call. The backend
+/// turns ``SQLShapeParameter`` into its own bindings.
+package enum SQLSelectShape {
+    /// The shape of `query`'s SELECT and its parameters, from one walk that mirrors the
+    /// compiler's; `nil` when a condition's parameters are derived by the dialect (prefix
+    /// and substring tests), whose queries always compile. Two queries with equal shapes
+    /// compile to the same SQL for the same table and columns.
+    package static func of(_ query: Query) -> (shape: [Int], parameters: [SQLShapeParameter])? {
+        // Room for a list page's shape (a filter or two, a sort, a page) without growing.
         var shape: [Int] = []
-        var parameters: [Dialect.Parameter] = []
-        guard Self.shape(of: query.filter, into: &shape, &parameters) else { return nil }
+        shape.reserveCapacity(24)
+        var parameters: [SQLShapeParameter] = []
+        parameters.reserveCapacity(4)
+        guard walk(query.filter, into: &shape, &parameters) else { return nil }
         shape.append(-1)
         for key in query.sort {
             shape.append(key.attributeIndex)
@@ -267,14 +282,13 @@ extension SQLQueryCompiler {
         }
         if query.limit != nil || query.offset > 0 {
             shape.append(-2)
-            parameters.append(query.limit.map { Dialect.count(Int64($0)) } ?? Dialect.noLimit)
-            parameters.append(Dialect.count(Int64(query.offset)))
+            parameters.append(query.limit.map { .count(Int64($0)) } ?? .noLimit)
+            parameters.append(.count(Int64(query.offset)))
         }
         return (shape, parameters)
     }
 
-    @inlinable
-    static func shape(of filter: Filter, into shape: inout [Int], _ parameters: inout [Dialect.Parameter]) -> Bool {
+    private static func walk(_ filter: Filter, into shape: inout [Int], _ parameters: inout [SQLShapeParameter]) -> Bool {
         switch filter {
         case .constant(let b):
             shape.append(0)
@@ -294,19 +308,19 @@ extension SQLQueryCompiler {
                 shape.append(0)
             } else {
                 shape.append(1)
-                parameters.append(Dialect.parameter(value))
+                parameters.append(.value(value))
             }
         case .oneOf(let index, let values, let includesNil):
             shape.append(2)
             shape.append(index)
             shape.append(values.count)
             shape.append(includesNil ? 1 : 0)
-            for value in values { parameters.append(Dialect.parameter(value)) }
+            for value in values { parameters.append(.value(value)) }
         case .notOneOf(let index, let values):
             shape.append(3)
             shape.append(index)
             shape.append(values.count)
-            for value in values { parameters.append(Dialect.parameter(value)) }
+            for value in values { parameters.append(.value(value)) }
         case .isNil(let index):
             shape.append(4)
             shape.append(index)
@@ -319,11 +333,11 @@ extension SQLQueryCompiler {
             if case .and = filter { shape.append(6) } else { shape.append(7) }
             shape.append(parts.count)
             for part in parts {
-                guard Self.shape(of: part, into: &shape, &parameters) else { return false }
+                guard walk(part, into: &shape, &parameters) else { return false }
             }
         case .not(let inner):
             shape.append(8)
-            return Self.shape(of: inner, into: &shape, &parameters)
+            return walk(inner, into: &shape, &parameters)
         }
         return true
     }

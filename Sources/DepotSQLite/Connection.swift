@@ -48,7 +48,7 @@ package final class Connection: @unchecked Sendable {
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
     /// `in` lists cannot grow it without bound.
     private static let dynamicLimit = 256
-    /// Compiled statements by their request's shape (see `SQLQueryCompiler.selectShape`),
+    /// Compiled statements by their request's shape (see `SQLSelectShape`),
     /// each with the table it was compiled for: a page request repeated with other values
     /// then skips building its SQL again, and finding its statement by the SQL's text, and
     /// reuses the reader over its columns. An entry is used only for the very table object
@@ -471,7 +471,7 @@ extension Connection {
     }
 }
 
-/// A statement's request shape on one entity (see `SQLQueryCompiler.selectShape`): which
+/// A statement's request shape on one entity (see `SQLSelectShape`): which
 /// statement (a select, a count, a delete) and the request's shape.
 struct SelectShape: Hashable {
     enum Kind: Hashable {

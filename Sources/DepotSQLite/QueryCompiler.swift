@@ -42,6 +42,24 @@ enum SQLiteDialect: SQLDialect {
 }
 
 typealias QueryCompiler = SQLQueryCompiler<SQLiteDialect>
+
+extension SQLiteDialect {
+    /// The shape of `query`'s SELECT (see `SQLSelectShape`) and its parameters as SQLite
+    /// binds them; `nil` when the query's parameters are derived by the dialect.
+    static func selectShape(_ query: Query) -> (shape: [Int], parameters: [Binding])? {
+        guard let (shape, shaped) = SQLSelectShape.of(query) else { return nil }
+        return (shape, shaped.map(binding))
+    }
+
+    /// The binding of a shaped select's parameter, as the compiler binds it.
+    static func binding(_ shaped: SQLShapeParameter) -> Binding {
+        switch shaped {
+        case .value(let value): parameter(value)
+        case .count(let value): count(value)
+        case .noLimit: noLimit
+        }
+    }
+}
 typealias CompiledQuery = SQLStatement<SQLiteDialect>
 
 extension RegisteredEntity: SQLKeyTable {}

@@ -56,7 +56,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
         _ query: Query, _ kind: SelectShape.Kind, table: RegisteredEntity,
         compile: () throws(DepotError) -> CompiledQuery
     ) throws(DepotError) -> (Statement, [Binding]) {
-        guard let (tokens, values) = QueryCompiler.selectShape(query) else {
+        guard let (tokens, values) = SQLiteDialect.selectShape(query) else {
             let compiled = try compile()
             return (try connection.statement(sql: compiled.sql), compiled.parameters)
         }
@@ -90,7 +90,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
         let statement: Statement
         let columns: StatementColumns
         let parameters: [Binding]
-        if let (tokens, values) = QueryCompiler.selectShape(query) {
+        if let (tokens, values) = SQLiteDialect.selectShape(query) {
             // A list page asks the same shape again and again with other values: its
             // statement is prepared once per connection, only the parameters are walked
             // each time.
