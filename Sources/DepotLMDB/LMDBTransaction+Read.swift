@@ -281,6 +281,11 @@ extension LMDBTransaction {
 
     // MARK: ReadTransaction
 
+    /// The largest page whose room is reserved up front when the rows come from index
+    /// ranges (whose row count is not known without reading them); a larger limit grows
+    /// the result as rows come, so that a generous limit allocates nothing it does not use.
+    static let reservedPage = 4096
+
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         let handles = try handles(for: query.handle)
         if case .constant(let b) = query.filter, b != true { return }
@@ -301,6 +306,9 @@ extension LMDBTransaction {
         if plan.ranges == nil {
             let total = try entries(handles.main)
             reserve(min(max(0, total - query.offset), query.limit ?? Int.max))
+        } else if let limit = query.limit, limit <= Self.reservedPage {
+            // A page of an index range: at most `limit` rows, without counting the range.
+            reserve(limit)
         }
         let columns = RecordColumns(types: handles.types)
         let limit = query.limit ?? Int.max
@@ -379,6 +387,8 @@ extension LMDBTransaction {
             if exact && plan.ranges == nil {
                 let total = try entries(handles.main)
                 reserve(min(max(0, total - offset), limit))
+            } else if exact, limit <= Self.reservedPage {
+                reserve(limit)
             }
             var skipped = 0
             var emitted = 0
