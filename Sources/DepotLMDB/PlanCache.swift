@@ -20,21 +20,45 @@ package struct PlanShape: Hashable, Sendable {
         self.tokens = tokens
     }
 
+    // One append per token: `tokens += [a, b]` built a temporary array on the heap for
+    // each condition of every read's filter.
     private static func append(_ filter: Filter, to tokens: inout [Int]) {
         switch filter {
-        case .constant(let b): tokens += [0, b.map { $0 ? 1 : 0 } ?? 2]
-        case .compare(let i, let op, _): tokens += [1, i, code(op)]
-        case .oneOf(let i, let values, let includesNil): tokens += [2, i, values.count, includesNil ? 1 : 0]
-        case .notOneOf(let i, let values): tokens += [3, i, values.count]
-        case .isNil(let i): tokens += [4, i]
-        case .isNotNil(let i): tokens += [5, i]
-        case .hasPrefix(let i, _): tokens += [6, i]
-        case .contains(let i, _): tokens += [7, i]
+        case .constant(let b):
+            tokens.append(0)
+            tokens.append(b.map { $0 ? 1 : 0 } ?? 2)
+        case .compare(let i, let op, _):
+            tokens.append(1)
+            tokens.append(i)
+            tokens.append(code(op))
+        case .oneOf(let i, let values, let includesNil):
+            tokens.append(2)
+            tokens.append(i)
+            tokens.append(values.count)
+            tokens.append(includesNil ? 1 : 0)
+        case .notOneOf(let i, let values):
+            tokens.append(3)
+            tokens.append(i)
+            tokens.append(values.count)
+        case .isNil(let i):
+            tokens.append(4)
+            tokens.append(i)
+        case .isNotNil(let i):
+            tokens.append(5)
+            tokens.append(i)
+        case .hasPrefix(let i, _):
+            tokens.append(6)
+            tokens.append(i)
+        case .contains(let i, _):
+            tokens.append(7)
+            tokens.append(i)
         case .and(let parts):
-            tokens += [8, parts.count]
+            tokens.append(8)
+            tokens.append(parts.count)
             for part in parts { append(part, to: &tokens) }
         case .or(let parts):
-            tokens += [9, parts.count]
+            tokens.append(9)
+            tokens.append(parts.count)
             for part in parts { append(part, to: &tokens) }
         case .not(let inner):
             tokens.append(10)
