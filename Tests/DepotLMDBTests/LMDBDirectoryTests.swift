@@ -1,6 +1,6 @@
 import DepotCore
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 
 import DepotLMDB
@@ -54,18 +54,20 @@ struct LMDBDirectoryTests {
         try FileManager.default.createDirectory(atPath: root.path, withIntermediateDirectories: true)
         for round in 0..<20 {
             let directory = (root.path as NSString).appendingPathComponent("db\(round)")
-            let outcomes = Mutex<(stores: [LMDBStore], errors: [DepotError])>(([], []))
+            // A box (a class), not a local `Mutex`: the threads' closure captured the local
+            // variable, and Thread Sanitizer reported the captures' accesses as a race.
+            let outcomes = NIOLockedValueBox<(stores: [LMDBStore], errors: [DepotError])>(([], []))
             DispatchQueue.concurrentPerform(iterations: 4) { _ in
                 do {
                     let store = try LMDBStore(directory: directory)
-                    outcomes.withLock { $0.stores.append(store) }
+                    outcomes.withLockedValue { $0.stores.append(store) }
                 } catch let error as DepotError {
-                    outcomes.withLock { $0.errors.append(error) }
+                    outcomes.withLockedValue { $0.errors.append(error) }
                 } catch {
-                    outcomes.withLock { $0.errors.append(DepotError(.io, "\(error)")) }
+                    outcomes.withLockedValue { $0.errors.append(DepotError(.io, "\(error)")) }
                 }
             }
-            let (stores, errors) = outcomes.withLock { $0 }
+            let (stores, errors) = outcomes.withLockedValue { $0 }
             for store in stores { await store.close() }
             #expect(stores.count == 1, "round \(round): \(stores.count) stores opened, errors \(errors)")
             for error in errors {
