@@ -49,7 +49,7 @@ WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)
 RELEASE := $(WITH_PLUGIN) $(SWIFT)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps warnings test test-tsan stress fuzz release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan tsan-build stress fuzz release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test example-build load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -130,15 +130,23 @@ test: deps
 # cases alone). On 2 cores under TSan, that backlog on the global queue held a check's next
 # step back for over a minute, and checks that wait a minute for a store's thread to start
 # their transaction failed; the checks themselves still run their own work concurrently.
+# The build is a target of its own (tsan-build), so that CI can run it beside the release
+# build: they use different build folders, and each spends much of its time in one module's
+# compile that keeps one core busy.
 TSAN_TEST_WIDTH ?= 8
 test-tsan: WITH_POSTGRES_DIR = .build-tsan/postgres
-test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan
-test-tsan: deps
+test-tsan: WITH_POSTGRES_RUN = DEPOT_TSAN=1 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TSAN_TEST_WIDTH) $(WITH_PLUGIN) $(SWIFT) test $(TRAITS) --sanitize=thread --scratch-path .build-tsan --skip-build
+test-tsan: tsan-build
+	$(WITH_POSTGRES)
+	$(WITH_PLUGIN) $(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
+
+# Everything test-tsan runs, built with Thread Sanitizer: Tools first (its helpers land
+# beside the test runner), then this package's tests.
+tsan-build: deps
 	$(MACRO_PLUGIN)
 	$(call MACRO_EXPANSIONS_CURRENT,.build-tsan)
 	$(WITH_PLUGIN) $(SWIFT) build $(TOOLS) --scratch-path .build-tsan --sanitize=thread --build-tests
-	$(WITH_POSTGRES)
-	$(WITH_PLUGIN) $(SWIFT) test $(TOOLS) --scratch-path .build-tsan --sanitize=thread --skip-build
+	$(WITH_PLUGIN) $(SWIFT) build $(TRAITS) --scratch-path .build-tsan --sanitize=thread --build-tests
 
 # The reliability tests at full size: 200 SIGKILL points per backend and durability, 10,000
 # differential cases, 5,000 transfers per writer (on every backend, PostgreSQL on a throwaway
@@ -262,11 +270,16 @@ bench-postgres: deps
 # dependencies) are already built with the same flags and are not compiled again: only
 # Hummingbird, swift-nio(-ssl) and the example itself are (about 2.5 minutes here, against
 # about 5 in a folder of its own).
+# example-build builds both (example-test does too, and finds nothing left to build after it).
 example-test: WITH_POSTGRES_DIR = .build/postgres-example
 example-test: WITH_POSTGRES_RUN = $(SWIFT) test --package-path Examples/PetClinic --scratch-path .build
 example-test: deps
 	$(WITH_POSTGRES)
 	$(SWIFT) test --package-path Examples/SortedArrayEngine --scratch-path .build
+
+example-build: deps
+	$(SWIFT) build --package-path Examples/PetClinic --scratch-path .build --build-tests
+	$(SWIFT) build --package-path Examples/SortedArrayEngine --scratch-path .build --build-tests
 
 load-deps:
 	@missing=""; \
