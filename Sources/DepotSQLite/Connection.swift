@@ -8,19 +8,24 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
 /// One prepared statement. Finalized when released, so a statement dropped from the cache
 /// (or a one-off one) never outlives its connection's use of it.
+///
+/// Its flags and the connection's state below are `@exclusivity(unchecked)`: a statement
+/// and its connection are used by one thread at a time (see ``Connection``), and on that
+/// thread no access to them overlaps another, so the runtime's check of each access (a
+/// call and a thread-local lookup, on every lookup by key) could never find anything.
 final class Statement {
     let handle: OpaquePointer
     /// Whether a caller is stepping it right now; a nested use of the same SQL (a fetch
     /// inside a fetch's body) then gets a statement of its own instead of resetting this one.
-    var inUse = false
+    @exclusivity(unchecked) var inUse = false
     let isCached: Bool
     /// Whether the next step is the first of an execution: the only step at which SQLite
     /// re-prepares a statement after a schema change (see `Connection.schemaWatch`).
-    var atFirstStep = true
+    @exclusivity(unchecked) var atFirstStep = true
     /// Whether a step of this statement has been checked against the schema since it was
     /// prepared; a statement prepared after another process's schema change is compiled
     /// against the new schema without counting as re-prepared.
-    var schemaChecked = false
+    @exclusivity(unchecked) var schemaChecked = false
 
     init(handle: OpaquePointer, isCached: Bool) {
         self.handle = handle
@@ -37,14 +42,14 @@ final class Statement {
 /// used only on the writer queue, and a reader connection only by the one job that has
 /// checked it out of the pool (the pool's mutex orders the hand-overs).
 package final class Connection: @unchecked Sendable {
-    private(set) var handle: OpaquePointer?
+    @exclusivity(unchecked) private(set) var handle: OpaquePointer?
     let path: String
     /// Statements of the fixed per-entity SQL, keyed by entity serial and statement kind.
     /// Indexed by key directly (keys are small: serial × 16 + kind), so a lookup is an
     /// array access rather than a hash.
-    private var fixed: [Statement?] = []
+    @exclusivity(unchecked) private var fixed: [Statement?] = []
     /// Statements of compiled queries, keyed by their SQL text.
-    private var dynamic: [String: Statement] = [:]
+    @exclusivity(unchecked) private var dynamic: [String: Statement] = [:]
     /// Beyond this many compiled queries the cache is emptied, so queries with varying
     /// `in` lists cannot grow it without bound.
     private static let dynamicLimit = 256
@@ -54,7 +59,7 @@ package final class Connection: @unchecked Sendable {
     /// reuses the reader over its columns. An entry is used only for the very table object
     /// it was compiled for, so a table registered again (another column list, another
     /// name) compiles afresh.
-    private var shaped: [SelectShape: ShapedStatement] = [:]
+    @exclusivity(unchecked) private var shaped: [SelectShape: ShapedStatement] = [:]
     /// Keeps the trace hook's context alive as long as the connection (see `traceStatements`).
     var traceContext: TraceContext?
     /// Keeps the WAL hook's context alive as long as the connection (see
@@ -63,17 +68,17 @@ package final class Connection: @unchecked Sendable {
     /// The reader the last lookup by key on this connection used, with its statement and
     /// table: lookups by key come one per read on a reader connection, and the reader
     /// outlives the read, so it is made once per connection and table, not per read.
-    var rowColumns: (statement: OpaquePointer, serial: Int, columns: StatementColumns)?
+    @exclusivity(unchecked) var rowColumns: (statement: OpaquePointer, serial: Int, columns: StatementColumns)?
     /// Called after the first step of a statement that SQLite prepared or re-prepared since
     /// it was last checked: then the schema may have changed under this process (another
     /// process migrated an entity), and the store compares the file's schema cookie with
     /// the one its registry was verified at. Set on reader connections only; the writer
     /// checks the cookie when each write transaction begins.
-    var schemaWatch: ((Connection) throws(DepotError) -> Void)?
+    @exclusivity(unchecked) var schemaWatch: ((Connection) throws(DepotError) -> Void)?
     /// Set when the read on this connection found the file's schema cookie moved past the
     /// registry's: its transaction asks the runtime to reload the registry and run it again
     /// (see `SQLiteEngine+SchemaWatch.swift`). Cleared when the next read begins.
-    var schemaMoved = false
+    @exclusivity(unchecked) var schemaMoved = false
 
     private init(handle: OpaquePointer, path: String) {
         self.handle = handle
@@ -185,7 +190,7 @@ package final class Connection: @unchecked Sendable {
     /// itself (after an I/O error or a full disk), the statements that follow are refused;
     /// their error names this cause so the caller still sees `io` or `storeFull`.
     /// Transactions clear it when they begin.
-    var lastError: DepotError?
+    @exclusivity(unchecked) var lastError: DepotError?
 
     private func liveHandle() throws(DepotError) -> OpaquePointer {
         guard let handle else { throw DepotError(.closed, "The SQLite store has been closed; open a new store to continue.") }

@@ -3,7 +3,8 @@ public import DepotCore
 
 /// A read or write transaction of ``SQLiteEngine`` on one connection: an SQL transaction
 /// (`BEGIN`, or `BEGIN IMMEDIATE` on the writer), or a read of one statement in autocommit
-/// mode.
+/// mode. Used by one thread at a time, as its connection is: its state is
+/// `@exclusivity(unchecked)` for the reason `Statement` gives.
 public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransaction {
     let connection: Connection
     /// The registry handles resolve in, shared with the transactions that began with it.
@@ -17,12 +18,12 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     let explicit: Bool
     /// Collects changes for the feed (only the touched entities when nobody observed it as
     /// the transaction began).
-    var recorder: ChangeRecorder
-    var isFinished = false
+    @exclusivity(unchecked) var recorder: ChangeRecorder
+    @exclusivity(unchecked) var isFinished = false
     /// A read of one statement in autocommit mode (see `SQLiteEngine.beginRead`): its first
     /// statement runs; a second is refused and the transaction asks to run again as a
     /// transaction, so that its statements share one snapshot.
-    var single = SingleStatementRead()
+    @exclusivity(unchecked) var single = SingleStatementRead()
 
     init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
         self.connection = connection
