@@ -49,7 +49,7 @@ WITH_PLUGIN := DEPOT_MACRO_PLUGIN=$(MACRO_PLUGIN_PATH)
 RELEASE := $(WITH_PLUGIN) $(SWIFT)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: deps warnings test test-tsan tsan-build stress fuzz release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test example-build load load-postgres load-deps docs
+.PHONY: deps warnings test test-tsan tsan-build stress fuzz release-build bench bench-smoke bench-table readme-check conformance bench-postgres benchmarks postgres-server postgres-stop example-test load load-postgres load-deps docs
 
 # Installs libsqlite3-dev, liblmdb-dev, libpq-dev (every build links libpq, for the
 # PostgreSQL backend) and the command-line tools the tests use. The PostgreSQL server is
@@ -270,16 +270,11 @@ bench-postgres: deps
 # dependencies) are already built with the same flags and are not compiled again: only
 # Hummingbird, swift-nio(-ssl) and the example itself are (about 2.5 minutes here, against
 # about 5 in a folder of its own).
-# example-build builds both (example-test does too, and finds nothing left to build after it).
 example-test: WITH_POSTGRES_DIR = .build/postgres-example
 example-test: WITH_POSTGRES_RUN = $(SWIFT) test --package-path Examples/PetClinic --scratch-path .build
 example-test: deps
 	$(WITH_POSTGRES)
 	$(SWIFT) test --package-path Examples/SortedArrayEngine --scratch-path .build
-
-example-build: deps
-	$(SWIFT) build --package-path Examples/PetClinic --scratch-path .build --build-tests
-	$(SWIFT) build --package-path Examples/SortedArrayEngine --scratch-path .build --build-tests
 
 load-deps:
 	@missing=""; \
