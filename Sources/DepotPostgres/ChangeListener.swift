@@ -12,8 +12,8 @@ import NIOConcurrencyHelpers
 /// observers read again. A thread of the store waits on the listener connection's socket
 /// and publishes other stores' payloads into the store's `ChangeFeed`.
 extension PostgresEngine {
-    /// How this store's own notifications begin.
-    var ownPayloadPrefix: String { "{\"i\":" + Self.quotedJSON(instance) }
+    /// How the notifications of the store `instance` begin.
+    static func payloadPrefix(instance: String) -> String { "{\"i\":" + quotedJSON(instance) }
 
     /// Payloads above this many bytes become a list of touched entities.
     static let payloadLimit = 7_000
@@ -23,7 +23,7 @@ extension PostgresEngine {
     func notification(_ recorder: ChangeRecorder) -> PGConnection.Step? {
         guard !recorder.isEmpty else { return nil }
         return PGConnection.Step(
-            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, instance: instance))], prepare: true,
+            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, prefix: ownPayloadPrefix))], prepare: true,
             context: "Notifying other processes of a write")
     }
 
@@ -36,9 +36,10 @@ extension PostgresEngine {
     /// round trip it rides on): `{"i":instance,"c":[[entity,kind,key],...]}`, or
     /// `{"i":instance,"t":[entity,...]}` when the keys would not fit, or `"a":true` (every
     /// entity) when even the names would not.
-    static func payload(_ recorder: ChangeRecorder, instance: String) -> String {
+    /// `prefix` is the sender's ``payloadPrefix(instance:)``.
+    static func payload(_ recorder: ChangeRecorder, prefix: String) -> String {
         let changes = recorder.changes()
-        var text = "{\"i\":" + quotedJSON(instance)
+        var text = prefix
         if !changes.isEmpty {
             var list = ",\"c\":["
             for (index, change) in changes.enumerated() {
@@ -60,6 +61,10 @@ extension PostgresEngine {
 
     /// A JSON string literal.
     static func quotedJSON(_ text: String) -> String {
+        // Names and keys rarely hold a character JSON escapes: then the text goes in whole.
+        if !text.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) {
+            return "\"" + text + "\""
+        }
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {

@@ -81,7 +81,7 @@ extension PostgresEngine {
             params = [.value(write.key)]
         }
         let extra: [PGParam] = [
-            .text(channel), .text(Self.payload(recorder, instance: instance)),
+            .text(channel), .text(Self.payload(recorder, prefix: ownPayloadPrefix)),
             PGParam(oid: PGParam.textOid, bytes: verified.map { PGText.encode($0) }),
         ]
         let context = "\(what) the \(table.entity.name) with primary key \(write.key.debugLiteral)"

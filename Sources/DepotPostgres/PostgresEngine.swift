@@ -131,7 +131,10 @@ public final class PostgresEngine: StorageEngine, @unchecked Sendable {
     /// The libpq connection string (a URI or `key=value` pairs), as given.
     let conninfo: String
     /// Tells this store's notifications from other stores'.
-    let instance = UUID().uuidString
+    let instance: String
+    /// How this store's own notifications begin (see ChangeListener.swift): the listener
+    /// compares every payload it hears with it.
+    let ownPayloadPrefix: String
 
     struct State: Sendable {
         var tables = EntityRegistry<RegisteredEntity>() {
@@ -170,6 +173,8 @@ public final class PostgresEngine: StorageEngine, @unchecked Sendable {
     /// Connects to PostgreSQL and opens the store's engine: what
     /// `PostgresStore(url:options:log:)` runs, which documents it.
     public init(url conninfo: String, options: Options = .init(), log: StoreLog = .disabled) throws(DepotError) {
+        instance = UUID().uuidString
+        ownPayloadPrefix = Self.payloadPrefix(instance: instance)
         guard (1...Self.maximumReaders).contains(options.readers) else {
             throw DepotError(.invalidConfiguration, "PostgresStore.Options.readers is \(options.readers); use 1 to \(Self.maximumReaders) reader connections.")
         }

@@ -11,6 +11,12 @@ struct Account: Equatable {
     var owner: String
 }
 
+@Record(name: "Tag")
+struct Tag: Equatable {
+    var id: String
+    var note: String
+}
+
 /// Two stores on one schema stand for two servers sharing one database: each has its own
 /// connections, writer and listener, exactly as another process would.
 @Suite("PostgresStore across servers", .enabled(if: TestServer.available), .serialized)
@@ -72,6 +78,28 @@ struct PostgresSharingTests {
         try await writer.save(Account(id: 7, balance: 1, owner: "c"))
         let delivered = try #require(await feed.next())
         #expect(delivered.changes == [Change(entity: "Account", key: .int(7), kind: .insert)])
+        await first.close()
+        await second.close()
+    }
+
+    /// Keys travel in the notification's JSON: the characters JSON escapes, and those it
+    /// does not, reach the other server as they were written.
+    @Test func keysJSONEscapesReachTheOtherServerIntact() async throws {
+        let schema = Self.schema()
+        let first = try TestServer.makeStore(schema: schema)
+        let second = try TestServer.makeStore(schema: schema)
+        let writer = Controller<Tag, Tag>(store: first)
+        #expect(try await Controller<Tag, Tag>(store: second).count() == 0)
+        // The last key is plain: once it is heard, every commit before it was delivered
+        // (commit order), so a payload dropped as unreadable shows as a missing key.
+        let keys = ["quote\"d", "back\\slash", "tab\tnew\nline\u{1}", "ünïcödé ✓", "\\\"", "last"]
+        let stream = second.changes.stream(entities: ["Tag"])
+        var feed = stream.makeAsyncIterator()
+        for key in keys { try await writer.save(Tag(id: key, note: "n")) }
+        // A delivery may coalesce commits: gather them until the last key was heard.
+        var heard: [Change] = []
+        while !heard.contains(where: { $0.key == .string("last") }), let delivered = await feed.next() { heard += delivered.changes }
+        #expect(heard == keys.map { Change(entity: "Tag", key: .string($0), kind: .insert) })
         await first.close()
         await second.close()
     }
