@@ -236,7 +236,12 @@ struct MemoryPlan {
             let after = IndexKeyEncoding.successor(at)
             // Ascending, larger values come later; descending, earlier.
             switch (op, descending) {
-            case (.greater, false), (.less, true): return (after ?? at, presentEnd)
+            case (.greater, false), (.less, true):
+                // No key follows every key that starts with `at` (its bytes are all 0xFF, as
+                // Int64.max's are): no range says "after it", and `at` itself must not be in
+                // it, so this comparison is left to the filter.
+                guard let after else { return nil }
+                return (after, presentEnd)
             case (.greaterOrEqual, false), (.lessOrEqual, true): return (at, presentEnd)
             case (.less, false), (.greater, true): return (presentStart, at)
             case (.lessOrEqual, false), (.greaterOrEqual, true): return (presentStart, after)
