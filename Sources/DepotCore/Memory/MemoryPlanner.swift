@@ -10,10 +10,26 @@ import Foundation
 /// not express are checked on each row, which each entry holds.
 ///
 /// The cost of a plan is the rows it reads, an index entry counting twice (its key is
-/// longer to compare than a table's and its tree is walked by ranges): every entry in its ranges (exactly, from the tree's counts), or only
-/// `offset + limit` of them when the entries come in the request's order and the ranges
-/// say all the filter does. The cheapest plan wins; a scan wins a tie.
+/// longer to compare than a table's and its tree is walked by ranges): every entry in its
+/// ranges (exactly, from the tree's counts), or only `offset + limit` of them when the
+/// entries come in the request's order and the ranges say all the filter does. The
+/// cheapest plan wins; a scan wins a tie.
+///
+/// Counting a range's entries costs two descents of the index's tree, more than reading a
+/// list page from it. A fetch skips the count when it cannot change the choice: the table
+/// has one usable index, its entries come in order, its ranges say all the filter does and
+/// `offset + limit` of them cost less than a scan, so it wins whatever the count.
 struct MemoryPlan {
+    /// What the plan is for, which decides what it must work out beyond the choice.
+    enum Purpose {
+        /// Rows: the entries' count only where it decides between plans.
+        case fetch
+        /// A count: the entries of an exact plan are the answer.
+        case count
+        /// `explain`: the count and each range's conditions as text.
+        case explain
+    }
+
     enum Access {
         /// The table in key order.
         case scan
@@ -26,8 +42,9 @@ struct MemoryPlan {
     var inOrder: Bool
     /// Whether the ranges say everything the filter does (no check per row).
     var exact: Bool
-    /// Rows (scan) or entries (index) the ranges hold.
-    var estimatedRows: Int
+    /// Rows (scan) or entries (index) the ranges hold; nil when a fetch's plan skipped
+    /// counting them.
+    var estimatedRows: Int?
     /// Each alternative's conditions that became its range, for `explain`.
     var rangeText: [String]
     var cost: Int
@@ -36,7 +53,7 @@ struct MemoryPlan {
     /// grow as the product of its `OR`s.
     static let maximumAlternatives = 64
 
-    static func plan(_ query: Query, in table: MemoryEngine.RegisteredEntity) -> MemoryPlan {
+    static func plan(_ query: Query, in table: MemoryEngine.RegisteredEntity, for purpose: Purpose = .fetch) -> MemoryPlan {
         let entity = query.entity
         let rowCount = table.rows.count
         let inKeyOrder = query.sort.count == 1 && query.sort[0].attributeIndex == entity.primaryKeyIndex && query.sort[0].ascending
@@ -46,33 +63,46 @@ struct MemoryPlan {
             cost: inKeyOrder && unfiltered ? min(rowCount, query.end ?? rowCount) : rowCount)
         guard !table.indexes.isEmpty, let alternatives = disjuncts(query.filter) else { return best }
         let fixed = fixedAttributes(alternatives)
+        let describing = purpose == .explain
+        var candidates: [(number: Int, ranges: [(lower: [UInt8], upper: [UInt8]?)], inOrder: Bool, exact: Bool, texts: [String])] = []
         for (number, index) in table.indexes.enumerated() {
             var ranges: [(lower: [UInt8], upper: [UInt8]?)] = []
             var exact = true
             var texts: [String] = []
             for atoms in alternatives {
-                let range = self.range(for: atoms, in: index, entity: entity)
+                let range = self.range(for: atoms, in: index, entity: entity, describing: describing)
                 ranges.append((range.lower, range.upper))
                 exact = exact && range.consumedAll
-                texts.append(range.text)
+                if describing, !range.text.isEmpty { texts.append(range.text) }
             }
             ranges = merge(ranges)
             let inOrder = followsSort(index, query: query, fixed: fixed)
             let narrows = ranges.count != 1 || !ranges[0].lower.isEmpty || ranges[0].upper != nil
             // An index that neither narrows nor orders reads everything, and more slowly.
             guard narrows || inOrder else { continue }
+            candidates.append((number, ranges, inOrder, exact, texts))
+        }
+        // `2 * end < best.cost`, written so that an end near Int.max cannot overflow.
+        if purpose == .fetch, candidates.count == 1, let only = candidates.first, only.inOrder, only.exact, let end = query.end,
+            best.cost > 0, end <= (best.cost - 1) / 2
+        {
+            return MemoryPlan(
+                access: .index(only.number, only.ranges), inOrder: true, exact: true, estimatedRows: nil, rangeText: only.texts, cost: 2 * end)
+        }
+        for candidate in candidates {
+            let index = table.indexes[candidate.number]
             var entries = 0
-            for range in ranges {
+            for range in candidate.ranges {
                 let lower = index.entries.rank(of: index.key(range.lower))
                 let upper = range.upper.map { index.entries.rank(of: index.key($0)) } ?? index.entries.count
                 entries += max(0, upper - lower)
             }
-            let read = inOrder && exact ? min(entries, query.end ?? entries) : entries
+            let read = candidate.inOrder && candidate.exact ? min(entries, query.end ?? entries) : entries
             let cost = 2 * read
-            if cost < best.cost || (cost == best.cost && inOrder && !best.inOrder) {
+            if cost < best.cost || (cost == best.cost && candidate.inOrder && !best.inOrder) {
                 best = MemoryPlan(
-                    access: .index(number, ranges), inOrder: inOrder, exact: exact, estimatedRows: entries,
-                    rangeText: texts.filter { !$0.isEmpty }, cost: cost)
+                    access: .index(candidate.number, candidate.ranges), inOrder: candidate.inOrder, exact: candidate.exact,
+                    estimatedRows: entries, rangeText: candidate.texts, cost: cost)
             }
         }
         return best
@@ -152,7 +182,7 @@ struct MemoryPlan {
     /// The range of entries one alternative can be, whether it says all the alternative
     /// does, and the conditions it used.
     static func range(
-        for atoms: [Filter], in index: MemoryIndex, entity: EntityDescription
+        for atoms: [Filter], in index: MemoryIndex, entity: EntityDescription, describing: Bool
     ) -> (lower: [UInt8], upper: [UInt8]?, consumedAll: Bool, text: String) {
         var prefix: [UInt8] = []
         var used = Set<Int>()
@@ -165,18 +195,19 @@ struct MemoryPlan {
         }
         components.append((index.keyPosition, false, false))
         componentLoop: for (position, descending, tagged) in components {
-            let name = entity.attributes[position].name
+            // Only `explain` shows the conditions: a fetch does not build their text.
+            let name = describing ? entity.attributes[position].name : ""
             if let (at, atom) = atoms.enumerated().first(where: { !used.contains($0.offset) && isEquality($0.element, on: position) }) {
                 used.insert(at)
                 if case .compare(_, _, let value) = atom {
                     IndexKeyEncoding.append(value, descending: descending, tagged: tagged, to: &prefix)
-                    texts.append("\(name) == \(value.debugLiteral)")
+                    if describing { texts.append("\(name) == \(value.debugLiteral)") }
                 } else if tagged {
                     IndexKeyEncoding.append(.null, descending: descending, to: &prefix)
-                    texts.append("\(name) == nil")
+                    if describing { texts.append("\(name) == nil") }
                 } else {
                     // Nil in a component that is never nil: no entry.
-                    return (prefix, prefix, used.count == atoms.count, "\(name) == nil")
+                    return (prefix, prefix, used.count == atoms.count, describing ? "\(name) == nil" : "")
                 }
                 continue
             }
@@ -190,7 +221,7 @@ struct MemoryPlan {
                 bounded = true
                 if bound.lower.lexicographicallyPrecedes(low) == false { low = bound.lower }
                 if let candidate = bound.upper, high.map({ candidate.lexicographicallyPrecedes($0) }) ?? true { high = candidate }
-                texts.append(describe(atom, name: name))
+                if describing { texts.append(describe(atom, name: name)) }
             }
             if bounded {
                 lower = low
@@ -263,6 +294,9 @@ struct MemoryPlan {
 
     /// Ranges sorted by their start, overlapping or touching ones joined.
     static func merge(_ ranges: [(lower: [UInt8], upper: [UInt8]?)]) -> [(lower: [UInt8], upper: [UInt8]?)] {
+        if ranges.count == 1, let range = ranges.first {
+            return range.upper.map { range.lower.lexicographicallyPrecedes($0) } ?? true ? ranges : []
+        }
         let sorted = ranges.filter { range in range.upper.map { range.lower.lexicographicallyPrecedes($0) } ?? true }
             .sorted { $0.lower.lexicographicallyPrecedes($1.lower) }
         var out: [(lower: [UInt8], upper: [UInt8]?)] = []

@@ -313,7 +313,8 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         var delivered = 0
         var page = plan.inOrder ? nil : Query.Page(query)
         if plan.inOrder, plan.exact {
-            reserve(query.count(ofMatching: plan.estimatedRows))
+            // A plan that skipped counting its entries reads at most a page of them.
+            reserve(plan.estimatedRows.map { query.count(ofMatching: $0) } ?? query.limit ?? 0)
         }
         if query.limit == 0 { return 0 }
         rangeLoop: for range in ranges {
@@ -362,10 +363,10 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     public func count(_ query: Query) throws -> Int {
         let table = try table(query.handle)
         if !table.indexes.isEmpty, query.filter != .constant(true) {
-            let plan = MemoryPlan.plan(query, in: table)
+            let plan = MemoryPlan.plan(query, in: table, for: .count)
             if case .index(let number, let ranges) = plan.access {
                 // Ranges that say all the filter does are counted from the tree's counts.
-                if plan.exact { return query.count(ofMatching: plan.estimatedRows) }
+                if plan.exact, let entries = plan.estimatedRows { return query.count(ofMatching: entries) }
                 var matched = 0
                 let index = table.indexes[number]
                 for range in ranges {
@@ -395,7 +396,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     /// counts the rows (or index entries) read.
     public func explain(_ query: Query, analyze: Bool) throws -> QueryPlan {
         let table = try table(query.handle)
-        let plan = MemoryPlan.plan(query, in: table)
+        let plan = MemoryPlan.plan(query, in: table, for: .explain)
         var result = QueryPlan(
             entity: query.entity.name, access: .scan, ranges: plan.rangeText, sortsAfterwards: !plan.inOrder,
             filtersAfterwards: !plan.exact, estimatedRows: plan.estimatedRows)

@@ -430,7 +430,7 @@ package struct RowTree: Sendable {
         var before = 0
         while !node.isLeaf {
             let index = node.child(for: key)
-            for child in node.children[..<index] { before += child.count }
+            for i in 0..<index { before += node.children[i].count }
             node = node.children[index]
         }
         return before + node.position(of: key).index
