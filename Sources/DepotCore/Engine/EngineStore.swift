@@ -61,16 +61,16 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
         self.readConnections = connections
         self.pool = connections.isEmpty ? nil : ReaderPool(queues: connections.map { engine.readQueue(for: $0) ?? readQueue }, telemetry: log.telemetry)
         log.opened(engine.backendName, at: engine.location)
-        // Weakly: the engine outlives no store, and must not keep its store alive.
+        // The lane and the feed, not the store: the engine must not keep its store alive,
+        // and a weak reference would give the store a side table, which makes every retain
+        // and release of it (each controller call makes some) take the runtime's slow path.
+        // Once the store is gone the lane has stopped (a submission is dropped) and the
+        // feed has finished (it has no one to deliver to).
+        let lane = writerLane
+        let changes = self.changes
         engine.start(EngineRuntime(
-            publish: { [weak self] changes in
-                guard let store = self else { return }
-                store.writerLane.submit { store.changes.publish(changes) }
-            },
-            publishTouched: { [weak self] entities in
-                guard let store = self else { return }
-                store.writerLane.submit { store.changes.publishTouched(entities) }
-            }))
+            publish: { changesOfCommit in lane.submit { changes.publish(changesOfCommit) } },
+            publishTouched: { entities in lane.submit { changes.publishTouched(entities) } }))
     }
 
     /// A store released without ``close()`` still closes its engine, which may be blocking

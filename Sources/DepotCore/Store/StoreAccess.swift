@@ -6,8 +6,12 @@
 /// and closure it makes on every call; these calls take the store as a value instead, so
 /// the caller's code is specialized for the result type. And a cast to a capability costs
 /// a conformance lookup per call, so a controller makes them once.
+///
+/// A class: the capabilities are the store again, seven references a controller would
+/// otherwise retain and release on every copy (a call on a controller held in a class's
+/// property copies it).
 @usableFromInline
-struct StoreAccess: Sendable {
+final class StoreAccess: Sendable {
     @usableFromInline let store: any Store
     @usableFromInline let inline: (any InlineReadingStore)?
     @usableFromInline let onCallingThread: (any ExecutorReadingStore)?
