@@ -58,6 +58,21 @@ struct RecordMacroTests {
         #expect(pet.attributes.allSatisfy { !$0.isIndexed && $0.defaultValue == nil })
     }
 
+    /// Names are looked up by key path object first (a cache), then by key path equality:
+    /// a key path made anew on every use, past what the cache keeps, still finds its name,
+    /// and one that is not an attribute finds none.
+    @Test func keyPathsResolveByEqualityWhateverTheirObject() {
+        let root = \ShelterRecord.self
+        for round in 0..<600 {
+            let fresh: AnyKeyPath = round.isMultiple(of: 2) ? root.appending(path: \ShelterRecord.shelterCode) : root.appending(path: \ShelterRecord.lives)
+            #expect(ShelterRecord.entity.attributeName(for: fresh) == (round.isMultiple(of: 2) ? "code" : "lives"))
+        }
+        #expect(ShelterRecord.entity.attributeName(for: \ShelterRecord.name) == "title")
+        #expect(ShelterRecord.entity.attributeName(for: \ShelterRecord.name) == "title")
+        #expect(ShelterRecord.entity.attributeName(for: \ShelterRecord.name.count) == nil)
+        #expect(ShelterRecord.entity.attributeName(for: \ShelterRecord.name.count) == nil)
+    }
+
     @Test func recordRoundTripsThroughARow() throws {
         var shelter = ShelterRecord(shelterCode: "N1", name: "North", capacity: 40, lives: 7, mood: .grumpy)
         shelter.visits = 3

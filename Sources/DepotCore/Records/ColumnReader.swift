@@ -145,7 +145,7 @@ public struct RecordReader<Record: ManagedRecord> {
     public subscript<V: AttributeValue>(_ keyPath: KeyPath<Record, V>) -> V {
         get throws(DepotError) {
             let entity = Record.entity
-            guard let position = entity.indexByKeyPath.positions[keyPath] else {
+            guard let position = entity.indexByKeyPath.position(of: keyPath) else {
                 throw DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(keyPath), which is not one of the attributes of entity \(entity.name); declare an Attribute for it or read another key path.")
             }
             return try read(position, as: V.self, entity: entity.description, what: "\(keyPath)")
