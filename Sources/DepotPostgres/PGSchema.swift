@@ -26,9 +26,11 @@ final class RegisteredEntity: Sendable {
     /// A write of one record as one autocommit statement: a data-modifying CTE that writes
     /// the row only while the schema version is the one the registry was verified at, sends
     /// the change notification for each row it wrote (so only a write that took effect is
-    /// heard, and in its own commit), and returns how many rows it wrote, how many
-    /// notifications it sent and the schema version it saw. An upsert is sent as the insert
-    /// or the update it was answered as, so it takes effect only as answered.
+    /// heard, and in its own commit), and returns how many rows it wrote: the count of the
+    /// notifications, one per row written. PostgreSQL runs a CTE that only reads (the
+    /// notifications' `SELECT`) when something reads it, and a data-modifying one always, so
+    /// counting the notifications sends them and counts the rows. An upsert is sent as the
+    /// insert or the update it was answered as, so it takes effect only as answered.
     ///
     /// Parameters: the row's attributes `$1...$n` (for a delete, the key `$1`), then the
     /// channel, the notification's payload and the schema version expected.
@@ -65,8 +67,7 @@ final class RegisteredEntity: Sendable {
         let version = "(SELECT value FROM depot_meta WHERE key = 'schema')"
         func guarded(_ at: Int) -> String { "\(version) IS NOT DISTINCT FROM $\(at)" }
         func wrapped(_ write: String, extra: Int, payload: String) -> String {
-            "WITH w AS (\(write)), n AS (SELECT pg_notify($\(extra), \(payload)) FROM w) "
-                + "SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM n), \(version)"
+            "WITH w AS (\(write)), n AS (SELECT pg_notify($\(extra), \(payload)) FROM w) SELECT count(*) FROM n"
         }
         let channel = count + 1
         let insertRow = "INSERT INTO \(name) (\(columnList)) SELECT \(parameters) WHERE \(guarded(count + 3))"
