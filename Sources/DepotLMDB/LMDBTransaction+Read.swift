@@ -343,22 +343,30 @@ extension LMDBTransaction {
         let filter = query.filter
         let sort = query.sort
         let needsFilter = !plan.exact
-        let filterIndices = needsFilter ? Array(filter.attributeIndices) : []
+        // Most filters are judged on the stored bytes; the others on the values they read.
+        let inPlace = needsFilter && RecordColumns.evaluatesInPlace(filter)
+        let filterIndices = needsFilter && !inPlace ? Array(filter.attributeIndices) : []
         let rankIndices = Array(Set(sort.map(\.attributeIndex) + [keyIndex]).subtracting(filterIndices))
         let entityName = handles.entity.name
         var page = Query.Page(query)
+        // The page's last row, which a record must precede to enter: it changes only when
+        // a record enters, so it is read then rather than for every record.
+        var threshold: Row?
         var sparse = Row(Array(repeating: Value.null, count: handles.types.count))
         try visitValues(plan, handles) { value in
             guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
                 throw corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
             }
-            if needsFilter {
+            if inPlace {
+                if try columns.evaluate(filter) != true { return true }
+            } else if needsFilter {
                 for index in filterIndices { sparse[value: index] = try columns.value(index) }
                 if !filter.matches(sparse) { return true }
             }
-            if let last = page.threshold, try !columns.precedes(last, by: sort) { return true }
+            if let threshold, try !columns.precedes(threshold, by: sort) { return true }
             for index in rankIndices { sparse[value: index] = try columns.value(index) }
             page.add(sparse)
+            threshold = page.threshold
             return true
         }
         let winners = page.rows()

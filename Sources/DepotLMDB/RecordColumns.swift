@@ -194,6 +194,69 @@ final class RecordColumns: ColumnReader {
         }
     }
 
+    /// Whether ``evaluate(_:)`` can judge `filter` in place: comparisons with a value,
+    /// nil tests and the logic joining them. Other conditions (`IN`, prefixes, substrings)
+    /// read values; a comparison with nil is left to `Filter.evaluate`'s own rule.
+    static func evaluatesInPlace(_ filter: Filter) -> Bool {
+        switch filter {
+        case .constant, .isNil, .isNotNil: true
+        case .compare(_, _, let value): !value.isNull
+        case .and(let parts), .or(let parts): parts.allSatisfy(evaluatesInPlace)
+        case .not(let inner): evaluatesInPlace(inner)
+        default: false
+        }
+    }
+
+    /// `filter` on the loaded record, as `Filter.evaluate` answers it on the record's row
+    /// (true, false, or unknown for a comparison with a nil attribute), read from the
+    /// stored bytes without making a `Value` of each attribute: a scan that ranks records
+    /// judges every record by its filter. Only for a filter ``evaluatesInPlace(_:)``.
+    func evaluate(_ filter: Filter) throws(DepotError) -> Bool? {
+        switch filter {
+        case .constant(let b):
+            return b
+        case .compare(let index, let op, let value):
+            if isNull(index) { return nil }
+            let c = try compare(index, with: value)
+            switch op {
+            case .equal: return c == 0
+            case .notEqual: return c != 0
+            case .less: return c < 0
+            case .lessOrEqual: return c <= 0
+            case .greater: return c > 0
+            case .greaterOrEqual: return c >= 0
+            }
+        case .isNil(let index):
+            return isNull(index)
+        case .isNotNil(let index):
+            return !isNull(index)
+        case .and(let parts):
+            var result: Bool? = true
+            for part in parts {
+                switch try evaluate(part) {
+                case .some(false): return false
+                case .none: result = nil
+                case .some(true): break
+                }
+            }
+            return result
+        case .or(let parts):
+            var result: Bool? = false
+            for part in parts {
+                switch try evaluate(part) {
+                case .some(true): return true
+                case .none: result = nil
+                case .some(false): break
+                }
+            }
+            return result
+        case .not(let inner):
+            return try evaluate(inner).map { !$0 }
+        default:
+            throw DepotError(.backend, "A filter that reads values was judged in place; this is a bug in Depot's LMDB store.")
+        }
+    }
+
     /// Whether the loaded record comes before `row` in the order of `sort` (which ends
     /// with the primary key, so no two records tie), compared in place.
     func precedes(_ row: Row, by sort: [ResolvedSortKey]) throws(DepotError) -> Bool {

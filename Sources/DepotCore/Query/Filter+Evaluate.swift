@@ -10,7 +10,13 @@ extension Filter {
         case .compare(let index, let op, let value):
             let field = row[value: index]
             if field.isNull { return nil }
-            let c = Value.compare(field, value)
+            // Integers, the commonest comparison, without the general switch.
+            let c: Int
+            if case .int(let x) = field, case .int(let y) = value {
+                c = x < y ? -1 : (x == y ? 0 : 1)
+            } else {
+                c = Value.compare(field, value)
+            }
             switch op {
             case .equal: return c == 0
             case .notEqual: return c != 0
