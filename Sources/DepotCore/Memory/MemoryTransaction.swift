@@ -248,10 +248,9 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     /// Visits the rows matching `query` in the snapshot (or the working copies), in its order.
     public func fetch(_ query: Query, reserve: (Int) -> Void, _ body: (any ColumnReader) throws -> Void) throws {
         // The stored rows are the native form here: one reader walks them.
-        let reader = RowColumns()
+        let reader = RowBufferColumns()
         try fetchStored(query, reserve: reserve) { row in
-            reader.row = row
-            try body(reader)
+            try reader.reading(row) { try body($0) }
         }
     }
 

@@ -254,9 +254,11 @@ package struct RowTree: Sendable {
         func forEach(skipping: Int, _ body: (Row) throws -> Bool) rethrows -> Bool {
             if isLeaf {
                 let rows = self.rows
-                guard skipping < rows.count else { return true }
-                for row in rows[skipping...] {
-                    guard try body(row) else { return false }
+                // By index: a slice's iterator hands out each row retained.
+                var index = skipping
+                while index < rows.count {
+                    guard try body(rows[index]) else { return false }
+                    index += 1
                 }
                 return true
             }
