@@ -32,7 +32,7 @@ final class StoreAccess: Sendable {
     }
 
     @inlinable @inline(__always)
-    func readRow<T: Sendable>(
+    nonisolated(nonsending) func readRow<T: Sendable>(
         _ entity: EntityHandle, key: Value, call: @autoclosure () -> DatabaseCall,
         decode: @escaping @Sendable (any ColumnReader) throws -> T
     ) async throws -> T? {
@@ -45,7 +45,7 @@ final class StoreAccess: Sendable {
     }
 
     @inlinable @inline(__always)
-    func readRowUntraced<T: Sendable>(
+    nonisolated(nonsending) func readRowUntraced<T: Sendable>(
         _ entity: EntityHandle, key: Value, decode: @escaping @Sendable (any ColumnReader) throws -> T
     ) async throws -> T? {
         if let inline {
@@ -84,7 +84,7 @@ final class StoreAccess: Sendable {
     /// the store's reads never block; on the calling thread with an idle connection when that
     /// is a ``StoreExecutor`` thread; otherwise on the store's threads.
     @inlinable
-    func read<T: Sendable>(
+    nonisolated(nonsending) func read<T: Sendable>(
         _ call: @autoclosure () -> DatabaseCall, rows: (T) -> Int? = { _ in nil }, singleStatement: Bool = false,
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T
     ) async throws -> T {
@@ -97,7 +97,7 @@ final class StoreAccess: Sendable {
     /// `singleStatement`: `body` reads with one statement and has no effect outside what it
     /// returns, so a ``SingleStatementReadingStore`` may run it as a read of its own.
     @inlinable
-    func readUntraced<T: Sendable>(singleStatement: Bool = false, _ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
+    nonisolated(nonsending) func readUntraced<T: Sendable>(singleStatement: Bool = false, _ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         if let inline { return try inline.readInline(body) }
         if let onCallingThread, StoreExecutor.isCurrent {
             var result: T?
@@ -123,7 +123,7 @@ final class StoreAccess: Sendable {
     /// ``Store/submitUntypedWrite(_:completion:)``: no generic type is instantiated at run
     /// time per call, by the caller or by the backend.
     @inlinable
-    func write<T: Sendable>(
+    nonisolated(nonsending) func write<T: Sendable>(
         _ call: @autoclosure () -> DatabaseCall, _ body: @escaping @Sendable (any WriteTransaction) throws -> T
     ) async throws -> T {
         if let telemetry = store.telemetry, let tracer = telemetry.activeTracer {
@@ -133,7 +133,7 @@ final class StoreAccess: Sendable {
     }
 
     @inlinable
-    func writeUntraced<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
+    nonisolated(nonsending) func writeUntraced<T: Sendable>(_ body: @escaping @Sendable (any WriteTransaction) throws -> T) async throws -> T {
         let call = AwaitedCall<any WriteTransaction, T>(body)
         if let inlineWrites {
             try await call.suspend { call in

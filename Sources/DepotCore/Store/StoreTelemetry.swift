@@ -131,7 +131,7 @@ public final class StoreTelemetry: Sendable {
     /// thread), with the attributes of OpenTelemetry's database conventions; `rows` says
     /// how many rows a read returned.
     @usableFromInline
-    func span<T>(
+    nonisolated(nonsending) func span<T>(
         _ call: DatabaseCall, on tracer: any Tracer, rows: (T) -> Int? = { _ in nil }, _ operation: () async throws -> T
     ) async throws -> T {
         let summary = call.summary
