@@ -294,7 +294,13 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
             }
             return
         }
-        let result = query.apply(to: rows(of: table))
+        // Ranked from the tree as it is walked: no array of every row first.
+        var page = Query.Page(query)
+        table.rows.forEach { row in
+            if query.filter.matches(row) { page.add(row) }
+            return true
+        }
+        let result = page.rows()
         reserve(result.count)
         for row in result { try body(row) }
     }
