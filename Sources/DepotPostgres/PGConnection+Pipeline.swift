@@ -315,10 +315,12 @@ extension PGConnection {
         // The texts, not the SQLSTATE or the constraint's name, which are matched against
         // Depot's own names (a password that happens to be part of one must not break that).
         let message = (field("M") ?? connection.map { String(cString: PQerrorMessage($0)) }).map(redaction.redact) ?? "unknown error"
-        // libpq's own errors carry no SQLSTATE: one on a connection it found closed is a
-        // lost connection (08006, so `io`), not an error of the server's.
-        let lost = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
+        // The server sends a SQLSTATE with every error; one without is libpq's own, about the
+        // connection (closed, unreadable, out of step), so a lost connection: 08006, `io`.
+        // Not only when libpq already says the connection is bad: in a pipeline, the result
+        // that reports the server closing the connection comes back while the connection's
+        // status still reads OK (a write in flight in a failover failed as `backend` so).
         return PGFailure(
-            sqlState: field("C") ?? (lost ? "08006" : "XX000"), message: message, detail: field("D").map(redaction.redact), constraint: field("n"))
+            sqlState: field("C") ?? "08006", message: message, detail: field("D").map(redaction.redact), constraint: field("n"))
     }
 }
