@@ -58,9 +58,8 @@ struct RecordMacroTests {
         #expect(pet.attributes.allSatisfy { !$0.isIndexed && $0.defaultValue == nil })
     }
 
-    /// Names are looked up by key path object first (a cache), then by key path equality:
-    /// a key path made anew on every use, past what the cache keeps, still finds its name,
-    /// and one that is not an attribute finds none.
+    /// Names are found by key path equality, whatever the key path's object: one made anew
+    /// on every use finds its name, and one that is not an attribute finds none.
     @Test func keyPathsResolveByEqualityWhateverTheirObject() {
         let root = \ShelterRecord.self
         for round in 0..<600 {

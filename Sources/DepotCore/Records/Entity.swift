@@ -1,5 +1,3 @@
-import Synchronization
-
 /// One attribute of a record, declared with the key path it maps to.
 ///
 /// ```swift
@@ -339,35 +337,12 @@ public struct EntityIndex<Record>: Sendable {
 /// Key path → attribute position.
 ///
 /// `@unchecked Sendable` because `AnyKeyPath` is not `Sendable` in general (a key path can
-/// capture subscript arguments), but these are only compared and hashed, never applied;
-/// `positions` is never mutated after `init`, and `seen` only under its lock.
+/// capture subscript arguments), but these are only compared and hashed, never applied,
+/// and the dictionary is never mutated after `init`.
 final class KeyPathIndex: @unchecked Sendable {
     let positions: [AnyKeyPath: Int]
-    /// Key path objects already looked up, by identity. Hashing a key path walks its
-    /// components, and every request (`\.species == x`, `sorted(by: \.name)`) and every
-    /// row a hand-written `init(row:)` reads names its attributes so; a key path literal
-    /// is one object per place in the source, made once, so the same few objects come back.
-    /// Each entry holds its key path, so no other object can take its address; a key path
-    /// made anew each time (one capturing a subscript argument) could fill the table, so
-    /// it stops growing at ``seenLimit``.
-    private let seen = Mutex<[ObjectIdentifier: (keyPath: HeldKeyPath, position: Int?)]>([:])
-    static let seenLimit = 256
-
-    /// A key path kept only so its object lives as long as its entry; never applied.
-    struct HeldKeyPath: @unchecked Sendable {
-        let keyPath: AnyKeyPath
-    }
-
     init(_ positions: [AnyKeyPath: Int]) { self.positions = positions }
 
     /// The attribute position `keyPath` maps to, if it is declared.
-    func position(of keyPath: AnyKeyPath) -> Int? {
-        let identity = ObjectIdentifier(keyPath)
-        if let known = seen.withLock({ table -> Int?? in table[identity].map(\.position) }) { return known }
-        let position = positions[keyPath]
-        seen.withLock { table in
-            if table.count < Self.seenLimit { table[identity] = (HeldKeyPath(keyPath: keyPath), position) }
-        }
-        return position
-    }
+    func position(of keyPath: AnyKeyPath) -> Int? { positions[keyPath] }
 }
