@@ -2,8 +2,8 @@ import CSQLite
 import DepotCore
 import Foundation
 
-/// A `ColumnReader` over the current row of a stepped statement: each read is one
-/// `sqlite3_column_*` call on the live statement, with no `Value` built in between.
+/// A `ColumnReader` over the current row of a stepped statement: each read takes the
+/// column's value from the live statement once, with no `Value` built in between.
 ///
 /// Columns are in the entity's attribute order (the SELECTs list them so), and each is read
 /// by its declared type after its storage class is checked: SQLite keeps whatever another
@@ -11,6 +11,9 @@ import Foundation
 /// on reading (`'twelve'` to 0), so a value of the wrong class is a `conversionFailed` that
 /// names the entity, the key and the attribute, never a silent conversion. The NaN blob of
 /// a REAL column (see `nanBlob`) is the one BLOB a REAL column holds.
+///
+/// The typed reads are inlined always: a record's initializer reaches them through the
+/// protocol's witnesses, which then hold the read itself instead of calling it.
 final class StatementColumns: ColumnReader {
     let statement: OpaquePointer
     private let types: [AttributeType]
@@ -46,18 +49,28 @@ final class StatementColumns: ColumnReader {
 
     var columnCount: Int { types.count }
 
-    /// The column at `index`, after checking that it exists, is not NULL and holds a value
-    /// of SQLite's storage class `expected`.
+    /// The value of the column at `index`, after checking that it exists, is not NULL and
+    /// holds a value of SQLite's storage class `expected`.
+    ///
+    /// The value is read once with `sqlite3_column_value` and then through the
+    /// `sqlite3_value_*` functions: every `sqlite3_column_*` call enters and leaves the
+    /// connection's mutex and checks for an allocation failure, which checking the class
+    /// and then reading the value would pay twice per attribute, more than the engine's
+    /// own work per row. The value is the statement's current result (the connection is
+    /// used by one thread at a time, `SQLITE_OPEN_NOMUTEX`) and is read before the next
+    /// step, as the `sqlite3_value` documentation allows.
     @inline(__always)
-    private func column<T>(_ index: Int, _ type: T.Type, _ expected: Int32) throws(DepotError) -> Int32 {
+    private func column<T>(_ index: Int, _ type: T.Type, _ expected: Int32) throws(DepotError) -> OpaquePointer {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
-        let column = Int32(truncatingIfNeeded: index)
-        let stored = sqlite3_column_type(statement, column)
+        guard let value = sqlite3_column_value(statement, Int32(truncatingIfNeeded: index)) else {
+            throw DepotError(.backend, "SQLite gave no value for \(place(index)); this is a bug in Depot's SQLite store.")
+        }
+        let stored = sqlite3_value_type(value)
         if stored != expected {
             if stored == SQLITE_NULL && nullable[index] { throw storedNil(T.self, at: index) }
             throw wrongClass(index, stored: stored)
         }
-        return column
+        return value
     }
 
     /// The error for a value of another storage class than its attribute's type takes.
@@ -100,13 +113,14 @@ final class StatementColumns: ColumnReader {
         return sqlite3_column_type(statement, Int32(truncatingIfNeeded: index)) == SQLITE_NULL
     }
 
+    @inline(__always)
     func int64(_ index: Int) throws(DepotError) -> Int64 {
-        sqlite3_column_int64(statement, try column(index, Int64.self, SQLITE_INTEGER))
+        sqlite3_value_int64(try column(index, Int64.self, SQLITE_INTEGER))
     }
 
+    @inline(__always)
     func bool(_ index: Int) throws(DepotError) -> Bool {
-        let column = try column(index, Bool.self, SQLITE_INTEGER)
-        switch sqlite3_column_int64(statement, column) {
+        switch sqlite3_value_int64(try column(index, Bool.self, SQLITE_INTEGER)) {
         case 0: return false
         case 1: return true
         default: throw wrongClass(index, stored: SQLITE_INTEGER)
@@ -118,11 +132,13 @@ final class StatementColumns: ColumnReader {
     @inline(__always)
     private func real<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> Double {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
-        let column = Int32(truncatingIfNeeded: index)
-        let stored = sqlite3_column_type(statement, column)
-        if stored == SQLITE_FLOAT { return sqlite3_column_double(statement, column) }
-        if stored == SQLITE_BLOB, sqlite3_column_bytes(statement, column) == Int32(nanBlob.count),
-            let blob = sqlite3_column_blob(statement, column),
+        guard let value = sqlite3_column_value(statement, Int32(truncatingIfNeeded: index)) else {
+            throw DepotError(.backend, "SQLite gave no value for \(place(index)); this is a bug in Depot's SQLite store.")
+        }
+        let stored = sqlite3_value_type(value)
+        if stored == SQLITE_FLOAT { return sqlite3_value_double(value) }
+        if stored == SQLITE_BLOB, sqlite3_value_bytes(value) == Int32(nanBlob.count),
+            let blob = sqlite3_value_blob(value),
             UnsafeRawBufferPointer(start: blob, count: nanBlob.count).elementsEqual(nanBlob)
         {
             return .nan
@@ -131,46 +147,48 @@ final class StatementColumns: ColumnReader {
         throw wrongClass(index, stored: stored)
     }
 
+    @inline(__always)
     func double(_ index: Int) throws(DepotError) -> Double {
         try real(index, Double.self)
     }
 
+    @inline(__always)
     func date(_ index: Int) throws(DepotError) -> Date {
         Date(timeIntervalSinceReferenceDate: try real(index, Date.self))
     }
 
+    @inline(__always)
     func string(_ index: Int) throws(DepotError) -> String {
-        let column = try column(index, String.self, SQLITE_TEXT)
-        // column_text before column_bytes: the byte count is of the text form.
-        guard let text = sqlite3_column_text(statement, column) else { return "" }
-        let count = Int(sqlite3_column_bytes(statement, column))
+        let value = try column(index, String.self, SQLITE_TEXT)
+        // value_text before value_bytes: the byte count is of the text form.
+        guard let text = sqlite3_value_text(value) else { return "" }
+        let count = Int(sqlite3_value_bytes(value))
+        // SQLite ends every text with a NUL, so the C string initialiser validates the
+        // bytes in one pass (it is not generic, unlike `String(validating:as:)`, which runs
+        // unspecialized here). Text holding a NUL of its own ends early there: the counts
+        // differ, and the whole text is validated below.
+        if let string = text.withMemoryRebound(to: CChar.self, capacity: count + 1, { String(validatingCString: $0) }),
+            string.utf8.count == count
+        {
+            return string
+        }
         let bytes = UnsafeBufferPointer(start: text, count: count)
-        // ASCII is valid UTF-8 as it stands, and most stored text is ASCII: it skips the
-        // validating initialiser, which is generic and runs unspecialized here.
-        if Self.isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
         guard let string = String(validating: bytes, as: UTF8.self) else {
             throw DepotError(.conversionFailed, "\(place(index)) holds text that is not valid UTF-8, which a string attribute cannot hold exactly; another program wrote it. Correct the stored value.")
         }
         return string
     }
 
-    @inline(__always)
-    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var seen: UInt8 = 0
-        for byte in bytes { seen |= byte }
-        return seen < 0x80
-    }
-
     func data(_ index: Int) throws(DepotError) -> Data {
-        let column = try column(index, Data.self, SQLITE_BLOB)
-        guard let blob = sqlite3_column_blob(statement, column) else { return Data() }
-        return Data(bytes: blob, count: Int(sqlite3_column_bytes(statement, column)))
+        let value = try column(index, Data.self, SQLITE_BLOB)
+        guard let blob = sqlite3_value_blob(value) else { return Data() }
+        return Data(bytes: blob, count: Int(sqlite3_value_bytes(value)))
     }
 
     func uuid(_ index: Int) throws(DepotError) -> UUID {
-        let column = try column(index, UUID.self, SQLITE_BLOB)
-        let count = Int(sqlite3_column_bytes(statement, column))
-        guard count == 16, let blob = sqlite3_column_blob(statement, column) else { throw wrongClass(index, stored: SQLITE_BLOB) }
+        let value = try column(index, UUID.self, SQLITE_BLOB)
+        let count = Int(sqlite3_value_bytes(value))
+        guard count == 16, let blob = sqlite3_value_blob(value) else { throw wrongClass(index, stored: SQLITE_BLOB) }
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(start: blob, count: 16)) }
         return UUID(uuid: uuid)

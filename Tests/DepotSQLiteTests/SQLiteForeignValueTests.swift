@@ -41,6 +41,8 @@ struct SQLiteForeignValueTests {
         ("double", "'heavy'", .conversionFailed), ("double", "x'0102'", .conversionFailed),
         ("bool", "2", .conversionFailed), ("bool", "'yes'", .conversionFailed),
         ("string", "x'35'", .conversionFailed), ("string", "CAST(x'61ff62' AS TEXT)", .conversionFailed),
+        // Invalid UTF-8 after a NUL byte: a reading that stopped at the NUL would miss it.
+        ("string", "CAST(x'6100ff' AS TEXT)", .conversionFailed),
         ("data", "'text'", .conversionFailed), ("data", "5", .conversionFailed),
         ("date", "'yesterday'", .conversionFailed),
         ("uuid", "'0000'", .conversionFailed), ("uuid", "x'0011'", .conversionFailed),
