@@ -8,6 +8,9 @@ import Foundation
 /// type, every length — and notes where each attribute starts; the typed reads then decode
 /// one attribute each. The bytes are valid until the transaction moves on or writes, which
 /// is exactly the reader's lifetime.
+///
+/// The typed reads are inlined always: a record's initializer reaches them through the
+/// protocol's witnesses, which then hold the read itself instead of calling it.
 final class RecordColumns: ColumnReader {
     let types: [AttributeType]
     /// Whether the reader is handed to a caller right now (so cannot be re-pointed).
@@ -126,12 +129,14 @@ final class RecordColumns: ColumnReader {
         return buffer[offsets[index]] == RecordFormat.Tag.null
     }
 
+    @inline(__always)
     func int64(_ index: Int) throws(DepotError) -> Int64 {
         _ = try payload(index, Int64.self)
         let z = decoded[index]
         return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
     }
 
+    @inline(__always)
     func bool(_ index: Int) throws(DepotError) -> Bool {
         try payload(index, Bool.self).tag == RecordFormat.Tag.boolTrue
     }
@@ -141,10 +146,12 @@ final class RecordColumns: ColumnReader {
         UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: p, as: UInt64.self))
     }
 
+    @inline(__always)
     func double(_ index: Int) throws(DepotError) -> Double {
         Double(bitPattern: fixed64(at: try payload(index, Double.self).at))
     }
 
+    @inline(__always)
     func date(_ index: Int) throws(DepotError) -> Date {
         Date(timeIntervalSinceReferenceDate: Double(bitPattern: fixed64(at: try payload(index, Date.self).at)))
     }
@@ -156,6 +163,7 @@ final class RecordColumns: ColumnReader {
         return UnsafeRawBufferPointer(rebasing: buffer[start..<(start + Int(decoded[index]))])
     }
 
+    @inline(__always)
     func string(_ index: Int) throws(DepotError) -> String {
         _ = try payload(index, String.self)
         return String(decoding: bytes(of: index), as: UTF8.self)

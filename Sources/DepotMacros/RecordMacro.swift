@@ -99,7 +99,7 @@ public struct RecordMacro: ExtensionMacro {
         lines.append("")
         // Positions, not key paths: the entity above is generated from the same list, so
         // they cannot drift, and a position costs no key-path lookup per record.
-        lines.append("    \(access)init(row: DepotCore.RecordReader<\(typeName)>) throws {")
+        lines.append("    \(access)init(row: borrowing DepotCore.RecordReader<\(typeName)>) throws {")
         for (position, property) in model.properties.enumerated() {
             lines.append("        self.\(property.identifier) = try row.decode(\(position))")
         }

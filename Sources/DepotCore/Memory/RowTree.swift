@@ -253,14 +253,16 @@ package struct RowTree: Sendable {
         /// returns false; returns false when stopped.
         func forEach(skipping: Int, _ body: (Row) throws -> Bool) rethrows -> Bool {
             if isLeaf {
-                let rows = self.rows
-                // By index: a slice's iterator hands out each row retained.
-                var index = skipping
-                while index < rows.count {
-                    guard try body(rows[index]) else { return false }
-                    index += 1
+                // Through the buffer: a row read from the array by subscript is a copy,
+                // retained before and released after the body, for every row visited.
+                return try rows.withUnsafeBufferPointer { rows in
+                    var index = skipping
+                    while index < rows.count {
+                        guard try body(rows[index]) else { return false }
+                        index += 1
+                    }
+                    return true
                 }
-                return true
             }
             var skip = skipping
             for child in children {

@@ -42,9 +42,13 @@ public protocol ManagedRecord: Identifiable, Sendable where ID: PrimaryKeyValue 
     /// Read each attribute by key path (`try row[\.name]`); a key path the entity does not
     /// declare, or read as another type, throws instead of reading the wrong value.
     ///
+    /// The reader is borrowed: a fetch hands the same reader to every record's
+    /// initializer, and a borrowed one is not retained and released around each. An
+    /// initializer declared without `borrowing` satisfies this requirement too.
+    ///
     /// - Throws: Any error; Depot reports it as ``DepotError/Code/conversionFailed``
     ///   naming the entity and the primary key.
-    init(row: RecordReader<Self>) throws
+    init(row: borrowing RecordReader<Self>) throws
     /// Writes the record's values into `row`, in the entity's attribute order.
     ///
     /// The default implementation reads the declared key paths. Implement it by hand only
