@@ -505,9 +505,9 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     public func insert(_ row: Row, into entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.entity.check(row)
+        let key = try entity.check(row)
         if !w.isAboveEveryKey(key), w.table.rows[key] != nil { throw DepotError.duplicateKey(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, in: w, entity: entity.entity)
+        if w.hasUnique { try checkUnique(row, key: key, in: w, entity: entity.entity) }
         if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         put(row, key: key, in: w)
     }
@@ -516,7 +516,7 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     public func upsert(_ row: Row, into entity: EntityHandle) throws -> Bool {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.entity.check(row)
+        let key = try entity.check(row)
         if w.hasUnique { try checkUnique(row, key: key, in: w, entity: entity.entity) }
         if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         return put(row, key: key, in: w) == nil
@@ -526,9 +526,9 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
     public func update(_ row: Row, in entity: EntityHandle) throws {
         try checkWritable()
         let w = try workingTable(entity)
-        let key = try entity.entity.check(row)
+        let key = try entity.check(row)
         guard w.table.rows[key] != nil else { throw DepotError.notFound(entity: entity.name, key: key) }
-        try checkUnique(row, key: key, in: w, entity: entity.entity)
+        if w.hasUnique { try checkUnique(row, key: key, in: w, entity: entity.entity) }
         if w.hasUniqueIndexes { try checkUniqueIndexes(row, key: key, in: w, entity: entity.entity) }
         put(row, key: key, in: w)
     }

@@ -20,6 +20,10 @@ import Synchronization
 public struct EntityHandle: Sendable, Hashable, CustomStringConvertible {
     /// The description the entity was registered with.
     public var entity: EntityDescription { interned.entity }
+
+    /// Checks `row` against the registered description (``EntityDescription/check(_:)``)
+    /// without copying the description: what a write of every row runs.
+    package func check(_ row: Row) throws(DepotError) -> Value { try interned.check(row) }
     // Unowned and unsafe, so that a handle copies as plain bits: handles are copied several
     // times on every read (into each closure and call that carries one), and retaining a
     // description's attribute array each time was an atomic on a cache line every reader
@@ -82,6 +86,13 @@ package final class InternedEntity: Sendable {
     @usableFromInline var entity: EntityDescription {
         _ = published.load(ordering: .acquiring)
         return stored
+    }
+
+    /// ``EntityDescription/check(_:)`` on the description in place: ``entity`` returns a
+    /// copy, which retains and releases each of the description's arrays and strings.
+    func check(_ row: Row) throws(DepotError) -> Value {
+        _ = published.load(ordering: .acquiring)
+        return try stored.check(row)
     }
 
     /// A pthread lock, not `Synchronization.Mutex`, which waits inside the standard library
