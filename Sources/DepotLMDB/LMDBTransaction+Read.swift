@@ -314,6 +314,8 @@ extension LMDBTransaction {
         let limit = query.limit ?? Int.max
         let offset = query.offset
         let entityName = handles.entity.name
+        let damage = corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
+        columns.damage = damage
         var skipped = 0
         var emitted = 0
         try visitValues(plan, handles) { value in
@@ -321,10 +323,11 @@ extension LMDBTransaction {
                 skipped += 1
                 return true
             }
-            guard columns.load(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else {
-                throw corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
-            }
+            // Checked as the body reads it, and the rest after: the body's reads come in
+            // attribute order, and each checks and decodes its attribute in one step.
+            guard columns.begin(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else { throw damage }
             try body(columns)
+            guard columns.finish() else { throw damage }
             emitted += 1
             return emitted < limit
         }

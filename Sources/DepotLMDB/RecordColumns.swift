@@ -6,8 +6,13 @@ import Foundation
 ///
 /// ``load(_:)`` checks the whole record once — version, every tag against its attribute's
 /// type, every length — and notes where each attribute starts; the typed reads then decode
-/// one attribute each. The bytes are valid until the transaction moves on or writes, which
-/// is exactly the reader's lifetime.
+/// one attribute each. A fetch that hands each record straight to a record's initializer
+/// checks it as it is read instead (``begin(_:)``, then ``finish()`` after the body): an
+/// initializer reads the attributes in order, and a typed read of the next attribute
+/// checks and decodes it in one step, knowing its type, where checking the whole record
+/// first walked it twice and chose each attribute's decoding by a jump on its tag and
+/// type. Any other read parses up to the attribute it needs first. The bytes are valid
+/// until the transaction moves on or writes, which is exactly the reader's lifetime.
 ///
 /// The typed reads are inlined always: a record's initializer reaches them through the
 /// protocol's witnesses, which then hold the read itself instead of calling it.
@@ -26,6 +31,12 @@ final class RecordColumns: ColumnReader {
     private let decoded: UnsafeMutablePointer<UInt64>
     private let payloads: UnsafeMutablePointer<Int>
     @exclusivity(unchecked) private var buffer = UnsafeRawBufferPointer(start: nil, count: 0)
+    /// Attributes `0..<parsed` of the record have been checked and their places noted;
+    /// attribute `parsed` starts at `cursor`.
+    @exclusivity(unchecked) private var parsed = 0
+    @exclusivity(unchecked) private var cursor = 0
+    /// What a read of a damaged record throws (the fetch names the entity and the store).
+    @exclusivity(unchecked) var damage = DepotError(.storeCorrupted, "A stored record cannot be decoded; the store's file is damaged or was written by something else. Restore it from a backup.")
 
     /// `types.count`, and the types as a buffer: `load` walks them for every record, and a
     /// plain buffer walk is cheaper than the array's.
@@ -61,18 +72,46 @@ final class RecordColumns: ColumnReader {
 
     var columnCount: Int { types.count }
 
-    /// Points the reader at a stored record.
+    /// Points the reader at a stored record and checks all of it.
     ///
     /// - Returns: `false` when the bytes are not a record of these types in this format.
     func load(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        begin(bytes) && finish()
+    }
+
+    /// Points the reader at a stored record, checking only its version: the reads check
+    /// what they read, and ``finish()`` the rest.
+    @inline(__always)
+    func begin(_ bytes: UnsafeRawBufferPointer) -> Bool {
         buffer = bytes
+        parsed = 0
+        cursor = 1
+        return bytes.count >= 1 && bytes[0] == RecordFormat.version
+    }
+
+    /// Checks the attributes no read has reached, and that nothing follows the last one.
+    ///
+    /// - Returns: `false` when the record is damaged.
+    @inline(__always)
+    func finish() -> Bool {
+        parsed == count ? cursor == buffer.count : parse(through: count - 1)
+    }
+
+    /// Checks attributes `parsed...index` and notes where each starts; once the last is
+    /// reached, also that nothing follows it.
+    ///
+    /// - Returns: `false` when the record is damaged (`parsed` stays at the damaged
+    ///   attribute, so every later read of it fails too).
+    @inline(never)
+    private func parse(through index: Int) -> Bool {
+        let bytes = buffer
         let count = bytes.count
-        guard count >= 1, bytes[0] == RecordFormat.version else { return false }
-        var p = 1
-        for i in 0..<self.count {
+        var p = cursor
+        var i = parsed
+        while i <= index && i < self.count {
             let type = typeBuffer[i]
             guard p < count else { return false }
-            offsets[i] = p
+            let start = p
             let tag = bytes[p]
             p += 1
             switch (tag, type) {
@@ -95,8 +134,65 @@ final class RecordColumns: ColumnReader {
             default:
                 return false
             }
+            offsets[i] = start
+            i += 1
+            parsed = i
+            cursor = p
         }
-        return p == count
+        return parsed < self.count || cursor == count
+    }
+
+    /// Attribute `index`'s place is known, parsing up to it if no read has reached it.
+    @inline(__always)
+    private func reach(_ index: Int) throws(DepotError) {
+        if index >= parsed, !parse(through: index) { throw damage }
+    }
+
+    /// The next attribute's value when it is an integer of an `int64` attribute: checked
+    /// and decoded in one step. `nil` sends the read the general way (a null, another
+    /// attribute, damage).
+    @inline(__always)
+    private func nextInteger(_ index: Int) -> UInt64? {
+        guard index == parsed, index < count, typeBuffer[index] == .int64 else { return nil }
+        let start = cursor
+        guard start < buffer.count, buffer[start] == RecordFormat.Tag.int else { return nil }
+        var p = start + 1
+        guard let z = Self.varint(buffer, &p) else { return nil }
+        offsets[index] = start
+        decoded[index] = z
+        parsed = index + 1
+        cursor = p
+        return z
+    }
+
+    /// The next attribute's payload when it is a string (or data) of that type: its
+    /// length checked, its place noted. `nil` sends the read the general way.
+    @inline(__always)
+    private func nextBytes(_ index: Int, tag: UInt8, type: AttributeType) -> UnsafeRawBufferPointer? {
+        guard index == parsed, index < count, typeBuffer[index] == type else { return nil }
+        let start = cursor
+        guard start < buffer.count, buffer[start] == tag else { return nil }
+        var p = start + 1
+        guard let length = Self.varint(buffer, &p), length <= UInt64(buffer.count - p) else { return nil }
+        offsets[index] = start
+        decoded[index] = length
+        payloads[index] = p
+        parsed = index + 1
+        cursor = p + Int(length)
+        return UnsafeRawBufferPointer(rebasing: buffer[p..<cursor])
+    }
+
+    /// The next attribute's eight bytes when it is a value of `type` stored with `tag` (a
+    /// double, a date). `nil` sends the read the general way.
+    @inline(__always)
+    private func nextFixed64(_ index: Int, tag: UInt8, type: AttributeType) -> UInt64? {
+        guard index == parsed, index < count, typeBuffer[index] == type else { return nil }
+        let start = cursor
+        guard start < buffer.count, buffer[start] == tag, buffer.count - (start + 1) >= 8 else { return nil }
+        offsets[index] = start
+        parsed = index + 1
+        cursor = start + 9
+        return fixed64(at: start + 1)
     }
 
     @inline(__always)
@@ -114,10 +210,11 @@ final class RecordColumns: ColumnReader {
     }
 
     /// The position just after the tag of attribute `index`, after checking that it exists
-    /// and is not null. `load` checked the payload, so reads past it stay in bounds.
+    /// and is not null. Parsing checked the payload, so reads past it stay in bounds.
     @inline(__always)
     private func payload<T>(_ index: Int, _ type: T.Type) throws(DepotError) -> (tag: UInt8, at: Int) {
         guard index >= 0 && index < count else { throw columnOutOfRange(index, count: count) }
+        try reach(index)
         let offset = offsets[index]
         let tag = buffer[offset]
         if tag == RecordFormat.Tag.null { throw storedNil(T.self, at: index) }
@@ -126,13 +223,20 @@ final class RecordColumns: ColumnReader {
 
     func isNull(_ index: Int) -> Bool {
         guard index >= 0 && index < types.count else { return true }
+        // A damaged record answers "not nil", so that the read that follows throws.
+        if index >= parsed, !parse(through: index) { return false }
         return buffer[offsets[index]] == RecordFormat.Tag.null
     }
 
     @inline(__always)
     func int64(_ index: Int) throws(DepotError) -> Int64 {
-        _ = try payload(index, Int64.self)
-        let z = decoded[index]
+        let z: UInt64
+        if let next = nextInteger(index) {
+            z = next
+        } else {
+            _ = try payload(index, Int64.self)
+            z = decoded[index]
+        }
         return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
     }
 
@@ -148,7 +252,8 @@ final class RecordColumns: ColumnReader {
 
     @inline(__always)
     func double(_ index: Int) throws(DepotError) -> Double {
-        Double(bitPattern: fixed64(at: try payload(index, Double.self).at))
+        if let bits = nextFixed64(index, tag: RecordFormat.Tag.double, type: .double) { return Double(bitPattern: bits) }
+        return Double(bitPattern: fixed64(at: try payload(index, Double.self).at))
     }
 
     @inline(__always)
@@ -165,6 +270,7 @@ final class RecordColumns: ColumnReader {
 
     @inline(__always)
     func string(_ index: Int) throws(DepotError) -> String {
+        if let bytes = nextBytes(index, tag: RecordFormat.Tag.string, type: .string) { return String(decoding: bytes, as: UTF8.self) }
         _ = try payload(index, String.self)
         return String(decoding: bytes(of: index), as: UTF8.self)
     }
@@ -185,6 +291,7 @@ final class RecordColumns: ColumnReader {
     /// reading integers and strings in place (no `String` is made).
     func compare(_ index: Int, with other: Value) throws(DepotError) -> Int {
         guard index >= 0 && index < types.count else { throw columnOutOfRange(index, count: types.count) }
+        try reach(index)
         let offset = offsets[index]
         if buffer[offset] == RecordFormat.Tag.null { return other.isNull ? 0 : -1 }
         switch (types[index], other) {

@@ -30,6 +30,9 @@ where Object: ManagedConvertible & Sendable, Object.Managed == Managed, Managed:
 
     @usableFromInline @inline(never)
     static func conversionError(_ error: any Error, columns: any ColumnReader) -> DepotError {
+        // A damaged store found while reading the record (a backend that checks each
+        // attribute as it is read) is what it is, not the record's conversion failing.
+        if let error = error as? DepotError, error.code == .storeCorrupted { return error }
         let entity = Managed.entity.description
         let key = (try? columns.value(entity.primaryKeyIndex))?.debugLiteral ?? "?"
         return DepotError(.conversionFailed, "Cannot convert the stored \(entity.name) with primary key \(key) into \(Object.self): \(error). Fix the record's init(row:) or toObject(), or the stored data.")
