@@ -53,7 +53,7 @@ struct RecordExpansionTests {
                     "Cat"
                 }
 
-                init(row: DepotCore.RecordReader<Cat>) throws {
+                init(row: borrowing DepotCore.RecordReader<Cat>) throws {
                     self.id = try row.decode(0)
                     self.name = try row.decode(1)
                     self.age = try row.decode(2)
@@ -116,7 +116,7 @@ struct RecordExpansionTests {
                     "Cat"
                 }
 
-                public init(row: DepotCore.RecordReader<CatRecord>) throws {
+                public init(row: borrowing DepotCore.RecordReader<CatRecord>) throws {
                     self.id = try row.decode(0)
                     self.name = try row.decode(1)
                     self.nickname = try row.decode(2)
@@ -168,7 +168,7 @@ struct RecordExpansionTests {
                     self.code
                 }
 
-                package init(row: DepotCore.RecordReader<Country>) throws {
+                package init(row: borrowing DepotCore.RecordReader<Country>) throws {
                     self.code = try row.decode(0)
                     self.name = try row.decode(1)
                 }
@@ -207,7 +207,7 @@ struct RecordExpansionTests {
                     "Tag"
                 }
 
-                init(row: DepotCore.RecordReader<Tag>) throws {
+                init(row: borrowing DepotCore.RecordReader<Tag>) throws {
                     self.id = try row.decode(0)
                     self.`default` = try row.decode(1)
                 }
@@ -249,7 +249,7 @@ struct RecordExpansionTests {
                     "Walk"
                 }
 
-                init(row: DepotCore.RecordReader<Walk>) throws {
+                init(row: borrowing DepotCore.RecordReader<Walk>) throws {
                     self.id = try row.decode(0)
                     self.dogID = try row.decode(1)
                     self.previousID = try row.decode(2)
@@ -302,7 +302,7 @@ struct RecordIndexExpansionTests {
                     "Pet"
                 }
 
-                init(row: DepotCore.RecordReader<Pet>) throws {
+                init(row: borrowing DepotCore.RecordReader<Pet>) throws {
                     self.id = try row.decode(0)
                     self.species = try row.decode(1)
                     self.name = try row.decode(2)
