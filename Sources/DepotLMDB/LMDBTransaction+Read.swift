@@ -314,8 +314,7 @@ extension LMDBTransaction {
         let limit = query.limit ?? Int.max
         let offset = query.offset
         let entityName = handles.entity.name
-        let damage = corrupted("A record cannot be decoded as \(entityName)", entity: entityName)
-        columns.damage = damage
+        columns.damageContext = (entityName, storeName)
         var skipped = 0
         var emitted = 0
         try visitValues(plan, handles) { value in
@@ -325,9 +324,9 @@ extension LMDBTransaction {
             }
             // Checked as the body reads it, and the rest after: the body's reads come in
             // attribute order, and each checks and decodes its attribute in one step.
-            guard columns.begin(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else { throw damage }
+            guard columns.begin(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else { throw columns.damage() }
             try body(columns)
-            guard columns.finish() else { throw damage }
+            guard columns.finish() else { throw columns.damage() }
             emitted += 1
             return emitted < limit
         }

@@ -175,7 +175,11 @@ public final class LMDBTransaction: EngineReadTransaction, EngineWriteTransactio
     }
 
     func corrupted(_ what: String, entity: String) -> DepotError {
-        DepotError(.storeCorrupted, "\(what) in the \(entity) database of the LMDB store at \(storeName); the file is damaged or was written by something else. Restore it from a backup.")
+        Self.corrupted(what, entity: entity, store: storeName)
+    }
+
+    static func corrupted(_ what: String, entity: String, store: String) -> DepotError {
+        DepotError(.storeCorrupted, "\(what) in the \(entity) database of the LMDB store at \(store); the file is damaged or was written by something else. Restore it from a backup.")
     }
 
     @inline(__always)

@@ -35,8 +35,20 @@ final class RecordColumns: ColumnReader {
     /// attribute `parsed` starts at `cursor`.
     @exclusivity(unchecked) private var parsed = 0
     @exclusivity(unchecked) private var cursor = 0
-    /// What a read of a damaged record throws (the fetch names the entity and the store).
-    @exclusivity(unchecked) var damage = DepotError(.storeCorrupted, "A stored record cannot be decoded; the store's file is damaged or was written by something else. Restore it from a backup.")
+    /// The entity and store a fetch names when a read finds the record damaged: names,
+    /// not the error, which is only built when thrown (a message built per fetch cost more
+    /// than a page's reads).
+    @exclusivity(unchecked) var damageContext: (entity: String, store: String)?
+
+    /// What a read of a damaged record throws.
+    @inline(never)
+    func damage() -> DepotError {
+        guard let damageContext else {
+            return DepotError(.storeCorrupted, "A stored record cannot be decoded; the store's file is damaged or was written by something else. Restore it from a backup.")
+        }
+        return LMDBTransaction.corrupted(
+            "A record cannot be decoded as \(damageContext.entity)", entity: damageContext.entity, store: damageContext.store)
+    }
 
     /// `types.count`, and the types as a buffer: `load` walks them for every record, and a
     /// plain buffer walk is cheaper than the array's.
@@ -145,7 +157,7 @@ final class RecordColumns: ColumnReader {
     /// Attribute `index`'s place is known, parsing up to it if no read has reached it.
     @inline(__always)
     private func reach(_ index: Int) throws(DepotError) {
-        if index >= parsed, !parse(through: index) { throw damage }
+        if index >= parsed, !parse(through: index) { throw damage() }
     }
 
     /// The next attribute's value when it is an integer of an `int64` attribute: checked
