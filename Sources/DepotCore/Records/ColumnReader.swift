@@ -148,7 +148,8 @@ public struct RecordReader<Record: ManagedRecord> {
             guard let position = entity.indexByKeyPath.position(of: keyPath) else {
                 throw DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(keyPath), which is not one of the attributes of entity \(entity.name); declare an Attribute for it or read another key path.")
             }
-            return try read(position, as: V.self, entity: entity.description, what: "\(keyPath)")
+            guard entity.reads(V.self, at: position) else { throw mismatch(position, as: V.self, entity: entity.description, what: "\(keyPath)") }
+            return try V.read(from: columns, at: position)
         }
     }
 
@@ -168,9 +169,16 @@ public struct RecordReader<Record: ManagedRecord> {
     func read<V: AttributeValue>(_ position: Int, as type: V.Type, entity: EntityDescription, what: @autoclosure () -> String) throws(DepotError) -> V {
         let attribute = entity.attributes[position]
         guard attribute.type == V.attributeType, attribute.isOptional == V.isOptional || !attribute.isOptional else {
-            throw DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(what()) as \(V.self), but entity \(entity.name) declares \(attribute.name) as \(attribute.isOptional ? "optional " : "")\(attribute.type.rawValue); read it with the declared type.")
+            throw mismatch(position, as: V.self, entity: entity, what: what())
         }
         return try V.read(from: columns, at: position)
+    }
+
+    /// The error of a read whose type is not the attribute's.
+    @inline(never)
+    func mismatch<V: AttributeValue>(_ position: Int, as type: V.Type, entity: EntityDescription, what: String) -> DepotError {
+        let attribute = entity.attributes[position]
+        return DepotError(.conversionFailed, "\(Record.self).init(row:) reads \(what) as \(V.self), but entity \(entity.name) declares \(attribute.name) as \(attribute.isOptional ? "optional " : "")\(attribute.type.rawValue); read it with the declared type.")
     }
 
     /// The value at an attribute position, in declaration order: what ``Record(name:indexes:)``

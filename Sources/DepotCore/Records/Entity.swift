@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One attribute of a record, declared with the key path it maps to.
 ///
 /// ```swift
@@ -138,6 +140,10 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         let declarationProblem: DepotError?
         let jsonAttributes: Set<String>
         let referencedTypes: [any ManagedRecord.Type]
+        /// Each attribute's type and whether it is optional, in attribute order: what a read
+        /// by key path checks, without copying the attribute's description (its name, and
+        /// more) for every attribute of every record.
+        let readShapes: [(type: AttributeType, isOptional: Bool)]
 
         init(
             description: EntityDescription, attributes: [Attribute<Record>], indexByKeyPath: KeyPathIndex,
@@ -149,6 +155,7 @@ public struct Entity<Record: ManagedRecord>: Sendable {
             self.declarationProblem = declarationProblem
             self.jsonAttributes = jsonAttributes
             self.referencedTypes = referencedTypes
+            self.readShapes = description.attributes.map { ($0.type, $0.isOptional) }
         }
     }
 
@@ -267,6 +274,16 @@ public struct Entity<Record: ManagedRecord>: Sendable {
         return nil
     }
 
+    /// Whether the attribute at `position` may be read as a `V`: `V` stores as its type,
+    /// and is optional where the attribute is.
+    @inline(__always)
+    func reads<V: AttributeValue>(_ type: V.Type, at position: Int) -> Bool {
+        let shapes = storage.readShapes
+        guard shapes.indices.contains(position) else { return false }
+        let shape = shapes[position]
+        return shape.type == V.attributeType && (shape.isOptional == V.isOptional || !shape.isOptional)
+    }
+
     /// The name of the attribute a key path maps to, if it is declared.
     public func attributeName(for keyPath: AnyKeyPath) -> String? {
         // Through the storage: `description` would copy the whole description to read one name.
@@ -336,13 +353,79 @@ public struct EntityIndex<Record>: Sendable {
 
 /// Key path → attribute position.
 ///
+/// Looking a key path up in the dictionary hashes it, which walks its components: every
+/// request built with key paths pays that per key path, and a hand-written `init(row:)`
+/// that reads by key path per attribute of every record it decodes. A key path written as
+/// a literal is one object, made once per place in the source, so the index also remembers
+/// the objects it was asked for (a few, first come), and finds those by identity. Each
+/// remembered key path is retained, so its address cannot be reused by another while the
+/// index holds it; the slots are filled once and never change, so a reader needs one
+/// acquiring load per slot and no lock.
+///
 /// `@unchecked Sendable` because `AnyKeyPath` is not `Sendable` in general (a key path can
-/// capture subscript arguments), but these are only compared and hashed, never applied,
-/// and the dictionary is never mutated after `init`.
+/// capture subscript arguments), but these are only compared and hashed, never applied;
+/// the dictionary is never mutated after `init`, and a slot is written once, with release
+/// ordering, after the entry it points to is complete.
 final class KeyPathIndex: @unchecked Sendable {
     let positions: [AnyKeyPath: Int]
-    init(_ positions: [AnyKeyPath: Int]) { self.positions = positions }
+
+    /// A remembered key path: the object (held, so the identity stays its own) and its
+    /// attribute's position.
+    private struct Remembered {
+        let identity: ObjectIdentifier
+        let position: Int
+        let keyPath: AnyKeyPath
+    }
+
+    /// How many key paths are remembered by identity: more than an entity's attributes are
+    /// usually written in distinct places; a key path made afresh on every use (in generic
+    /// code) fills the slots at worst, and is then looked up by hash as before.
+    private static let slotCount = 16
+    /// The address of a `Remembered` in each slot, 0 while the slot is free.
+    private let slots: UnsafeMutablePointer<Atomic<UInt>>
+
+    init(_ positions: [AnyKeyPath: Int]) {
+        self.positions = positions
+        slots = .allocate(capacity: Self.slotCount)
+        for i in 0..<Self.slotCount { (slots + i).initialize(to: Atomic(0)) }
+    }
+
+    deinit {
+        for i in 0..<Self.slotCount {
+            let bits = slots[i].load(ordering: .acquiring)
+            if let entry = UnsafeMutablePointer<Remembered>(bitPattern: bits) {
+                entry.deinitialize(count: 1)
+                entry.deallocate()
+            }
+        }
+        slots.deinitialize(count: Self.slotCount)
+        slots.deallocate()
+    }
 
     /// The attribute position `keyPath` maps to, if it is declared.
-    func position(of keyPath: AnyKeyPath) -> Int? { positions[keyPath] }
+    func position(of keyPath: AnyKeyPath) -> Int? {
+        let identity = ObjectIdentifier(keyPath)
+        for i in 0..<Self.slotCount {
+            guard let entry = UnsafePointer<Remembered>(bitPattern: slots[i].load(ordering: .acquiring)) else { break }
+            if entry.pointee.identity == identity { return entry.pointee.position }
+        }
+        guard let position = positions[keyPath] else { return nil }
+        remember(keyPath, at: position, identity: identity)
+        return position
+    }
+
+    /// Puts `keyPath` in the first free slot, unless it is there already (another thread
+    /// found it at the same time) or no slot is free.
+    private func remember(_ keyPath: AnyKeyPath, at position: Int, identity: ObjectIdentifier) {
+        let entry = UnsafeMutablePointer<Remembered>.allocate(capacity: 1)
+        entry.initialize(to: Remembered(identity: identity, position: position, keyPath: keyPath))
+        let bits = UInt(bitPattern: entry)
+        for i in 0..<Self.slotCount {
+            let (exchanged, current) = slots[i].compareExchange(expected: 0, desired: bits, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            if let other = UnsafePointer<Remembered>(bitPattern: current), other.pointee.identity == identity { break }
+        }
+        entry.deinitialize(count: 1)
+        entry.deallocate()
+    }
 }
