@@ -29,20 +29,21 @@ public struct Condition<Record: ManagedRecord>: Sendable, Hashable {
     /// Matches no record.
     public static var none: Condition { Condition(.constant(false)) }
 
-    static func name(_ keyPath: AnyKeyPath) -> Result<String, DepotError> {
-        if let name = Record.entity.attributeName(for: keyPath) { return .success(name) }
-        return .failure(DepotError(.invalidPredicate, "A key path used in a predicate on \(Record.entity.name) is not one of its declared attributes; declare an Attribute for it."))
-    }
-
+    /// The condition `make` builds from the name of the attribute at `keyPath`, or an invalid
+    /// one (reported when the request runs) when the key path is not an attribute or `make`
+    /// throws.
     static func build(_ keyPath: AnyKeyPath, _ make: (String) throws(DepotError) -> PredicateExpression) -> Condition {
+        guard let name = Record.entity.attributeName(for: keyPath) else { return undeclared() }
         do {
-            switch name(keyPath) {
-            case .success(let name): return Condition(try make(name))
-            case .failure(let error): return Condition(.invalid(error.message))
-            }
+            return Condition(try make(name))
         } catch {
             return Condition(.invalid(error.message))
         }
+    }
+
+    @inline(never)
+    static func undeclared() -> Condition {
+        Condition(.invalid("A key path used in a predicate on \(Record.entity.name) is not one of its declared attributes; declare an Attribute for it."))
     }
 
     /// The stored form of predicate values. A value that has none (a `Codable` value whose

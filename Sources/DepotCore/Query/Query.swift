@@ -112,6 +112,8 @@ public struct Query: Sendable, Hashable {
         self.handle = handle
         self.filter = try Self.resolve(predicate, in: entity)
         var sort: [ResolvedSortKey] = []
+        // Room for the primary key the order ends with.
+        sort.reserveCapacity(sortKeys.count + 1)
         for key in sortKeys {
             let index = try Self.attributeIndex(key.attribute, in: entity, for: "sort by")
             sort.append(ResolvedSortKey(attributeIndex: index, ascending: key.ascending))
@@ -195,10 +197,20 @@ public struct Query: Sendable, Hashable {
         return index
     }
 
-    static func coerce(_ value: Value, to attribute: AttributeDescription, entity: EntityDescription) throws(DepotError) -> Value {
-        if value.isNull || value.type == attribute.type { return value }
-        if attribute.type == .double, case .int(let i) = value { return .double(Double(i)) }
-        throw DepotError(.invalidPredicate, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the predicate compares it with \(value.debugLiteral), of type \(value.type?.rawValue ?? "nil"). Use a value of the attribute's type.")
+    /// `value` as the attribute at `index` stores it. Takes the position, not the
+    /// attribute: copying an attribute's description (its name, and more) for every
+    /// condition of every request cost more than the check.
+    static func coerce(_ value: Value, toAttributeAt index: Int, of entity: EntityDescription) throws(DepotError) -> Value {
+        let type = entity.attributes[index].type
+        if value.isNull || value.type == type { return value }
+        if type == .double, case .int(let i) = value { return .double(Double(i)) }
+        throw coercionFailure(value, toAttributeAt: index, of: entity)
+    }
+
+    @inline(never)
+    static func coercionFailure(_ value: Value, toAttributeAt index: Int, of entity: EntityDescription) -> DepotError {
+        let attribute = entity.attributes[index]
+        return DepotError(.invalidPredicate, "\(entity.name).\(attribute.name) has type \(attribute.type.rawValue), but the predicate compares it with \(value.debugLiteral), of type \(value.type?.rawValue ?? "nil"). Use a value of the attribute's type.")
     }
 
     static func resolve(_ expression: PredicateExpression, in entity: EntityDescription) throws(DepotError) -> Filter {
@@ -209,7 +221,7 @@ public struct Query: Sendable, Hashable {
             throw DepotError(.invalidPredicate, message)
         case .compare(let name, let op, let raw):
             let index = try attributeIndex(name, in: entity, for: "compare")
-            let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+            let value = try coerce(raw, toAttributeAt: index, of: entity)
             if value.isNull {
                 switch op {
                 case .equal: return .isNil(index)
@@ -223,7 +235,7 @@ public struct Query: Sendable, Hashable {
             var values: [Value] = []
             var includesNil = false
             for raw in raws {
-                let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+                let value = try coerce(raw, toAttributeAt: index, of: entity)
                 if value.isNull { includesNil = true } else { values.append(value) }
             }
             if values.isEmpty { return includesNil ? .isNil(index) : .constant(false) }
@@ -232,7 +244,7 @@ public struct Query: Sendable, Hashable {
             let index = try attributeIndex(name, in: entity, for: "match against a list")
             var values: [Value] = []
             for raw in raws {
-                let value = try coerce(raw, to: entity.attributes[index], entity: entity)
+                let value = try coerce(raw, toAttributeAt: index, of: entity)
                 if !value.isNull { values.append(value) }
             }
             return values.isEmpty ? .isNotNil(index) : .notOneOf(index, values)

@@ -103,7 +103,10 @@ public struct EntityDescription: Sendable, Hashable, Codable {
 
     /// The position of the attribute with this exact name.
     public func index(of attribute: String) -> Int? {
-        attributes.firstIndex { $0.name == attribute }
+        // By index, not `firstIndex(where:)`, whose closure got a copy of each attribute's
+        // description.
+        for index in attributes.indices where attributes[index].name == attribute { return index }
+        return nil
     }
 
     /// Types that may be primary keys.
