@@ -36,8 +36,8 @@ final class RecordColumns: ColumnReader {
     @exclusivity(unchecked) private var parsed = 0
     @exclusivity(unchecked) private var cursor = 0
     /// The entity and store a fetch names when a read finds the record damaged: names,
-    /// not the error, which is only built when thrown (a message built per fetch cost more
-    /// than a page's reads).
+    /// not the error, which is only built when thrown, so a fetch that finds no damage
+    /// formats no message.
     @exclusivity(unchecked) var damageContext: (entity: String, store: String)?
 
     /// What a read of a damaged record throws.

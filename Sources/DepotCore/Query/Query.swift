@@ -198,8 +198,8 @@ public struct Query: Sendable, Hashable {
     }
 
     /// `value` as the attribute at `index` stores it. Takes the position, not the
-    /// attribute: copying an attribute's description (its name, and more) for every
-    /// condition of every request cost more than the check.
+    /// attribute, so that a condition that passes the check copies no attribute
+    /// description (its name, and more); only the error reads the rest.
     static func coerce(_ value: Value, toAttributeAt index: Int, of entity: EntityDescription) throws(DepotError) -> Value {
         let type = entity.attributes[index].type
         if value.isNull || value.type == type { return value }
