@@ -73,6 +73,31 @@ struct RowTreeTests {
         #expect(tree.isEmpty && tree.root.isLeaf && tree.structuralProblem() == nil)
     }
 
+    /// Rows appended above every key one at a time (a save per transaction of a growing
+    /// key) join the last leaf while it has room, so leaves stay full; a snapshot taken
+    /// between appends keeps its rows.
+    @Test func appendsOfOneRowFillTheLastLeaf() {
+        var tree = RowTree()
+        var snapshots: [RowTree] = []
+        for key in Int64(0)..<2_000 {
+            tree.appendAscending(keys: [.int(key)], rows: [Self.row(key, 0)])
+            if key % 97 == 0 { snapshots.append(tree) }
+        }
+        #expect(tree.structuralProblem() == nil)
+        var leaves = 0
+        func countLeaves(_ node: RowTree.Node) {
+            if node.isLeaf { leaves += 1 } else { node.children.forEach(countLeaves) }
+        }
+        countLeaves(tree.root)
+        #expect(leaves == (2_000 + RowTree.capacity - 1) / RowTree.capacity)
+        #expect(tree.rows.map { $0[value: 0] } == (Int64(0)..<2_000).map { Value.int($0) })
+        for (i, snapshot) in snapshots.enumerated() {
+            #expect(snapshot.structuralProblem() == nil)
+            #expect(snapshot.count == i * 97 + 1)
+            #expect(snapshot.rows.map { $0[value: 0] } == (Int64(0)...Int64(i * 97)).map { Value.int($0) })
+        }
+    }
+
     @Test func ascendingAppendsMatchInsertsWithSnapshotsUnchanged() async {
         // Each number: a batch size (up to 5,000, past two levels of splits) appended above
         // the largest key, or an ordinary write or removal below it, interleaved.

@@ -114,50 +114,76 @@ package enum IndexKeyEncoding {
         return nil
     }
 
-    /// The positions of `count` keys of `width` bytes each, laid end to end in `buffer`,
-    /// in the keys' byte order (equal keys in queue order): a least-significant-digit
-    /// radix sort, one stable counting pass per byte position from the last to the first.
-    /// A position where every key has the same byte (the high bytes of small integers,
-    /// tags, padding) orders nothing and gets no pass, so keys of a few distinct values
-    /// sort in a few linear passes, without a comparison call per pair.
-    package static func radixOrder(_ buffer: UnsafeRawBufferPointer, width: Int, count: Int) -> [Int] {
-        var order = Array(0..<count)
-        guard count > 1, width > 0, buffer.count >= width * count else { return order }
-        // Every position's byte histogram, in one pass over the keys.
-        var counts = [Int](repeating: 0, count: width * 256)
+    /// Sorts `count` records of `recordStride` bytes (a multiple of 8), laid end to end at
+    /// `records`, by their first `keyWidth` bytes in byte order, equal keys in the order
+    /// they came; the bytes after the key travel with it. A least-significant-digit radix
+    /// sort: one stable counting pass per byte position, from the last to the first, each
+    /// reading the records in order and writing them to 256 runs, between `records` and
+    /// `scratch` (as large). Returns the one that holds the sorted records.
+    ///
+    /// The records move rather than a permutation of positions, so whoever reads the
+    /// sorted keys reads them in memory order. A position where every key has the same byte
+    /// (the high bytes of small integers, tags, padding) orders nothing and gets no pass;
+    /// nor do the positions from `sortedFrom` on when the records already come in the order
+    /// of those bytes (the primary keys of a bulk save made in key order), since each
+    /// pass is stable.
+    package static func radixSort(
+        _ records: UnsafeMutableRawPointer, scratch: UnsafeMutableRawPointer,
+        recordStride: Int, keyWidth: Int, count: Int, sortedFrom: Int
+    ) -> UnsafeMutableRawPointer {
+        guard count > 1, keyWidth > 0, recordStride >= keyWidth, recordStride % 8 == 0 else { return records }
+        // Every position's byte histogram, in one pass over the records.
+        var counts = [Int](repeating: 0, count: keyWidth * 256)
         counts.withUnsafeMutableBufferPointer { counts in
-            var base = 0
+            var base = records
             for _ in 0..<count {
-                for position in 0..<width { counts[position &* 256 &+ Int(buffer[base &+ position])] &+= 1 }
-                base &+= width
+                for position in 0..<keyWidth { counts[position &* 256 &+ Int(base.load(fromByteOffset: position, as: UInt8.self))] &+= 1 }
+                base += recordStride
             }
         }
-        var scratch = [Int](repeating: 0, count: count)
-        var position = width
+        var lastPass = keyWidth
+        if sortedFrom >= 0, sortedFrom < keyWidth {
+            var ordered = true
+            var previous = records + sortedFrom
+            for _ in 1..<count {
+                let next = previous + recordStride
+                if memcmp(previous, next, keyWidth - sortedFrom) > 0 {
+                    ordered = false
+                    break
+                }
+                previous = next
+            }
+            if ordered { lastPass = sortedFrom }
+        }
+        let words = recordStride / 8
+        var source = records
+        var target = scratch
+        var starts = [Int](repeating: 0, count: 256)
+        var position = lastPass
         while position > 0 {
             position -= 1
             let histogram = counts[(position * 256)..<(position * 256 + 256)]
             if histogram.contains(count) { continue }
-            var starts = [Int](repeating: 0, count: 256)
             var total = 0
             for (byte, n) in histogram.enumerated() {
                 starts[byte] = total
                 total += n
             }
-            order.withUnsafeBufferPointer { source in
-                scratch.withUnsafeMutableBufferPointer { target in
-                    starts.withUnsafeMutableBufferPointer { starts in
-                        for k in source {
-                            let byte = Int(buffer[k &* width &+ position])
-                            target[starts[byte]] = k
-                            starts[byte] &+= 1
-                        }
+            starts.withUnsafeMutableBufferPointer { starts in
+                var from = source
+                for _ in 0..<count {
+                    let byte = Int(from.load(fromByteOffset: position, as: UInt8.self))
+                    let to = target + starts[byte] &* recordStride
+                    starts[byte] &+= 1
+                    for word in 0..<words {
+                        to.storeBytes(of: from.load(fromByteOffset: word &* 8, as: UInt64.self), toByteOffset: word &* 8, as: UInt64.self)
                     }
+                    from += recordStride
                 }
             }
-            swap(&order, &scratch)
+            swap(&source, &target)
         }
-        return order
+        return source
     }
 
     private static func appendBigEndian(_ v: UInt64, to bytes: inout [UInt8]) {
@@ -360,53 +386,69 @@ struct MemoryIndex: Sendable {
                     UnsafeRawBufferPointer(rebasing: buffer[($0 == 0 ? 0 : ends[$0 - 1])..<ends[$0]]),
                     UnsafeRawBufferPointer(rebasing: buffer[($1 == 0 ? 0 : ends[$1 - 1])..<ends[$1]])) < 0
             }
-            hang(count: count, rows: base, order: order) { k in
-                Self.key(UnsafeRawBufferPointer(rebasing: buffer[(k == 0 ? 0 : ends[k - 1])..<ends[k]]), inline: false)
+            hang(count: count) { j in
+                let k = order[j]
+                return (Self.key(UnsafeRawBufferPointer(rebasing: buffer[(k == 0 ? 0 : ends[k - 1])..<ends[k]]), inline: false), (base + k).move())
             }
         }
     }
 
     /// The fixed-width case of ``insertNew(moving:)``: every key written straight into a
-    /// zeroed slot of `stride` bytes and the slots radix-sorted.
+    /// zeroed slot of `stride` bytes, followed by its row's position, and the slots
+    /// radix-sorted, so that the tree is filled reading keys in memory order.
     private mutating func insertFixedWidth(count: Int, rows base: UnsafeMutablePointer<Row>, stride: Int) {
-        let slots = UnsafeMutableRawBufferPointer.allocate(byteCount: stride * count, alignment: 8)
-        defer { slots.deallocate() }
-        slots.initializeMemory(as: UInt8.self, repeating: 0)
-        guard let start = slots.baseAddress else { return }
-        let lengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: inlineKeys ? 0 : count)
-        defer { lengths.deallocate() }
+        // The slot, then the row's position (and, for keys that are not inline, the key's
+        // length), rounded up to whole words for the sort's copies.
+        let recordStride = (stride + 7) / 8 * 8 + (inlineKeys ? 8 : 16)
+        let records = UnsafeMutableRawPointer.allocate(byteCount: recordStride * count * 2, alignment: 8)
+        defer { records.deallocate() }
+        records.initializeMemory(as: UInt8.self, repeating: 0, count: recordStride * count)
+        let positionOffset = (stride + 7) / 8 * 8
+        // The primary key's offset when every key has it at the same one (no component can
+        // be nil, so none is shorter), where the sort checks whether the rows already come
+        // in key order.
+        var keyOffset: Int? = tagged.contains(true) ? nil : 0
+        var slot = records
         for k in 0..<count {
             let row = base[k]
-            let slot = start + k &* stride
             var width = 0
             for (i, position) in positions.enumerated() {
                 width += IndexKeyEncoding.write(row[value: position], descending: components[i].isDescending, tagged: tagged[i], to: slot + width) ?? 0
             }
+            if k == 0, keyOffset != nil { keyOffset = width }
             width += IndexKeyEncoding.write(row[value: keyPosition], descending: false, tagged: false, to: slot + width) ?? 0
-            if !inlineKeys { lengths[k] = width }
+            slot.storeBytes(of: k, toByteOffset: positionOffset, as: Int.self)
+            if !inlineKeys { slot.storeBytes(of: width, toByteOffset: positionOffset + 8, as: Int.self) }
+            slot += recordStride
         }
-        let buffer = UnsafeRawBufferPointer(slots)
-        let order = IndexKeyEncoding.radixOrder(buffer, width: stride, count: count)
-        if inlineKeys {
-            hang(count: count, rows: base, order: order) { k in
-                .uuid(UUID(uuid: buffer.loadUnaligned(fromByteOffset: k &* 16, as: uuid_t.self)))
+        let sorted = IndexKeyEncoding.radixSort(
+            records, scratch: records + recordStride * count, recordStride: recordStride,
+            keyWidth: stride, count: count, sortedFrom: keyOffset ?? stride)
+        let inline = inlineKeys
+        hang(count: count) { j in
+            let record = sorted + j &* recordStride
+            let row = (base + record.load(fromByteOffset: positionOffset, as: Int.self)).move()
+            if inline {
+                return (.uuid(UUID(uuid: record.loadUnaligned(as: uuid_t.self))), row)
             }
-        } else {
-            hang(count: count, rows: base, order: order) { k in
-                Self.key(UnsafeRawBufferPointer(rebasing: buffer[(k &* stride)..<(k &* stride &+ lengths[k])]), inline: false)
-            }
+            let length = record.load(fromByteOffset: positionOffset + 8, as: Int.self)
+            return (Self.key(UnsafeRawBufferPointer(start: record, count: length), inline: false), row)
         }
     }
 
-    /// Moves the rows at `base` into the tree in `order` (a permutation of `0..<count`, the
-    /// entries' key order), the `k`-th under `key(k)`.
-    private mutating func hang(count: Int, rows base: UnsafeMutablePointer<Row>, order: [Int], key: (Int) -> Value) {
-        let first = key(order[0])
-        // `order` is a permutation of the rows: each row is moved once.
-        if entries.lastKey.map({ RowTree.compare(first, $0) > 0 }) ?? true {
-            entries.appendAscending(count: count) { j in (j == 0 ? first : key(order[j]), (base + order[j]).move()) }
+    /// Moves the entries into the tree, the `j`-th of `count` (in key order) being
+    /// `entry(j)`, which moves its row out of the caller's buffer: each is asked for once.
+    private mutating func hang(count: Int, entry: (Int) -> (key: Value, row: Row)) {
+        guard count > 0 else { return }
+        let first = entry(0)
+        if entries.lastKey.map({ RowTree.compare(first.key, $0) > 0 }) ?? true {
+            entries.appendAscending(count: count) { j in j == 0 ? first : entry(j) }
         } else {
-            for k in order { entries.updateValue((base + k).move(), forKey: key(k)) }
+            entries.updateValue(first.row, forKey: first.key)
+            for j in 1..<count {
+                let (key, row) = entry(j)
+                entries.updateValue(row, forKey: key)
+            }
         }
     }
 

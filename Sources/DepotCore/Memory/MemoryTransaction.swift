@@ -73,7 +73,13 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
                 leaf.keys.append(key)
                 leaf.rows.append(row)
             } else {
-                pendingLeaves.append(RowTree.Node(leafKeys: [key], rows: [row]))
+                // Room for a full leaf at once: a bulk save fills it.
+                let leaf = RowTree.Node(leafKeys: [], rows: [])
+                leaf.keys.reserveCapacity(RowTree.capacity)
+                leaf.rows.reserveCapacity(RowTree.capacity)
+                leaf.keys.append(key)
+                leaf.rows.append(row)
+                pendingLeaves.append(leaf)
             }
             largestKey = key
         }

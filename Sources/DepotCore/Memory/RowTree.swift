@@ -356,6 +356,8 @@ package struct RowTree: Sendable {
         while start < count {
             let end = min(start + RowTree.capacity, count)
             let leaf = Node(leafKeys: [], rows: [])
+            leaf.keys.reserveCapacity(end - start)
+            leaf.rows.reserveCapacity(end - start)
             for j in start..<end {
                 let (key, row) = entry(j)
                 leaf.keys.append(key)
@@ -391,6 +393,14 @@ package struct RowTree: Sendable {
                 // An empty tree: the first leaf is the root.
                 root = leaf
                 edge[0] = leaf
+                continue
+            }
+            if edge[0].keys.count + leaf.keys.count <= RowTree.capacity {
+                // A leaf that fits in the last one joins it, so that saves of one row
+                // each, above every key (a growing sequence or timestamp), fill leaves
+                // instead of hanging a leaf per save. The last leaf is this tree's own.
+                edge[0].keys.append(contentsOf: leaf.keys)
+                edge[0].rows.append(contentsOf: leaf.rows)
                 continue
             }
             hang(leaf, separator: leaf.keys[0], level: 1, edge: &edge)
