@@ -169,32 +169,62 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
         submitRead(singleStatement: false, body, completion: completion)
     }
 
-    /// Admits a read and runs it: right here on a thread that may block (a task preferring
-    /// the store's executor) when it need not wait for a connection, which saves the hop
-    /// there and back; otherwise on the read queue, with a connection when the engine has them.
+    /// ``submitUntypedRead(singleStatement:_:completion:)`` for a caller's result type,
+    /// kept in a box beside the read: every read takes the one untyped road.
     func submitRead<T: Sendable>(
         singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        let call = AwaitedCall<any ReadTransaction, T>(body)
+        submitUntypedRead(singleStatement: singleStatement, { try call.run($0) }) { result in
+            completion(result.flatMap { call.result(of: "read") })
+        }
+    }
+
+    /// Admits a read and runs it: right here on a thread that may block (a task preferring
+    /// the store's executor) when it need not wait for a connection, which saves the hop
+    /// there and back; otherwise on the read queue, with a connection when the engine has
+    /// them. Untyped, so that nothing here is generic over the caller's result type: this
+    /// runs unspecialized, and a generic `Result` or closure would have its metadata looked
+    /// up at run time on every read.
+    @usableFromInline
+    package func submitUntypedRead(
+        singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
         do { try gate.enter() } catch { return completion(.failure(error)) }
         guard let pool else {
             if StoreExecutor.isCurrent {
-                let result = Result { try readNow(on: nil, singleStatement: singleStatement, body) }
+                let result = untypedRead(on: nil, singleStatement: singleStatement, body)
                 gate.leave()
                 return completion(result)
             }
             readQueue.async {
-                let result = Result { try self.readNow(on: nil, singleStatement: singleStatement, body) }
+                let result = self.untypedRead(on: nil, singleStatement: singleStatement, body)
                 self.gate.leave()
                 completion(result)
             }
             return
         }
         pool.checkOut { reader in
-            let result = Result { try self.readNow(on: self.readConnections[reader], singleStatement: singleStatement, body) }
+            let result = self.untypedRead(on: self.readConnections[reader], singleStatement: singleStatement, body)
             pool.checkIn(reader)
             self.gate.leave()
             completion(result)
+        }
+    }
+
+    /// An admitted untyped read, its outcome as a value (a `do`/`catch`: the generic
+    /// `Result(catching:)` would look up metadata per call here).
+    @inline(__always)
+    private func untypedRead(
+        on connection: Engine.ReadConnection?, singleStatement: Bool, _ body: (any ReadTransaction) throws -> Void
+    ) -> Result<Void, any Error> {
+        do {
+            try readNow(on: connection, singleStatement: singleStatement, body)
+            return .success(())
+        } catch {
+            return .failure(error)
         }
     }
 
@@ -531,17 +561,7 @@ extension EngineStore: ExecutorReadingStore {
     }
 }
 
-extension EngineStore: SingleStatementReadingStore {
-    /// Runs `body` as a read that should need one statement (see
-    /// ``StorageEngine/beginRead(on:singleStatement:)``).
-    @usableFromInline
-    package func submitSingleStatementRead<T: Sendable>(
-        _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
-        completion: @escaping @Sendable (Result<T, any Error>) -> Void
-    ) {
-        submitRead(singleStatement: true, body, completion: completion)
-    }
-}
+extension EngineStore: UntypedReadingStore {}
 
 extension EngineStore: SingleStatementExecutorReadingStore {
     @usableFromInline
@@ -563,11 +583,19 @@ extension EngineStore: RowReadingStore {
     /// store: its submitter keeps it alive until `read.finish` (see `RowReadingStore`).
     @usableFromInline
     package func submitRowRead(_ read: any RowRead) {
-        if pool != nil {
-            // A connection to wait for: the closure-based path, which holds the store.
-            return submitRowRead(read.entity, key: read.key, visit: { try read.visit($0) }, completion: { read.finish($0) })
-        }
         do { try gate.enter() } catch { return read.finish(.failure(error)) }
+        if let pool {
+            // A connection to wait for: the job holds the store until it has run. Not the
+            // generic `submitRead`, which, unspecialized here, looks up the metadata of its
+            // result type at run time on every call.
+            pool.checkOut { reader in
+                let result = self.readRow(read, on: self.readConnections[reader])
+                pool.checkIn(reader)
+                self.gate.leave()
+                read.finish(result)
+            }
+            return
+        }
         if StoreExecutor.isCurrent { return readRowNow(read) }
         let store = Unmanaged.passUnretained(self)
         readQueue.async { store._withUnsafeGuaranteedRef { $0.readRowNow(read) } }
@@ -575,8 +603,20 @@ extension EngineStore: RowReadingStore {
 
     /// The read of an admitted ``submitRowRead(_:)``, which it ends.
     private func readRowNow(_ read: any RowRead) {
-        let result = Result { try readNow(on: nil, singleStatement: true) { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } } }
+        let result = readRow(read, on: nil)
         gate.leave()
         read.finish(result)
+    }
+
+    /// The lookup of an admitted ``submitRowRead(_:)``, on `connection`. A `do`/`catch`
+    /// rather than `Result(catching:)`, whose generic initializer looks up the result
+    /// type's metadata at run time on every call.
+    @inline(__always)
+    private func readRow(_ read: any RowRead, on connection: Engine.ReadConnection?) -> Result<Bool, any Error> {
+        do {
+            return .success(try readNow(on: connection, singleStatement: true) { try $0.fetchRow(read.entity, key: read.key) { try read.visit($0) } })
+        } catch {
+            return .failure(error)
+        }
     }
 }

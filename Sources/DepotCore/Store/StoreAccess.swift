@@ -18,7 +18,7 @@ final class StoreAccess: Sendable {
     @usableFromInline let oneStatementOnCallingThread: (any SingleStatementExecutorReadingStore)?
     @usableFromInline let rows: (any RowReadingStore)?
     @usableFromInline let inlineWrites: (any InlineWritingStore)?
-    @usableFromInline let singleStatement: (any SingleStatementReadingStore)?
+    @usableFromInline let untypedReads: (any UntypedReadingStore)?
 
     @usableFromInline
     init(_ store: any Store) {
@@ -28,7 +28,7 @@ final class StoreAccess: Sendable {
         oneStatementOnCallingThread = store as? any SingleStatementExecutorReadingStore
         rows = store as? any RowReadingStore
         inlineWrites = (store as? any InlineWritingStore).flatMap { $0.writesInline ? $0 : nil }
-        singleStatement = store as? any SingleStatementReadingStore
+        untypedReads = store as? any UntypedReadingStore
     }
 
     @inlinable @inline(__always)
@@ -95,7 +95,7 @@ final class StoreAccess: Sendable {
     }
 
     /// `singleStatement`: `body` reads with one statement and has no effect outside what it
-    /// returns, so a ``SingleStatementReadingStore`` may run it as a read of its own.
+    /// returns, so an ``UntypedReadingStore`` may run it as a read of its own.
     @inlinable
     nonisolated(nonsending) func readUntraced<T: Sendable>(singleStatement: Bool = false, _ body: @escaping @Sendable (any ReadTransaction) throws -> T) async throws -> T {
         if let inline { return try inline.readInline(body) }
@@ -109,10 +109,14 @@ final class StoreAccess: Sendable {
             }
             if ran, let result { return result }
         }
-        if singleStatement, let single = self.singleStatement {
-            return try await withCheckedThrowingContinuation { continuation in
-                single.submitSingleStatementRead(body) { continuation.resume(with: $0) }
+        if let untypedReads {
+            // One object carries the closure, its result and the continuation; the store
+            // runs the read without knowing its result type.
+            let call = AwaitedCall<any ReadTransaction, T>(body)
+            try await call.suspend { call in
+                untypedReads.submitUntypedRead(singleStatement: singleStatement, { try call.run($0) }, completion: { call.resume(with: $0) })
             }
+            return try call.result(of: "read").get()
         }
         return try await withCheckedThrowingContinuation { continuation in
             store.submitRead(body) { continuation.resume(with: $0) }

@@ -51,21 +51,38 @@ package protocol RowRead: AnyObject, Sendable {
     func finish(_ result: Result<Bool, any Error>)
 }
 
-/// A capability: a store that runs a read of one statement faster than a read transaction
-/// around it (PostgreSQL runs the statement in autocommit mode, which is its own snapshot,
-/// with no `BEGIN` and no `ROLLBACK`).
+/// A capability: a store that runs reads handed to it without their result type (the
+/// caller keeps what `body` computed), so that nothing it runs per read is generic over
+/// that type (``StoreAccess`` specializes the rest in the caller), and that knows which
+/// reads are one statement.
 ///
-/// A controller's reads that are one statement (`fetchAll`, `fetchFirst`, `count`, a page)
-/// come here when the store has it. `body` may still run more than one statement (a
-/// request that reads related records); the store then runs it again in a read
-/// transaction, so `body` must have no effect outside what it returns.
+/// A read of one statement may run faster than a read transaction around it (PostgreSQL
+/// runs the statement in autocommit mode, which is its own snapshot, with no `BEGIN` and
+/// no `ROLLBACK`). A controller's reads that are one statement (`fetchAll`, `fetchFirst`,
+/// `count`, a page) say so. `body` may still run more than one statement (a request that
+/// reads related records); the store then runs it again in a read transaction, so `body`
+/// must have no effect outside what it returns.
 @usableFromInline
-package protocol SingleStatementReadingStore: Store {
+package protocol UntypedReadingStore: Store {
+    /// Runs `body` as a read of its own when `singleStatement` (see above), else in a read
+    /// transaction, then calls `completion` with whether it returned or what it threw.
+    func submitUntypedRead(
+        singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+}
+
+extension UntypedReadingStore {
     /// Runs `body`, which reads with one statement, as a read of its own, then calls
     /// `completion` with what it returned or threw.
-    func submitSingleStatementRead<T: Sendable>(
+    package func submitSingleStatementRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
-        completion: @escaping @Sendable (Result<T, any Error>) -> Void)
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let call = AwaitedCall<any ReadTransaction, T>(body)
+        submitUntypedRead(singleStatement: true, { try call.run($0) }) { result in
+            completion(result.flatMap { call.result(of: "read") })
+        }
+    }
 }
 
 /// A capability: a store whose reads never block (no I/O, no lock held by a writer), so
@@ -137,7 +154,7 @@ package protocol ExecutorReadingStore: Store {
 /// A capability: an ``ExecutorReadingStore`` that runs a read of one statement (a
 /// controller's `fetchAll`, `fetchFirst`, `count`, a page) on the calling thread as a read
 /// of its own, without a transaction around it (SQLite: in autocommit mode), as a
-/// ``SingleStatementReadingStore`` runs those it is submitted. `body` may still run more
+/// ``UntypedReadingStore`` runs those it is submitted as one statement. `body` may still run more
 /// than one statement; the store then runs it again in a read transaction, so `body` must
 /// have no effect outside what it returns.
 @usableFromInline
