@@ -42,6 +42,14 @@ struct RowTreeTests {
         }
     }
 
+    /// The number of leaves in `tree`.
+    static func leaves(of tree: RowTree) -> Int {
+        func count(_ node: RowTree.Node) -> Int {
+            node.isLeaf ? 1 : node.children.reduce(0) { $0 + count($1) }
+        }
+        return count(tree.root)
+    }
+
     @Test func randomOperationsMatchADictionary() async {
         // Each number is one operation: a key below 2,000 and one of five actions (three
         // writes, two removals), so trees grow, shrink and rebalance.
@@ -56,12 +64,7 @@ struct RowTreeTests {
         #expect(tree.structuralProblem() == nil)
         // Ascending inserts split off the new entry, so leaves stay full: 20,000 rows in
         // ceil(20,000 / 64) leaves.
-        var leaves = 0
-        func countLeaves(_ node: RowTree.Node) {
-            if node.isLeaf { leaves += 1 } else { node.children.forEach(countLeaves) }
-        }
-        countLeaves(tree.root)
-        #expect(leaves == (20_000 + RowTree.capacity - 1) / RowTree.capacity)
+        #expect(Self.leaves(of: tree) == (20_000 + RowTree.capacity - 1) / RowTree.capacity)
         let before = tree
         for key in stride(from: Int64(0), to: 20_000, by: 1) where key % 10 != 3 { tree.removeValue(forKey: .int(key)) }
         #expect(tree.structuralProblem() == nil)
@@ -84,12 +87,7 @@ struct RowTreeTests {
             if key % 97 == 0 { snapshots.append(tree) }
         }
         #expect(tree.structuralProblem() == nil)
-        var leaves = 0
-        func countLeaves(_ node: RowTree.Node) {
-            if node.isLeaf { leaves += 1 } else { node.children.forEach(countLeaves) }
-        }
-        countLeaves(tree.root)
-        #expect(leaves == (2_000 + RowTree.capacity - 1) / RowTree.capacity)
+        #expect(Self.leaves(of: tree) == (2_000 + RowTree.capacity - 1) / RowTree.capacity)
         #expect(tree.rows.map { $0[value: 0] } == (Int64(0)..<2_000).map { Value.int($0) })
         for (i, snapshot) in snapshots.enumerated() {
             #expect(snapshot.structuralProblem() == nil)

@@ -169,18 +169,6 @@ public final class EngineStore<Engine: StorageEngine>: Store, SchemaRewritingSto
         submitRead(singleStatement: false, body, completion: completion)
     }
 
-    /// ``submitUntypedRead(singleStatement:_:completion:)`` for a caller's result type,
-    /// kept in a box beside the read: every read takes the one untyped road.
-    func submitRead<T: Sendable>(
-        singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
-        completion: @escaping @Sendable (Result<T, any Error>) -> Void
-    ) {
-        let call = AwaitedCall<any ReadTransaction, T>(body)
-        submitUntypedRead(singleStatement: singleStatement, { try call.run($0) }) { result in
-            completion(result.flatMap { call.result(of: "read") })
-        }
-    }
-
     /// Admits a read and runs it: right here on a thread that may block (a task preferring
     /// the store's executor) when it need not wait for a connection, which saves the hop
     /// there and back; otherwise on the read queue, with a connection when the engine has

@@ -72,16 +72,26 @@ package protocol UntypedReadingStore: Store {
 }
 
 extension UntypedReadingStore {
+    /// ``submitUntypedRead(singleStatement:_:completion:)`` for a caller's result type,
+    /// kept in a box beside the read: what a completion-handler read
+    /// (``Store/submitRead(_:completion:)``) runs through.
+    package func submitRead<T: Sendable>(
+        singleStatement: Bool, _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let call = AwaitedCall<any ReadTransaction, T>(body)
+        submitUntypedRead(singleStatement: singleStatement, { try call.run($0) }) { result in
+            completion(result.flatMap { call.result(of: "read") })
+        }
+    }
+
     /// Runs `body`, which reads with one statement, as a read of its own, then calls
     /// `completion` with what it returned or threw.
     package func submitSingleStatementRead<T: Sendable>(
         _ body: @escaping @Sendable (any ReadTransaction) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        let call = AwaitedCall<any ReadTransaction, T>(body)
-        submitUntypedRead(singleStatement: true, { try call.run($0) }) { result in
-            completion(result.flatMap { call.result(of: "read") })
-        }
+        submitRead(singleStatement: true, body, completion: completion)
     }
 }
 
@@ -153,10 +163,10 @@ package protocol ExecutorReadingStore: Store {
 
 /// A capability: an ``ExecutorReadingStore`` that runs a read of one statement (a
 /// controller's `fetchAll`, `fetchFirst`, `count`, a page) on the calling thread as a read
-/// of its own, without a transaction around it (SQLite: in autocommit mode), as a
-/// ``UntypedReadingStore`` runs those it is submitted as one statement. `body` may still run more
-/// than one statement; the store then runs it again in a read transaction, so `body` must
-/// have no effect outside what it returns.
+/// of its own, without a transaction around it (SQLite: in autocommit mode), as an
+/// ``UntypedReadingStore`` runs those it is submitted as one statement. `body` may still
+/// run more than one statement; the store then runs it again in a read transaction, so
+/// `body` must have no effect outside what it returns.
 @usableFromInline
 package protocol SingleStatementExecutorReadingStore: ExecutorReadingStore {
     /// Runs `body` on the calling thread, a ``StoreExecutor`` thread; returns `false`,
