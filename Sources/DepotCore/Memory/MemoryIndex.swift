@@ -399,11 +399,11 @@ struct MemoryIndex: Sendable {
     private mutating func insertFixedWidth(count: Int, rows base: UnsafeMutablePointer<Row>, stride: Int) {
         // The slot, then the row's position (and, for keys that are not inline, the key's
         // length), rounded up to whole words for the sort's copies.
-        let recordStride = (stride + 7) / 8 * 8 + (inlineKeys ? 8 : 16)
+        let positionOffset = (stride + 7) / 8 * 8
+        let recordStride = positionOffset + (inlineKeys ? 8 : 16)
         let records = UnsafeMutableRawPointer.allocate(byteCount: recordStride * count * 2, alignment: 8)
         defer { records.deallocate() }
         records.initializeMemory(as: UInt8.self, repeating: 0, count: recordStride * count)
-        let positionOffset = (stride + 7) / 8 * 8
         // The primary key's offset when every key has it at the same one (no component can
         // be nil, so none is shorter), where the sort checks whether the rows already come
         // in key order.

@@ -70,16 +70,17 @@ public final class MemoryTransaction: EngineReadTransaction, EngineWriteTransact
         /// Queues a new row whose key ``isAboveEveryKey(_:)``.
         func appendAboveEveryKey(_ row: Row, key: Value) {
             if let leaf = pendingLeaves.last, leaf.keys.count < RowTree.capacity {
+                if leaf.keys.count == 1 {
+                    // A second row: a bulk save, which fills the leaf, so room for all of
+                    // it at once. A save of one row keeps its small leaf, which joins the
+                    // tree's last leaf at the commit.
+                    leaf.keys.reserveCapacity(RowTree.capacity)
+                    leaf.rows.reserveCapacity(RowTree.capacity)
+                }
                 leaf.keys.append(key)
                 leaf.rows.append(row)
             } else {
-                // Room for a full leaf at once: a bulk save fills it.
-                let leaf = RowTree.Node(leafKeys: [], rows: [])
-                leaf.keys.reserveCapacity(RowTree.capacity)
-                leaf.rows.reserveCapacity(RowTree.capacity)
-                leaf.keys.append(key)
-                leaf.rows.append(row)
-                pendingLeaves.append(leaf)
+                pendingLeaves.append(RowTree.Node(leafKeys: [key], rows: [row]))
             }
             largestKey = key
         }
