@@ -15,6 +15,13 @@ extension PostgresEngine {
     /// How the notifications of the store `instance` begin.
     static func payloadPrefix(instance: String) -> String { "{\"i\":" + quotedJSON(instance) }
 
+    /// What a schema change says when it commits (see `PostgresEngine+SchemaWatch.swift`):
+    /// `{"i":instance,"s":version}`. Read by this version of Depot on; a listener that does
+    /// not know the `s` key finds nothing in it to publish.
+    static func schemaPayload(instance: String, version: String) -> String {
+        payloadPrefix(instance: instance) + ",\"s\":" + quotedJSON(version) + "}"
+    }
+
     /// Payloads above this many bytes become a list of touched entities.
     static let payloadLimit = 7_000
 
@@ -126,6 +133,7 @@ extension PostgresEngine {
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             let sender = object["i"] as? String, sender != instance
         else { return }
+        if object["s"] != nil { return noteSchemaNotice() }
         if object["a"] != nil { return announceEverything() }
         if let entries = object["c"] as? [[String]] {
             var list: [Change] = []
@@ -167,6 +175,7 @@ final class ChangeListener: Sendable {
                 // store is not held up by a server that does not answer.
                 if connection.isBroken || connection.socket < 0 {
                     listening = false
+                    engine?.listening.store(false, ordering: .releasing)
                     guard let handle = connection.handle, PQresetStart(handle) == 1 else {
                         usleep(500_000)
                         continue
@@ -187,6 +196,10 @@ final class ChangeListener: Sendable {
                     }
                     // After a reconnect: whatever other servers wrote meanwhile was not heard.
                     if listened { engine?.announceEverything() }
+                    // Nor a schema change they made before the LISTEN: reads probe again
+                    // until one finds the schema as the registry has it.
+                    engine?.noteSchemaNotice()
+                    engine?.listening.store(true, ordering: .releasing)
                     listening = true
                     listened = true
                 }
@@ -202,6 +215,7 @@ final class ChangeListener: Sendable {
                     engine.received(notification.payload)
                 }
             }
+            engine?.listening.store(false, ordering: .releasing)
             finished.signal()
         }
         thread.start()

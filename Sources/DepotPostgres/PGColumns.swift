@@ -22,7 +22,7 @@ final class PGColumns: ColumnReader {
     private let keyIndex: Int?
     /// Whether every column has the type Depot keeps its attribute in (checked once per
     /// result, so a read of a well-formed table costs one test).
-    private let typesMatch: Bool
+    let typesMatch: Bool
 
     /// - Parameters:
     ///   - names: The columns' names for messages; the positions when nil.

@@ -131,6 +131,7 @@ extension PGConnection {
             probePending = false
             all.insert(Step(sql: Self.schemaProbe, prepare: true, context: "Reading the schema version"), at: 0)
             probeAt = 0
+            probesSent += 1
         }
         if let begin = pendingBegin {
             pendingBegin = nil

@@ -62,6 +62,11 @@ final class PGConnection: @unchecked Sendable {
     /// Whether the next round trip carries the schema probe: set by ``begin(_:)`` and by
     /// ``probeNextStatement()``.
     var probePending = false
+    /// The store's ``PostgresEngine/schemaNotices`` when the pending probe was asked for:
+    /// what a probe that passes vouches for.
+    var probeNotices: UInt64 = 0
+    /// How many schema probes the connection has sent (for tests).
+    var probesSent = 0
     /// Set by the store's check when it found the schema moved: the work that met it runs
     /// again once the registry is reloaded.
     var schemaReloadNeeded = false

@@ -27,6 +27,7 @@ extension PostgresEngine {
         }
         healthy(reader)
         reader.schemaReloadNeeded = false
+        reader.lastFailure = nil
         var connection = reader
         var taken: DispatchSemaphore?
         if !standbyCaughtUp(reader), let primaryReader {
@@ -34,15 +35,18 @@ extension PostgresEngine {
             taken = primaryReaderTaken
             healthy(primaryReader)
             primaryReader.schemaReloadNeeded = false
+            primaryReader.lastFailure = nil
             connection = primaryReader
         }
+        let probe = readNeedsProbe(connection, after: retry)
         let transaction = PostgresTransaction(connection: connection, tables: tables, writable: false)
         transaction.after = retry
         transaction.attempt = attempt
         transaction.releasesPrimary = taken
+        transaction.probeSkipped = !probe
         if singleStatement {
             transaction.single.isOn = true
-            connection.probeNextStatement()
+            if probe { connection.probeNextStatement() }
             return transaction
         }
         do {
@@ -51,6 +55,7 @@ extension PostgresEngine {
             taken?.signal()
             throw error
         }
+        if !probe { connection.probePending = false }
         transaction.explicit = true
         return transaction
     }
@@ -63,6 +68,14 @@ extension PostgresTransaction {
     /// second, to run again as a transaction.
     public var retry: EngineRetry? {
         if connection.schemaReloadNeeded, attempt + 1 < PostgresEngine.schemaReloads { return .schemaChanged }
+        // A read without the probe that met another layout than the registry's: again,
+        // with the probe, which tells a schema another process moved from a table changed
+        // underneath Depot.
+        if probeSkipped, attempt + 1 < PostgresEngine.schemaReloads,
+            layoutMismatch || connection.lastFailure.map({ PostgresEngine.schemaShapedStates.contains($0.sqlState) }) == true
+        {
+            return .schemaChanged
+        }
         if connection.lost, !connection.commitSent, after != .connectionLost { return .connectionLost }
         return single.retry
     }

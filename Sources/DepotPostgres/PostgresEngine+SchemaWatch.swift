@@ -6,20 +6,71 @@ import Foundation
 // A process whose registry still holds an entity's old description would send rows in the
 // old layout (refused by PostgreSQL with its own words, or cast silently) and decode new
 // rows as old ones. Every schema change Depot makes (registration, a migration step's
-// rewrite) raises the version in `depot_meta` (key `schema`) in its own transaction; every
-// transaction reads it in the round trip of its first statement (a probe pipelined after
-// BEGIN; single-statement reads carry it in autocommit), so checking costs no round trip.
-// When the version moved past the one the registry was verified at, the registry takes the
-// stored descriptions (an entity another process migrated gets a new generation, and
-// handles of its old layout are refused with `schemaMismatch`) and the work runs again.
+// rewrite) raises the version in `depot_meta` (key `schema`) in its own transaction, and
+// says so on the store's notification channel when it commits. A write reads the version
+// in the round trip of its first statement (a probe pipelined after BEGIN; an autocommit
+// write compares it inside its own statement), so checking costs no round trip. When the
+// version moved past the one the registry was verified at, the registry takes the stored
+// descriptions (an entity another process migrated gets a new generation, and handles of
+// its old layout are refused with `schemaMismatch`) and the work runs again.
+//
+// A read on the primary sends the probe only when the listener may have missed or has
+// heard a change: until it listens, after it reconnects, after each schema notification,
+// until a probe sent after it passes (``schemaNotices``, ``schemaNoticesChecked``). A
+// read between another process's commit and its notification reaching this store finds
+// the old layout in PostgreSQL's answer when the change touched what it reads — a column
+// of another type (the result's column types are checked against the registry's), a
+// column or table gone (SQLSTATE 42703, 42P01) — and then runs again with the probe, so
+// it is refused as one after the notification would be. A change that leaves every
+// column it reads as it was (an attribute added, an index) lets it answer in the old
+// layout, as it would have answered a moment earlier. Reads on a standby always probe:
+// the notification comes from the primary, before the standby has replayed the change.
 extension PostgresEngine {
+    /// The SQLSTATEs of a statement written for another layout of its table: an undefined
+    /// table, column or operator (a column of another type), a datatype mismatch, a cached
+    /// plan whose result changed.
+    static let schemaShapedStates: Set<String> = ["42P01", "42703", "42883", "42804", "0A000"]
+
+    /// Whether a read on `connection` must carry the schema probe; when it must, notes on
+    /// the connection what the probe will vouch for.
+    func readNeedsProbe(_ connection: PGConnection, after retry: EngineRetry?) -> Bool {
+        let notices = schemaNotices.load(ordering: .acquiring)
+        if retry == .schemaChanged || connection.onStandby || !listening.load(ordering: .acquiring)
+            || notices != schemaNoticesChecked.load(ordering: .acquiring)
+        {
+            connection.probeNotices = notices
+            return true
+        }
+        return false
+    }
+
+    /// Something the listener heard (or did not hear) may mean the schema moved: the next
+    /// reads probe.
+    func noteSchemaNotice() {
+        schemaNotices.wrappingAdd(1, ordering: .releasing)
+    }
+
+    /// A probe sent when ``schemaNotices`` was `notices` found the registry current.
+    private func noteSchemaChecked(_ notices: UInt64) {
+        var current = schemaNoticesChecked.load(ordering: .relaxed)
+        while current < notices {
+            let (exchanged, original) = schemaNoticesChecked.compareExchange(
+                expected: current, desired: notices, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
+    }
+
     /// How often one operation follows schema changes before it gives up with the
     /// `schemaMismatch` it met (counted in its runs: see `PostgresEngine.prepareRetry`).
     static let schemaReloads = 8
 
     /// The check every connection of the store runs on the probe's answer.
     func checkSchemaVersion(_ connection: PGConnection, _ version: String?) throws(DepotError) {
-        guard version != state.withLockedValue({ $0.verifiedVersion }) else { return }
+        guard version != state.withLockedValue({ $0.verifiedVersion }) else {
+            noteSchemaChecked(connection.probeNotices)
+            return
+        }
         connection.schemaReloadNeeded = true
         throw DepotError(.schemaMismatch, "The schema \(options.schema) was changed by another process; the operation runs again with the new schema.")
     }
@@ -42,7 +93,12 @@ extension PostgresEngine {
             "INSERT INTO depot_meta (key, value) VALUES ('schema', '1') ON CONFLICT (key) DO UPDATE SET value = (depot_meta.value::bigint + 1)::text RETURNING value",
             [], "Recording the schema change")
         guard result.rowCount > 0 else { throw DepotError(.storeCorrupted, "depot_meta in schema \(options.schema) did not return the new schema version.") }
-        return result.text(0, 0)
+        let version = result.text(0, 0)
+        // Heard by the other processes' listeners when, and only when, the change commits.
+        try writer.query(
+            "SELECT pg_notify($1, $2)", [.text(channel), .text(Self.schemaPayload(instance: instance, version: version))],
+            "Telling other processes of the schema change")
+        return version
     }
 
     /// Updates `current` from depot_entities, read on the writer: every registered entity

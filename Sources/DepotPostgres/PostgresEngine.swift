@@ -157,6 +157,15 @@ public final class PostgresEngine: StorageEngine, @unchecked Sendable {
     /// schema change: what a standby must have replayed before it serves a read.
     let lastWrite = Atomic<UInt64>(0)
     let lastSchemaChange = Atomic<UInt64>(0)
+    /// What the listener has heard that may mean another process changed the schema:
+    /// raised when it begins to listen (what was said before is not heard) and for each
+    /// schema notification (see `PostgresEngine+SchemaWatch.swift`).
+    let schemaNotices = Atomic<UInt64>(1)
+    /// The value of ``schemaNotices`` a schema probe was sent at and passed: while the two
+    /// are equal and the listener listens, reads on the primary send no probe.
+    let schemaNoticesChecked = Atomic<UInt64>(0)
+    /// Whether the listener's LISTEN is in place, as far as its thread knows.
+    let listening = Atomic<Bool>(false)
     let writer: PGConnection
     /// The reader connections, handed out to reads in arrival order by the runtime's pool;
     /// each runs its reads on its own queue.

@@ -17,6 +17,15 @@ extension EngineStore where Engine == PostgresEngine {
     /// The exchanges the read connections have had with the server, summed.
     package var readerRoundTrips: Int { engine.readers.reduce(0) { $0 + $1.roundTrips } }
 
+    /// The schema probes the read connections have sent, summed.
+    package var readerProbes: Int { engine.readers.reduce(0) { $0 + $1.probesSent } }
+
+    /// Whether the listener listens, so reads on the primary may leave the probe out.
+    package var listensForSchemaChanges: Bool { engine.listening.load(ordering: .acquiring) }
+
+    /// How many times the listener has begun to listen or heard a schema change.
+    package var schemaNotices: UInt64 { engine.schemaNotices.load(ordering: .acquiring) }
+
     /// Whether each read connection is inside a transaction (or has an answer to read).
     package var readersInTransaction: [Bool] { engine.readers.map(\.isInTransaction) }
 

@@ -22,6 +22,11 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// Whether the read holds the engine's connection to the primary (see
     /// `PostgresEngine.primaryReader`), which ``end()`` gives back.
     var releasesPrimary: DispatchSemaphore?
+    /// Whether the read began without the schema probe (see `PostgresEngine+SchemaWatch.swift`).
+    var probeSkipped = false
+    /// Whether a result's column types were not the ones the registry keeps its
+    /// attributes in.
+    var layoutMismatch = false
 
     init(connection: PGConnection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false)) {
         self.connection = connection
@@ -53,6 +58,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         let count = result.rowCount
         reserve(count)
         let columns = PGColumns(result, table: table)
+        if !columns.typesMatch { layoutMismatch = true }
         for row in 0..<count {
             columns.row = row
             try body(columns)
@@ -67,7 +73,9 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         let result = try connection.query(
             table.selectByKey, [.value(key)], prepare: true, "Reading a \(entity.name) record")
         guard result.rowCount > 0 else { return false }
-        try body(PGColumns(result, table: table))
+        let columns = PGColumns(result, table: table)
+        if !columns.typesMatch { layoutMismatch = true }
+        try body(columns)
         return true
     }
 
@@ -99,6 +107,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         }
         let result = try connection.query(compiled.query.sql, compiled.query.parameters, prepare: true, "Aggregating \(entity.name) records")
         let columns = PGColumns(result, types: compiled.types, entity: entity.name)
+        if !columns.typesMatch { layoutMismatch = true }
         var rows: [AggregateRow] = []
         rows.reserveCapacity(result.rowCount)
         for row in 0..<result.rowCount {
@@ -145,6 +154,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     private func doubleSum(_ part: PGQueryCompiler.DoubleSumQuery, entity: EntityDescription, keyCount: Int) throws -> [[Value]: ExactSum] {
         let result = try connection.query(part.query.sql, part.query.parameters, prepare: true, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
         let columns = PGColumns(result, types: part.types, entity: entity.name)
+        if !columns.typesMatch { layoutMismatch = true }
         var sums: [[Value]: ExactSum] = [:]
         for row in 0..<result.rowCount {
             columns.row = row
