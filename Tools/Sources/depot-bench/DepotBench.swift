@@ -15,8 +15,11 @@ struct DepotBench: AsyncParsableCommand {
             says nothing about speed.
             """)
 
-    @Option(help: "Number of cats in the populated store and in W1 (and of pets, for W8).")
+    @Option(help: "Number of cats in the populated store and in W1 (and of pets, for W8, unless --pets says otherwise).")
     var records = 100_000
+
+    @Option(help: "Number of pets W8, W8e, W8n and W8c read (default: --records).")
+    var pets: Int?
 
     @Option(help: "Comma-separated subjects: memory, sqlite, lmdb, raw-sqlite, raw-lmdb, postgres, raw-postgres (the last two need --postgres-url).")
     var backends = "memory,sqlite,raw-sqlite,lmdb,raw-lmdb"
@@ -55,6 +58,7 @@ struct DepotBench: AsyncParsableCommand {
 
     func validate() throws {
         guard records >= 1_000 else { throw ValidationError("--records must be at least 1000 (W3 and W6 use 1,000 cats).") }
+        if let pets, pets < 1_000 { throw ValidationError("--pets must be at least 1000.") }
         guard repetitions >= 1 else { throw ValidationError("--repetitions must be at least 1.") }
         guard ["normal", "full"].contains(durability) else { throw ValidationError("--durability is normal or full.") }
     }
@@ -92,7 +96,7 @@ struct DepotBench: AsyncParsableCommand {
         #endif
 
         let runner = Runner(
-            kinds: kinds, workloads: selectedWorkloads, records: records, repetitions: repetitions,
+            kinds: kinds, workloads: selectedWorkloads, records: records, pets: pets ?? records, repetitions: repetitions,
             directory: workDirectory, progress: { printErr("[depot-bench] \($0)") })
         let usesServer = selectedBackends.contains { $0.hasSuffix("postgres") }
         var results: [Measurement]
@@ -122,7 +126,8 @@ struct DepotBench: AsyncParsableCommand {
             "SQLite WAL + synchronous=\(durability == "full" ? "FULL" : "NORMAL") (Depot and raw); LMDB durable commits (Depot and raw)"
             + (telemetry ? "; Depot's stores with metrics and tracing on (no-op backends)" : "")
         let report = Report(
-            records: records, repetitions: repetitions, build: build, commit: commit, durability: durabilityText,
+            records: records, pets: selectedWorkloads.contains(where: \.readsPets) ? (pets ?? records) : nil,
+            repetitions: repetitions, build: build, commit: commit, durability: durabilityText,
             date: ISO8601DateFormatter().string(from: Date()), machine: machineDescription(),
             results: results, targets: Targets.check(results), breakdown: Breakdown.lines(results))
         print(report.table)

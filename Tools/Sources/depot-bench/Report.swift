@@ -204,6 +204,9 @@ enum Breakdown {
 /// Everything a run produced, in the shape `results.json` promises.
 struct Report: Codable {
     let records: Int
+    /// The pets the list-page workloads read, when they ran (older records have none: their
+    /// pets were as many as their records).
+    var pets: Int? = nil
     let repetitions: Int
     let build: String
     /// The commit measured, when the caller said (`--commit`).
@@ -246,10 +249,16 @@ struct Report: Codable {
         return text
     }
 
+    /// How many pets the list pages read, when not as many as the records.
+    var petsNote: String {
+        guard let pets, pets != records else { return "" }
+        return " (\(pets) pets for W8)"
+    }
+
     /// The plain-text table printed to stdout.
     var table: String {
         var lines: [String] = []
-        lines.append("Depot backend comparison — \(records) records, \(repetitions) repetitions, \(build) build, \(date)")
+        lines.append("Depot backend comparison — \(records) records\(petsNote), \(repetitions) repetitions, \(build) build, \(date)")
         lines.append("Durability: \(durability). Median ± half the spread; (×) is the ratio to the raw engine, same run.")
         lines.append("")
         let widths = [8] + backends.map { _ in 26 }
@@ -296,7 +305,7 @@ struct Report: Codable {
 
     var markdown: String {
         var md = "# Depot backend comparison\n\n"
-        md += "\(records) records, \(repetitions) repetitions, \(build) build, \(date), "
+        md += "\(records) records\(petsNote), \(repetitions) repetitions, \(build) build, \(date), "
         md += commit.map { "commit \($0), " } ?? ""
         md += "\(machine).\n"
         md += "Durability: \(durability).\n\n"

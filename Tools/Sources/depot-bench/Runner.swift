@@ -158,6 +158,8 @@ struct Runner {
     let kinds: [SubjectKind]
     let workloads: [Workload]
     let records: Int
+    /// How many pets W8, W8e, W8n and W8c read.
+    let pets: Int
     let repetitions: Int
     let directory: URL
     let progress: (String) -> Void
@@ -177,8 +179,8 @@ struct Runner {
         /// W8, W8n and W8c: the pets (when one of them runs).
         let listPages: ListPageFixture?
 
-        init(records: Int, pets: Bool) {
-            listPages = pets ? ListPageFixture(records: records) : nil
+        init(records: Int, pets: Int?) {
+            listPages = pets.map { ListPageFixture(records: $0) }
             cats = Cat.workload(count: records)
             fullChecksum = cats.reduce(0) { $0 &+ checksum($1) }
             var generator = SplitMix64(seed: 2024)
@@ -202,7 +204,7 @@ struct Runner {
 
     func run() async throws -> [Measurement] {
         progress("generating \(records) cats")
-        let fixture = Fixture(records: records, pets: workloads.contains(where: \.readsPets))
+        let fixture = Fixture(records: records, pets: workloads.contains(where: \.readsPets) ? pets : nil)
         var populated: [String: any BenchSubject] = [:]
         do {
             let results = try await run(fixture: fixture, populated: &populated)
@@ -223,7 +225,7 @@ struct Runner {
                 let count = try await subject.count()
                 guard count == records else { throw BenchError("\(kind.name) holds \(count) cats after populating, not \(records)") }
                 if let listPages = fixture.listPages {
-                    progress("populating \(kind.name) with \(records) pets")
+                    progress("populating \(kind.name) with \(pets) pets")
                     try await subject.savePets(listPages.pets)
                 }
                 populated[kind.name] = subject
