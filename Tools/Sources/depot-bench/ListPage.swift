@@ -141,15 +141,43 @@ extension DepotSubject {
         return try await plainPets.fetchAll(Request(\.species == species).sorted(by: \.name).limit(ListPageFixture.pageSize)).map(\.pet)
     }
 
-    /// W8e: the list pages from a task preferring the store's executor, as a server whose
-    /// requests run there (the README's advice, the example's middleware) reads them.
-    func listPagesPreferringStoreExecutor(species: [String]) async throws -> [[BenchPet]] {
-        guard let store else { throw BenchError("\(name) is not open") }
-        return try await withTaskExecutorPreference(store.executor) {
-            var pages: [[BenchPet]] = []
-            for name in species { pages.append(try await listPage(species: name, indexed: true)) }
+    /// W8, W8e and W8n: the pages as an endpoint asks for them, its objects the records
+    /// (W8e: from a task preferring the store's executor, as a server whose requests run
+    /// there, the README's advice and the example's middleware, reads them).
+    func timedListPages(species: [String], indexed: Bool, preferringStoreExecutor: Bool) async throws -> (pages: [[BenchPet]], ms: Double) {
+        guard let store, let indexedPets, let plainPets else { throw BenchError("\(name) holds no pets") }
+        let preferred: (any TaskExecutor)? = preferringStoreExecutor ? store.executor : nil
+        if indexed {
+            let (read, ms) = try await Self.timed(species, on: preferred) { name in
+                try await indexedPets.fetchAll(Request(\.species == name).sorted(by: \.name).limit(ListPageFixture.pageSize))
+            }
+            return (read.map { $0.map(\.pet) }, ms)
+        }
+        let (read, ms) = try await Self.timed(species, on: preferred) { name in
+            try await plainPets.fetchAll(Request(\.species == name).sorted(by: \.name).limit(ListPageFixture.pageSize))
+        }
+        return (read.map { $0.map(\.pet) }, ms)
+    }
+
+    /// `page` for each of `species` in turn (on `preferred` when there is one), and the
+    /// milliseconds the pages took.
+    private static func timed<Record: Sendable>(
+        _ species: [String], on preferred: (any TaskExecutor)?, _ page: @escaping @Sendable (String) async throws -> [Record]
+    ) async throws -> (pages: [[Record]], ms: Double) {
+        @Sendable func read() async throws -> [[Record]] {
+            var pages: [[Record]] = []
+            pages.reserveCapacity(species.count)
+            for name in species { pages.append(try await page(name)) }
             return pages
         }
+        let start = DispatchTime.now().uptimeNanoseconds
+        let pages: [[Record]]
+        if let preferred {
+            pages = try await withTaskExecutorPreference(preferred) { try await read() }
+        } else {
+            pages = try await read()
+        }
+        return (pages, Double(elapsed(since: start)) / 1_000_000)
     }
 
     /// W8c through `ResultSet.page(size:after:)`, each page handed the previous one's cursor.

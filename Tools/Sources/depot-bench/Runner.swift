@@ -433,15 +433,8 @@ struct Runner {
             case .w8, .w8e, .w8n:
                 guard let listPages = fixture.listPages else { throw BenchError("W8 has no pets") }
                 let species = workload == .w8n ? Array(listPages.querySpecies.prefix(ListPageFixture.slowQueries)) : listPages.querySpecies
-                var pages: [[BenchPet]] = []
-                pages.reserveCapacity(species.count)
-                let (_, ms) = try await time {
-                    if workload == .w8e {
-                        pages = try await subject.listPagesPreferringStoreExecutor(species: species)
-                    } else {
-                        for name in species { pages.append(try await subject.listPage(species: name, indexed: workload == .w8)) }
-                    }
-                }
+                let (pages, ms) = try await subject.timedListPages(
+                    species: species, indexed: workload != .w8n, preferringStoreExecutor: workload == .w8e)
                 let ok = zip(species, pages).allSatisfy { name, page in page[...] == listPages.firstPage(name) }
                 return Sample(ms: ms / Double(species.count), checksumOK: ok)
             case .w8c:
