@@ -7,8 +7,8 @@ import Foundation
 //
 // A controller's `fetchAll`, `fetchFirst`, `count` (and so a page) and a lookup by key read
 // with one statement, which in autocommit mode is its own snapshot: it runs so, with no
-// `BEGIN` before it and no `ROLLBACK` after it, and with the schema probe pipelined before
-// it. Should the read go on to a second statement (a request that reads related records),
+// `BEGIN` before it and no `ROLLBACK` after it, with the schema probe pipelined before it
+// when the schema must be checked (see `PostgresEngine+SchemaWatch.swift`). Should the read go on to a second statement (a request that reads related records),
 // the two would see different snapshots: the read stops there and asks the runtime to run
 // it again from its start in a `REPEATABLE READ READ ONLY` transaction
 // (`EngineRetry.asTransaction`), which the core allows because such a read has no effect
