@@ -35,18 +35,24 @@ struct PostgresSchemaWatchTests {
         }
     }
 
-    @Test("reads send no probe while nothing is heard; after another store's change the old layout is refused")
-    func readsProbeOnlyAfterAChangeIsHeard() async throws {
-        let schema = Self.schema()
+    /// A store in a schema of its own holding two gizmos in the old layout, its listener
+    /// listening and its schema checked once; the probes its readers have sent by then.
+    static func settledStore(schema: String) async throws -> (store: PostgresStore, old: Controller<GizmoV1, GizmoV1>, probes: Int) {
         let store = try TestServer.makeStore(schema: schema)
         let old = Controller<GizmoV1, GizmoV1>(store: store)
         try await old.save([GizmoV1(id: 1, code: "10"), GizmoV1(id: 2, code: "20")])
-        #expect(try await Self.eventually { store.listensForSchemaChanges }, "the listener never listened")
+        #expect(try await eventually { store.listensForSchemaChanges }, "the listener never listened")
         // The first reads after the listener began may probe, until one finds the schema
         // as the registry has it.
         _ = try await old.fetchAll()
         _ = try await old.fetchAll()
-        let probes = store.readerProbes
+        return (store, old, store.readerProbes)
+    }
+
+    @Test("reads send no probe while nothing is heard; after another store's change the old layout is refused")
+    func readsProbeOnlyAfterAChangeIsHeard() async throws {
+        let schema = Self.schema()
+        let (store, old, probes) = try await Self.settledStore(schema: schema)
         for _ in 0..<5 {
             #expect(try await old.fetchAll().count == 2)
             #expect(try await old.fetchOne(id: 1) == GizmoV1(id: 1, code: "10"))
@@ -76,13 +82,7 @@ struct PostgresSchemaWatchTests {
     @Test("a change not heard yet is found in the answer's column types, and the old layout is refused")
     func aChangeNotHeardYetIsRefusedToo() async throws {
         let schema = Self.schema()
-        let store = try TestServer.makeStore(schema: schema)
-        let old = Controller<GizmoV1, GizmoV1>(store: store)
-        try await old.save([GizmoV1(id: 1, code: "10"), GizmoV1(id: 2, code: "20")])
-        #expect(try await Self.eventually { store.listensForSchemaChanges }, "the listener never listened")
-        _ = try await old.fetchAll()
-        _ = try await old.fetchAll()
-        let probes = store.readerProbes
+        let (store, old, probes) = try await Self.settledStore(schema: schema)
 
         // What a migration elsewhere commits, without its notification: as if this store
         // read before the notification arrived.
