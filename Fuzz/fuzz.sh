@@ -9,7 +9,7 @@ set -u
 cd "$(dirname "$0")"
 SWIFT=${SWIFT:-swift}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-"url request record keys schema"}
+TARGETS=${FUZZ_TARGETS:-"url request record keys cursor schema"}
 WORK=.build/fuzz
 
 # ASan and libFuzzer's coverage on the command line reach every Swift module, so Depot's own

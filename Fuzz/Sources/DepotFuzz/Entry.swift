@@ -20,6 +20,7 @@ let targets: [(name: String, help: String, run: FuzzTarget)] = [
     ("request", "a program building a predicate tree, sort keys, limit and offset; resolved and run on every backend and through ResultSet", RequestTarget.run),
     ("record", "the LMDB record (value) decoder on arbitrary bytes, with re-encoding round trips", RecordTarget.run),
     ("keys", "the LMDB key encodings: their byte order must equal Depot's value order", KeyTarget.run),
+    ("cursor", "page cursor tokens: read or refused, and a cursor's own token reads back as it", CursorTarget.run),
     ("schema", "stored-schema JSON: EntityDescription decoding and validation, and the LMDB catalog reading and migrating from it", SchemaTarget.run),
 ]
 

@@ -29,6 +29,7 @@ enum Seeds {
         }
         seeds["record"] = records
         seeds["keys"] = ["int": [0, 1, 0, 5, 1, 1, 3], "string": [3, 1, 3, 84, 111, 109, 0, 1, 2, 84, 111, 2], "double": [1, 1, 4, 0, 1, 5]]
+        seeds["cursor"] = cursorSeeds()
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         var schemas: [String: [UInt8]] = [:]
@@ -45,5 +46,27 @@ enum Seeds {
             }
         }
         return 0
+    }
+
+    /// Real cursors' tokens: the pages of `Sample` records in an order over every attribute
+    /// type, nil among the values, read from a memory store.
+    private static func cursorSeeds() -> [String: [UInt8]] {
+        let tokens = blockingAsync { () async throws -> [String] in
+            let store = MemoryStore()
+            let samples = Controller<Sample, Sample>(store: store)
+            try await samples.save(SampleRows.samples)
+            let set = samples.results.sorted(by: \.optionalString, ascending: false).sorted(by: \.data).sorted(by: \.uuid)
+                .sorted(by: \.date).sorted(by: \.double).sorted(by: \.bool).sorted(by: \.int).sorted(by: \.string)
+            var tokens: [String] = []
+            var next = try await set.page(size: 1).next
+            while let cursor = next, tokens.count < 4 {
+                tokens.append(cursor.description)
+                next = try await set.page(size: 1, after: cursor).next
+            }
+            await store.close()
+            return tokens
+        }
+        guard case .success(let found) = tokens else { return [:] }
+        return Dictionary(uniqueKeysWithValues: found.enumerated().map { ("page-\($0.offset)", Array($0.element.utf8)) })
     }
 }

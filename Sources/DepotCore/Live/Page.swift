@@ -64,7 +64,7 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
         guard token.utf8.count <= Self.maximumTokenLength else {
             throw DepotError(.invalidPredicate, "The page cursor is \(token.utf8.count) bytes long; a cursor is at most \(Self.maximumTokenLength). Pass the `next` cursor of the previous page unchanged.")
         }
-        guard let bytes = Self.base64URLDecoded(String(token)) else {
+        guard let bytes = Base64URL.decoded(token) else {
             throw Self.malformed("it is not base64url text")
         }
         var reader = ByteReader(bytes: bytes)
@@ -91,10 +91,7 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
         Self.append(UInt64(delivered), to: &bytes)
         Self.appendLength(values.count, to: &bytes)
         for value in values { Self.append(value, to: &bytes) }
-        return Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        return Base64URL.encoded(bytes)
     }
 
     /// Decodes the cursor from its token, a string; fails as ``init(_:)`` does.
@@ -196,16 +193,6 @@ public struct PageCursor: Sendable, Hashable, CustomStringConvertible, Codable {
             bytes.append(7)
             withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
         }
-    }
-
-    private static func base64URLDecoded(_ token: String) -> [UInt8]? {
-        guard token.utf8.allSatisfy({ $0 != UInt8(ascii: "+") && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "=") }) else { return nil }
-        var text = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        let remainder = text.utf8.count % 4
-        if remainder == 1 { return nil }
-        if remainder > 0 { text += String(repeating: "=", count: 4 - remainder) }
-        guard let data = Data(base64Encoded: text) else { return nil }
-        return [UInt8](data)
     }
 
     /// Reads a token's bytes; every read checks what is left, so a truncated or crafted token
