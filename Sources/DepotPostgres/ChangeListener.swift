@@ -25,12 +25,15 @@ extension PostgresEngine {
     /// Payloads above this many bytes become a list of touched entities.
     static let payloadLimit = 7_000
 
+    /// The statement every notification is sent with: the channel, then the payload.
+    static let notifySQL = "SELECT pg_notify($1, $2)"
+
     /// The statement that tells other processes what a write changed, run just before its
     /// COMMIT; nil when it changed nothing.
     func notification(_ recorder: ChangeRecorder) -> PGConnection.Step? {
         guard !recorder.isEmpty else { return nil }
         return PGConnection.Step(
-            sql: "SELECT pg_notify($1, $2)", params: [.text(channel), .text(Self.payload(recorder, prefix: ownPayloadPrefix))], prepare: true,
+            sql: Self.notifySQL, params: [.text(channel), .text(Self.payload(recorder, prefix: ownPayloadPrefix))], prepare: true,
             context: "Notifying other processes of a write")
     }
 

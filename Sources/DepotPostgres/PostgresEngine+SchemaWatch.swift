@@ -96,7 +96,7 @@ extension PostgresEngine {
         let version = result.text(0, 0)
         // Heard by the other processes' listeners when, and only when, the change commits.
         try writer.query(
-            "SELECT pg_notify($1, $2)", [.text(channel), .text(Self.schemaPayload(instance: instance, version: version))],
+            Self.notifySQL, [.text(channel), .text(Self.schemaPayload(instance: instance, version: version))],
             "Telling other processes of the schema change")
         return version
     }

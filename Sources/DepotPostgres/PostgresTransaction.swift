@@ -28,6 +28,14 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// attributes in.
     var layoutMismatch = false
 
+    /// `columns`, after noting in ``layoutMismatch`` when their types are not the
+    /// registry's: a read that skipped the schema probe then runs again as after a schema
+    /// change, instead of failing on the first value of another type.
+    private func checked(_ columns: PGColumns) -> PGColumns {
+        if !columns.typesMatch { layoutMismatch = true }
+        return columns
+    }
+
     init(connection: PGConnection, tables: EntityRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false)) {
         self.connection = connection
         self.tables = tables
@@ -57,8 +65,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         let result = try connection.query(compiled.sql, compiled.parameters, prepare: true, "Fetching \(table.entity.name) records")
         let count = result.rowCount
         reserve(count)
-        let columns = PGColumns(result, table: table)
-        if !columns.typesMatch { layoutMismatch = true }
+        let columns = checked(PGColumns(result, table: table))
         for row in 0..<count {
             columns.row = row
             try body(columns)
@@ -73,8 +80,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
         let result = try connection.query(
             table.selectByKey, [.value(key)], prepare: true, "Reading a \(entity.name) record")
         guard result.rowCount > 0 else { return false }
-        let columns = PGColumns(result, table: table)
-        if !columns.typesMatch { layoutMismatch = true }
+        let columns = checked(PGColumns(result, table: table))
         try body(columns)
         return true
     }
@@ -106,8 +112,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
             doubleSums[part.attribute] = try doubleSum(part, entity: entity, keyCount: keyCount)
         }
         let result = try connection.query(compiled.query.sql, compiled.query.parameters, prepare: true, "Aggregating \(entity.name) records")
-        let columns = PGColumns(result, types: compiled.types, entity: entity.name)
-        if !columns.typesMatch { layoutMismatch = true }
+        let columns = checked(PGColumns(result, types: compiled.types, entity: entity.name))
         var rows: [AggregateRow] = []
         rows.reserveCapacity(result.rowCount)
         for row in 0..<result.rowCount {
@@ -153,8 +158,7 @@ public final class PostgresTransaction: EngineReadTransaction, WriteTransaction 
     /// infinities, finite values and negative zeros.
     private func doubleSum(_ part: PGQueryCompiler.DoubleSumQuery, entity: EntityDescription, keyCount: Int) throws -> [[Value]: ExactSum] {
         let result = try connection.query(part.query.sql, part.query.parameters, prepare: true, "Summing \(entity.name).\(entity.attributes[part.attribute].name)")
-        let columns = PGColumns(result, types: part.types, entity: entity.name)
-        if !columns.typesMatch { layoutMismatch = true }
+        let columns = checked(PGColumns(result, types: part.types, entity: entity.name))
         var sums: [[Value]: ExactSum] = [:]
         for row in 0..<result.rowCount {
             columns.row = row
