@@ -66,6 +66,12 @@ public struct RecordMacro: ExtensionMacro {
         let conformance = adopted.isEmpty ? nil : adopted.map { "DepotCore." + $0 }.joined(separator: ", ")
 
         let access = accessModifier(record.modifiers)
+        // A public record whose stored properties are all public attributes gets its
+        // conversions inlinable: a fetch is specialized in the module that calls it, and
+        // when the record lives in another module (a models module, a library) the decoding
+        // then runs in the fetch's loop with the record's fields in registers, instead of a
+        // call per record that returns the record through memory.
+        let inlinable = access == "public " && model.storageIsPublic ? "@inlinable @inline(__always) " : ""
         let typeName = type.trimmedDescription
         let key = model.properties[keyIndex]
 
@@ -99,13 +105,13 @@ public struct RecordMacro: ExtensionMacro {
         lines.append("")
         // Positions, not key paths: the entity above is generated from the same list, so
         // they cannot drift, and a position costs no key-path lookup per record.
-        lines.append("    \(access)init(row: borrowing DepotCore.RecordReader<\(typeName)>) throws {")
+        lines.append("    \(inlinable)\(access)init(row: borrowing DepotCore.RecordReader<\(typeName)>) throws {")
         for (position, property) in model.properties.enumerated() {
             lines.append("        self.\(property.identifier) = try row.decode(\(position))")
         }
         lines.append("    }")
         lines.append("")
-        lines.append("    \(access)func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {")
+        lines.append("    \(inlinable)\(access)func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {")
         lines.append("        row.removeAll()")
         for property in model.properties {
             lines.append("        row.append(try self.\(property.identifier).storedValue())")

@@ -60,6 +60,10 @@ struct RecordModel {
     /// True when the struct converts to a separate application type (`toObject()`), so
     /// the macro must not make it its own object.
     var isPaired = false
+    /// True when every stored property of the struct is a stored attribute declared plain
+    /// `public` (no `@NotStored` property, no restricted setter, no `#if`): the generated
+    /// conversions may then be `@inlinable`, which reads nothing else of the struct.
+    var storageIsPublic = true
     var diagnostics: [Diagnostic] = []
 
     var hasErrors: Bool { diagnostics.contains { $0.diagMessage.severity == .error } }
@@ -76,6 +80,7 @@ struct RecordModel {
                 isPaired = true
             }
             if let conditional = member.decl.as(IfConfigDeclSyntax.self) {
+                storageIsPublic = false
                 checkConditional(conditional)
                 continue
             }
@@ -99,6 +104,11 @@ struct RecordModel {
                 continue
             }
             let isLet = variable.bindingSpecifier.tokenKind == .keyword(.let)
+            if markers.notStored != nil || !Self.isPlainPublic(variable.modifiers),
+                variable.bindings.contains(where: { !Self.isComputed($0) })
+            {
+                storageIsPublic = false
+            }
             let bindings = Array(variable.bindings)
             for (position, binding) in bindings.enumerated() {
                 guard let pattern = binding.pattern.as(IdentifierPatternSyntax.self) else {
@@ -282,6 +292,12 @@ extension RecordModel {
         if let identifier = type.as(IdentifierTypeSyntax.self) { return identifier.name.text }
         if let member = type.as(MemberTypeSyntax.self) { return member.name.text }
         return nil
+    }
+
+    /// Whether `modifiers` make a property `public` for reading and writing alike.
+    static func isPlainPublic(_ modifiers: DeclModifierListSyntax) -> Bool {
+        modifiers.contains { $0.name.tokenKind == .keyword(.public) && $0.detail == nil }
+            && !modifiers.contains { $0.detail != nil }
     }
 
     /// A property with a getter (or `_read`/`_modify`) is computed; `willSet`/`didSet`

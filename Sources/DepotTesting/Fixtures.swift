@@ -20,8 +20,9 @@ public struct Cat: Sendable, Hashable, ManagedConvertible {
         self.age = age
     }
 
-    /// The cat as its record.
-    public func toManaged() -> CatRecord {
+    /// The cat as its record. Inlinable, as a models module would declare it: the
+    /// benchmark and the tests use it from other modules, as an application would.
+    @inlinable public func toManaged() -> CatRecord {
         CatRecord(id: id, name: name, weight: weight, age: age)
     }
 }
@@ -47,8 +48,8 @@ public struct CatRecord: ObjectConvertible, Hashable {
         self.age = age
     }
 
-    /// The record as its ``Cat``.
-    public func toObject() -> Cat { Cat(id: id, name: name, weight: weight, age: age) }
+    /// The record as its ``Cat`` (inlinable, as ``Cat/toManaged()``).
+    @inlinable public func toObject() -> Cat { Cat(id: id, name: name, weight: weight, age: age) }
 }
 
 extension Cat {

@@ -182,6 +182,94 @@ struct RecordExpansionTests {
             """)
     }
 
+    /// A public record in a module of its own (a models module): its conversions are
+    /// inlinable when every stored property is a public attribute, so a fetch in another
+    /// module decodes in place. `CatRecord` above keeps an internal stored property, and
+    /// so plain conversions.
+    @Test func publicStorageMakesTheConversionsInlinable() {
+        assertExpansion(
+            """
+            @Record
+            public struct Toy {
+                public var id: Int64
+                @Stored(.indexed) public var name: String
+                public var label: String { name }
+            }
+            """,
+            expandedSource: """
+            public struct Toy {
+                public var id: Int64
+                public var name: String
+                public var label: String { name }
+            }
+
+            extension Toy: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                public static let entity = DepotCore.Entity<Toy>("Toy", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("name", \\.name, indexed: true)
+                }
+
+                public static var entityName: String {
+                    "Toy"
+                }
+
+                @inlinable @inline(__always) public init(row: borrowing DepotCore.RecordReader<Toy>) throws {
+                    self.id = try row.decode(0)
+                    self.name = try row.decode(1)
+                }
+
+                @inlinable @inline(__always) public func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
+                    row.removeAll()
+                    row.append(try self.id.storedValue())
+                    row.append(try self.name.storedValue())
+                }
+            }
+            """)
+    }
+
+    /// A restricted setter or a property that is not stored keeps the conversions plain:
+    /// inlinable code could not set the one or initialize the other.
+    @Test func restrictedStorageKeepsTheConversionsPlain() {
+        assertExpansion(
+            """
+            @Record
+            public struct Toy {
+                public var id: Int64
+                public private(set) var name: String
+                @NotStored public var cache = 0
+            }
+            """,
+            expandedSource: """
+            public struct Toy {
+                public var id: Int64
+                public private(set) var name: String
+                public var cache = 0
+            }
+
+            extension Toy: DepotCore.ManagedRecord, DepotCore.ObjectConvertible, DepotCore.ManagedConvertible, DepotCore.StoredObject {
+                public static let entity = DepotCore.Entity<Toy>("Toy", primaryKey: \\.id) {
+                    DepotCore.Attribute("id", \\.id)
+                    DepotCore.Attribute("name", \\.name)
+                }
+
+                public static var entityName: String {
+                    "Toy"
+                }
+
+                public init(row: borrowing DepotCore.RecordReader<Toy>) throws {
+                    self.id = try row.decode(0)
+                    self.name = try row.decode(1)
+                }
+
+                public func encode(into row: inout DepotCore.Row) throws(DepotCore.DepotError) {
+                    row.removeAll()
+                    row.append(try self.id.storedValue())
+                    row.append(try self.name.storedValue())
+                }
+            }
+            """)
+    }
+
     @Test func declaredConformanceIsNotRepeated() {
         assertExpansion(
             """
