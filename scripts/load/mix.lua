@@ -3,7 +3,8 @@
 --   10 % GET /pets?...         a page of 20, filtered by species and sorted by name
 --   10 % POST /pets            a new pet for a seeded owner
 -- SCENARIO picks what is sent: "mix" (the above, the default), "list" (only the page of
--- 20) or "health" (only GET /health, which touches no store: the HTTP ceiling).
+-- 20), "lookup" (only GET /pets/{id}), "create" (only POST /pets) or "health" (only
+-- GET /health, which touches no store: the HTTP ceiling).
 -- PETS (how many pets were seeded) and OWNER (their owner's id) come from the environment.
 -- Seeded pet ids are 00000000-0000-4000-8000-<index as 12 hex digits>, as scripts/load/run.sh makes them.
 
@@ -27,7 +28,8 @@ function request()
   if scenario == "health" then
     return wrk.format("GET", "/health")
   end
-  local r = scenario == "list" and 85 or math.random(100)
+  local fixed = { list = 85, lookup = 1, create = 95 }
+  local r = fixed[scenario] or math.random(100)
   if r <= 80 then
     return wrk.format("GET", string.format("/pets/00000000-0000-4000-8000-%012x", math.random(0, pets - 1)))
   elseif r <= 90 then

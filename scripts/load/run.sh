@@ -10,7 +10,9 @@
 #                      LOAD_POSTGRES_URL set, which `make load-postgres` does)
 #   LOAD_SCENARIOS     what wrk sends, each measured in turn against the same server (default
 #                      "mix list health": the mix, the list page alone, and GET /health,
-#                      which touches no store and gives the machine's HTTP ceiling)
+#                      which touches no store and gives the machine's HTTP ceiling; also
+#                      "lookup" and "create", the mix's other two requests alone, to see
+#                      which of them makes the mix's tail)
 #   LOAD_SECONDS       measured seconds per backend and scenario (15)
 #   LOAD_CONNECTIONS   concurrent connections (32); LOAD_THREADS wrk threads (2)
 #   LOAD_PETS          seeded pets (10000)
@@ -21,9 +23,9 @@ cd "$(dirname "$0")/../.."
 backends=${LOAD_BACKENDS:-memory sqlite lmdb}
 scenarios=${LOAD_SCENARIOS:-mix list health}
 for scenario in $scenarios; do
-    case "$scenario" in mix|list|health) ;; *) echo "load: unknown scenario $scenario (mix, list, health)" >&2; exit 1 ;; esac
+    case "$scenario" in mix|list|lookup|create|health) ;; *) echo "load: unknown scenario $scenario (mix, list, lookup, create, health)" >&2; exit 1 ;; esac
 done
-[ -n "${scenarios// }" ] || { echo "load: LOAD_SCENARIOS names no scenario (mix, list, health)" >&2; exit 1; }
+[ -n "${scenarios// }" ] || { echo "load: LOAD_SCENARIOS names no scenario (mix, list, lookup, create, health)" >&2; exit 1; }
 seconds=${LOAD_SECONDS:-15}
 connections=${LOAD_CONNECTIONS:-32}
 threads=${LOAD_THREADS:-2}
@@ -145,7 +147,8 @@ table() {
     echo
     echo "$date; $cores cores ($cpu); wrk -t$threads -c$connections, ${seconds} s per backend and scenario after a 3 s warm-up;"
     echo "$pets pets seeded; scenarios: mix (80 % GET /pets/{id}, 10 % a page of 20 by species and name, 10 % POST /pets),"
-    echo "list (the page alone), health (GET /health, no store: the HTTP ceiling), each against the same server in turn."
+    echo "list (the page alone), lookup (GET /pets/{id} alone), create (POST /pets alone), health (GET /health, no store:"
+    echo "the HTTP ceiling), those asked for, each against the same server in turn."
     echo "Server and wrk share the machine's cores; errors count socket errors and non-2xx answers."
     echo
     table
