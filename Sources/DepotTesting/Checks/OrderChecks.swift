@@ -78,5 +78,21 @@ enum OrderChecks {
             try await expectEqual(cats.count(Request().offset(20)), 0, "count with offset past the end")
             try await expectEqual(cats.count(Request(\.age > 100)), 0, "count of nothing")
         },
+        ConformanceCheck("time-ordered UUID keys read back in the order they were made") { store in
+            let tickets = Controller<Ticket, Ticket>(store: store)
+            let made = (0..<200).map { Ticket(id: .timeOrdered(), number: $0) }
+            try await tickets.save(made.reversed())
+            try await expectEqual(tickets.fetchAll().map(\.number), Array(0..<200), "default order, by key")
+            let newest = try await tickets.fetchAll(Request().sorted(by: \.id, ascending: false).limit(20))
+            try expectEqual(newest.map(\.number), Array((180..<200).reversed()), "the newest first")
+            try await expectEqual(tickets.count(Request(\.id > made[149].id)), 50, "made after the 150th")
+        },
     ]
+
+    /// A record keyed by a UUID the application makes.
+    @Record(name: "Ticket")
+    struct Ticket: Hashable {
+        var id: UUID
+        var number: Int
+    }
 }

@@ -6,7 +6,9 @@ import Foundation
 // Depot pairs each with a record type instead (see Depot's README).
 //
 // Keys are UUIDs: several servers sharing one PostgreSQL database create records without
-// asking each other for the next number.
+// asking each other for the next number. The server makes them time-ordered
+// (`UUID.timeOrdered()`), so new records go to the end of each store's key order and of the
+// indexes on their references, instead of to a random page of each.
 
 /// A pet owner.
 @Record

@@ -105,7 +105,7 @@ struct PetImport {
         do {
             let input = try element.input.validated(now: now)
             guard let ownerID = input.ownerID else { throw APIError.validation("ownerID is missing.") }
-            pets.append(Pet(id: element.id ?? UUID(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear))
+            pets.append(Pet(id: element.id ?? .timeOrdered(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear))
         } catch let error as APIError {
             try refuse(index, key: element.id, error)
         }

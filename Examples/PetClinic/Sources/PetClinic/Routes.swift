@@ -52,7 +52,7 @@ public func buildRouter(clinic: Clinic, metrics: PrometheusCollectorRegistry? = 
 private func addOwnerRoutes(_ owners: RouterGroup<BasicRequestContext>, _ clinic: Clinic) {
     owners.post { request, context in
         let input = try await decodeBody(OwnerInput.self, request).validated()
-        let owner = Owner(id: UUID(), name: input.name, city: input.city, email: input.email)
+        let owner = Owner(id: .timeOrdered(), name: input.name, city: input.city, email: input.email)
         try await clinic.owners.insert(owner)
         return EditedResponse(status: .created, headers: [.location: "/owners/\(owner.id)"], response: owner)
     }
@@ -96,7 +96,7 @@ private func addOwnerRoutes(_ owners: RouterGroup<BasicRequestContext>, _ clinic
     owners.post(":id/pets") { request, context in
         let ownerID = try Check.id(context)
         let input = try await decodeBody(PetInput.self, request).validated()
-        let pet = Pet(id: UUID(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear)
+        let pet = Pet(id: .timeOrdered(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear)
         do {
             try await clinic.pets.insert(pet)
         } catch let error as DepotError where error.code == .missingReference {
@@ -110,7 +110,7 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
     pets.post { request, context in
         let input = try await decodeBody(PetInput.self, request).validated()
         guard let ownerID = input.ownerID else { throw APIError.validation("ownerID is missing.") }
-        let pet = Pet(id: UUID(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear)
+        let pet = Pet(id: .timeOrdered(), ownerID: ownerID, name: input.name, species: input.species, birthYear: input.birthYear)
         try await clinic.pets.insert(pet)   // missingReference (422 referenceNotFound) when the owner does not exist
         return EditedResponse(status: .created, headers: [.location: "/pets/\(pet.id)"], response: pet)
     }
@@ -190,7 +190,7 @@ private func addPetRoutes(_ pets: RouterGroup<BasicRequestContext>, _ clinic: Cl
     pets.post(":id/visits") { request, context in
         let petID = try Check.id(context)
         let input = try await decodeBody(VisitInput.self, request).validated()
-        let visit = Visit(id: UUID(), petID: petID, date: input.date ?? Date(), reason: input.reason)
+        let visit = Visit(id: .timeOrdered(), petID: petID, date: input.date ?? Date(), reason: input.reason)
         do {
             try await clinic.visits.insert(visit)
         } catch let error as DepotError where error.code == .missingReference {
