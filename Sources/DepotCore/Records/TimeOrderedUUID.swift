@@ -11,17 +11,18 @@ extension UUID {
     /// page for each, and an index on the key (a reference to the record) does the same.
     /// Time-ordered keys land together at the end, so new records share their pages, and
     /// reading recent records reads few of them. The keys stay unique without coordination
-    /// between processes (74 random bits follow the time), as `UUID()`'s do.
+    /// between processes (62 random bits end each one, after a counter that starts at
+    /// random), as `UUID()`'s do.
     ///
     /// ```swift
     /// let pet = Pet(id: .timeOrdered(), ownerID: owner.id, name: input.name)
     /// ```
     ///
     /// Within one millisecond, UUIDs made by this process count up from a random start in
-    /// the 12 bits after the version; a process that makes more than about 2,000 in one
-    /// millisecond, or whose clock steps back, borrows the next millisecond, so the order
-    /// holds. A key shows when its record was created, to the millisecond: use `UUID()` for
-    /// keys that must not.
+    /// the 12 bits after the version. When the clock steps back they go on counting in the
+    /// last millisecond, and a full counter (more than about 2,000 in one millisecond)
+    /// borrows the next one, so the order holds. A key shows when its record was created, to
+    /// the millisecond: use `UUID()` for keys that must not.
     public static func timeOrdered() -> UUID {
         var random = SystemRandomNumberGenerator()
         let (milliseconds, counter) = TimeOrderedClock.shared.next(now: TimeOrderedClock.now(), random: &random)
@@ -64,8 +65,9 @@ package final class TimeOrderedClock: Sendable {
 
     /// The millisecond and 12-bit counter of the next UUID: above the last one's, so that
     /// UUIDs sort in the order they were made. A new millisecond starts the counter at a
-    /// random value below 2,048, leaving at least 2,048 steps before it would overflow;
-    /// an overflow, or a clock that stepped back, moves on to the millisecond after the last.
+    /// random value below 2,048, leaving at least 2,048 steps before it would overflow; a
+    /// clock that stepped back counts on in the last millisecond, and an overflow moves on
+    /// to the millisecond after it.
     package func next(now: UInt64, random: inout some RandomNumberGenerator) -> (milliseconds: UInt64, counter: UInt16) {
         // 48 bits of milliseconds last until the year 10889.
         let now = now & 0xFFFF_FFFF_FFFF
