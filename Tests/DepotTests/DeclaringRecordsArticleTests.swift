@@ -143,6 +143,37 @@ extension ArticleHandWritten.Cat: ManagedConvertible {
     func toManaged() -> ArticleHandWritten.CatRecord { .init(id: id, name: name, nickname: nickname, age: age) }
 }
 
+enum ArticleServerKeys {
+    @Record
+    struct Owner {
+        var id: UUID
+        var name: String
+    }
+
+    @Record
+    struct Pet {
+        var id: UUID
+        @Stored(.references(ArticleServerKeys.Owner.self)) var ownerID: UUID
+        var name: String
+    }
+
+    struct PetInput {
+        var name: String
+    }
+
+    /// Two pets made one after the other come back in that order, by key.
+    static func run(_ store: any Store) async throws -> [String] {
+        let owner = Owner(id: .timeOrdered(), name: "Ann")
+        try await Controller<Owner, Owner>(store: store).save(owner)
+        let pets = Controller<Pet, Pet>(store: store)
+        for input in [PetInput(name: "Tom"), PetInput(name: "Ada")] {
+            let pet = Pet(id: .timeOrdered(), ownerID: owner.id, name: input.name)
+            try await pets.save(pet)
+        }
+        return try await pets.fetchAll().map(\.name)
+    }
+}
+
 @Suite("The Declaring records article")
 struct DeclaringRecordsArticleTests {
     @Test func examplesRun() async throws {
@@ -161,6 +192,9 @@ struct DeclaringRecordsArticleTests {
         let handWritten = MemoryStore()
         #expect(try await ArticleHandWritten.run(handWritten) == ArticleHandWritten.Cat(id: 1, name: "Tom", nickname: "T", age: 3))
         await handWritten.close()
+        let keyed = MemoryStore()
+        #expect(try await ArticleServerKeys.run(keyed) == ["Tom", "Ada"])
+        await keyed.close()
         let names = ArticleAttributeOptions.CatRecord.entity.description.attributes.map(\.name)
         #expect(names.contains("chip") && names.contains("lives") && !names.contains("selected") && !names.contains("label"), "\(names)")
     }
