@@ -3,6 +3,7 @@ import PropertyBased
 import Testing
 
 import DepotCore
+import DepotTesting
 
 /// `UUID.timeOrdered()`: RFC 9562's version 7, in the order the process made them.
 @Suite("time-ordered UUIDs")
@@ -36,7 +37,7 @@ struct TimeOrderedUUIDTests {
     func clockOnlyGoesUp() async {
         await propertyCheck(count: 200, input: Gen.int(in: -3...3).array(of: 1...400), Gen.uint64()) { steps, seed in
             let clock = TimeOrderedClock()
-            var random = SplitMix(seed: seed)
+            var random = SplitMix64(seed: seed)
             var now: UInt64 = 1_764_000_000_000
             var last: (milliseconds: UInt64, counter: UInt16)?
             for step in steps {
@@ -59,7 +60,7 @@ struct TimeOrderedUUIDTests {
     @Test("a full counter moves on to the next millisecond")
     func counterOverflow() {
         let clock = TimeOrderedClock()
-        var random = SplitMix(seed: 7)
+        var random = SplitMix64(seed: 7)
         let now: UInt64 = 1_764_000_000_000
         var seen: [(UInt64, UInt16)] = []
         for _ in 0..<4200 { seen.append(clock.next(now: now, random: &random)) }
@@ -83,17 +84,4 @@ struct TimeOrderedUUIDTests {
 private struct Toy: Hashable, Sendable {
     var id: UUID
     var name: String
-}
-
-/// A seeded generator, so a failing case can be replayed.
-private struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
