@@ -79,6 +79,10 @@ package final class Checkpointer: @unchecked Sendable {
     /// Checkpoints that copied frames, by the thread or the writer, since the store opened.
     package var checkpoints: Int { state.withLockedValue { $0.checkpoints } }
 
+    /// Times the writer's commits found the WAL restarted (smaller than at the commit
+    /// before), since the store opened.
+    package var restarts: Int { state.withLockedValue { $0.generation } }
+
     /// Called by the writer connection's WAL hook after each commit, on the writer's
     /// thread, with the frames now in the WAL.
     fileprivate func committed(frames: Int32, on writer: OpaquePointer) {

@@ -99,16 +99,19 @@ struct SQLiteCheckpointTests {
             let path = directory.appendingPathComponent("t.sqlite").path
             let (writer, checkpointer) = try Self.writer(at: path, threshold: 100)
             // Each commit writes at least one frame: 20,000 of them. Alone on the machine the
-            // WAL stays under 4 × behindFrames (3,200); beside other tests' threads the
-            // checkpointer's round can last while the writer adds thousands
-            // more before a commit may take over, so the bound checked is half of what a
-            // WAL that never restarts would reach.
+            // WAL restarts dozens of times and stays under 4 × behindFrames (3,200); a WAL
+            // that never restarts ends past 20,000 frames. Beside other tests' threads the
+            // checkpointer's thread can be held off the CPU inside a checkpoint, holding the
+            // checkpoint lock while the writer adds thousands of frames, so what is checked is
+            // that the WAL restarted again and again, and stayed under three quarters of
+            // what one that never restarts reaches.
             var largest = 0
             for i in 1...20_000 {
                 try writer.execute("INSERT INTO t(x, y) VALUES (\(i), 'row \(i)')")
                 if i % 100 == 0 { largest = max(largest, Self.walFrames(path)) }
             }
-            #expect(largest <= 10_000, "the WAL grew to \(largest) frames")
+            #expect(checkpointer.restarts >= 3, "the WAL restarted \(checkpointer.restarts) times")
+            #expect(largest <= 15_000, "the WAL grew to \(largest) frames")
             #expect(checkpointer.checkpoints > 0)
             checkpointer.close()
             writer.close()
