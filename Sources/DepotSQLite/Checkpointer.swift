@@ -9,15 +9,19 @@ import NIOConcurrencyHelpers
 /// that one commit waits for the copy and both syncs. Here the writer's WAL hook counts the
 /// frames after each commit and, once ``threshold`` are not yet copied, wakes this thread,
 /// which runs passive checkpoints (no write lock, no waiting for readers) on its own
-/// connection, repeated while they make progress. A thread, not a dispatch queue: a
-/// checkpoint blocks for its syncs and would hold a worker that Swift's tasks and the
-/// store's reads share. It runs at the default priority, since a starved thread holds the
+/// connection, repeated while they make progress, then syncs the database file. A thread,
+/// not a dispatch queue: a checkpoint blocks for its syncs and would hold a worker that
+/// Swift's tasks and the store's reads share. It runs at the default priority, since a starved thread holds the
 /// checkpoint lock for longer.
 ///
 /// The WAL restarts only at a write that finds every frame copied, which a checkpoint
-/// beside a busy writer rarely leaves. So once the WAL holds ``restartFrames`` and fewer
-/// than ``threshold`` frames are left to copy, the writer copies them itself in the hook and
-/// its next transaction restarts the WAL, which keeps the file bounded. Should the thread
+/// beside a busy writer rarely leaves. So once the WAL holds ``restartFrames``, the writer
+/// copies what is left itself in the hook and its next transaction restarts the WAL, which
+/// keeps the file bounded. That copy holds up every commit queued behind it for as long as
+/// it takes, so the writer makes it only when at most ``writerCopyFrames`` are left; with
+/// more, the thread runs another round first (it leaves only what commits added while it
+/// ran), unless the WAL has grown to twice ``restartFrames`` (a thread that cannot keep
+/// up, a reader holding frames), where the writer copies whatever is left. Should the thread
 /// fall ``behindFrames`` behind, the writer checkpoints in its commits again, as SQLite's
 /// default does, until it has caught up; should the thread's connection fail to open, for
 /// good.
@@ -29,7 +33,10 @@ package final class Checkpointer: @unchecked Sendable {
     package let threshold: Int32
     /// The WAL's size in frames from which the writer copies the remainder itself, so that
     /// the WAL restarts.
-    var restartFrames: Int32 { 4 * threshold }
+    package var restartFrames: Int32 { 4 * threshold }
+    /// The most frames the writer copies itself for a restart while the WAL is below twice
+    /// ``restartFrames``.
+    package var writerCopyFrames: Int32 { max(1, threshold / 8) }
     /// Frames not yet copied from which the writer checkpoints itself again.
     package var behindFrames: Int32 { 8 * threshold }
     /// Passive checkpoints in a row, while each copies something the one before did not.
@@ -51,9 +58,16 @@ package final class Checkpointer: @unchecked Sendable {
         var generation = 0
         /// The WAL's size from which the writer next tries a checkpoint of its own.
         var nextHere: Int32 = 0
+        /// The WAL's size from which the writer next starts a round on the thread to leave
+        /// it less to copy for a restart.
+        var nextRound: Int32 = 0
         /// The WAL generation the running checkpoint started in.
         var runningGeneration = 0
         var checkpoints = 0
+        /// The most frames one of the writer's copies for a restart took while the WAL was
+        /// below twice ``restartFrames``.
+        var largestRestartCopy: Int32 = 0
+        var databaseSyncs = 0
     }
 
     private let state = NIOLockedValueBox(State())
@@ -83,16 +97,26 @@ package final class Checkpointer: @unchecked Sendable {
     /// before), since the store opened.
     package var restarts: Int { state.withLockedValue { $0.generation } }
 
+    /// The most frames the writer copied in one checkpoint of its own that lets the WAL
+    /// restart, while the WAL was below twice ``restartFrames`` (tests: at most
+    /// ``writerCopyFrames``).
+    package var largestRestartCopy: Int32 { state.withLockedValue { $0.largestRestartCopy } }
+
+    /// Times the thread synced the database file after copying frames into it.
+    package var databaseSyncs: Int { state.withLockedValue { $0.databaseSyncs } }
+
     /// Called by the writer connection's WAL hook after each commit, on the writer's
     /// thread, with the frames now in the WAL.
     fileprivate func committed(frames: Int32, on writer: OpaquePointer) {
-        enum Action { case none, here, takeOver, thread }
+        /// `here`: SQLite's default; `restart`: the copy that lets the WAL restart.
+        enum Action { case none, here, restart, takeOver, thread }
         let action = state.withLockedValue { s -> Action in
             if s.closed { return .none }
             if frames < s.lastFrames {
                 s.generation &+= 1
                 s.copied = 0
                 s.nextHere = 0
+                s.nextRound = 0
             }
             s.lastFrames = frames
             let pending = frames &- s.copied
@@ -114,16 +138,24 @@ package final class Checkpointer: @unchecked Sendable {
                 s.runningGeneration = s.generation
                 return .thread
             }
-            if frames >= restartFrames && pending > 0 && frames >= s.nextHere {
-                // Not at every commit when a reader's snapshot keeps frames uncopied.
-                s.nextHere = frames &+ threshold / 4
-                return .here
+            guard frames >= restartFrames && pending > 0 else { return .none }
+            if pending > writerCopyFrames && frames < 2 * restartFrames {
+                // Not at every commit when the thread's rounds leave as much (a reader's
+                // snapshot keeps frames uncopied).
+                guard frames >= s.nextRound else { return .none }
+                s.nextRound = frames &+ writerCopyFrames
+                s.running = true
+                s.runningGeneration = s.generation
+                return .thread
             }
-            return .none
+            // Not at every commit when a reader's snapshot keeps frames uncopied.
+            guard frames >= s.nextHere else { return .none }
+            s.nextHere = frames &+ threshold / 4
+            return .restart
         }
         switch action {
         case .none: break
-        case .here, .takeOver:
+        case .here, .restart, .takeOver:
             if case .takeOver = action {
                 log.logger.warning(
                     "SQLite WAL checkpointer thread fell behind; commits checkpoint until they have caught up",
@@ -137,6 +169,9 @@ package final class Checkpointer: @unchecked Sendable {
             if sqlite3_wal_checkpoint_v2(writer, nil, SQLITE_CHECKPOINT_PASSIVE, &total, &done) == SQLITE_OK {
                 let copied = state.withLockedValue { s -> Bool in
                     guard done > s.copied else { return false }
+                    if case .restart = action, frames < 2 * restartFrames {
+                        s.largestRestartCopy = max(s.largestRestartCopy, done &- s.copied)
+                    }
                     s.copied = done
                     s.checkpoints += 1
                     return true
@@ -187,20 +222,33 @@ package final class Checkpointer: @unchecked Sendable {
         let start = DispatchTime.now().uptimeNanoseconds
         var total: Int32 = 0
         defer { if copied > 0 { report(onWriter: false, frames: copied, total: total, since: start) } }
-        for _ in 0..<Self.maximumRounds {
-            if state.withLockedValue({ $0.closed || $0.takenOver }) { return }
+        rounds: for _ in 0..<Self.maximumRounds {
+            if state.withLockedValue({ $0.closed || $0.takenOver }) { break }
             var done: Int32 = 0
             let rc = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &total, &done)
             // Busy: another connection (the writer, another process) is checkpointing.
-            if rc == SQLITE_BUSY { return }
+            if rc == SQLITE_BUSY { break }
             guard rc == SQLITE_OK else {
                 log.failed("checkpointing the WAL of \(path)", connection.error(rc, "Checkpointing the WAL of \(path)"))
-                return
+                break
             }
-            if done <= copied { return }  // nothing more to copy, or a reader holds the rest
+            if done <= copied { break }  // nothing more to copy, or a reader holds the rest
             copied = done
             state.withLockedValue { $0.checkpoints += 1 }
-            if done >= total { return }
+            if done >= total { break }
+        }
+        // SQLite syncs the database file only in a checkpoint that copies the whole WAL,
+        // which here is mostly the writer's copy before a restart: every page this thread
+        // copied since the last restart would be written out in that sync, while commits
+        // wait for it, and the larger the database, the more distinct pages a round
+        // leaves. Syncing here writes them out on this thread instead.
+        if copied > 0 {
+            let rc = connection.syncMainFile()
+            if rc == SQLITE_OK {
+                state.withLockedValue { $0.databaseSyncs += 1 }
+            } else {
+                log.failed("syncing the database file of \(path)", connection.error(rc, "Syncing the database file of \(path)"))
+            }
         }
     }
 

@@ -165,6 +165,19 @@ package final class Connection: @unchecked Sendable {
         return (head, Int(size))
     }
 
+    /// Flushes the main database file to the disk, as SQLite's own syncs do (SQLite's
+    /// `xSync` of the file it opened, so every lock stays as SQLite keeps it; see
+    /// ``readMainFileHead(_:)``). Returns SQLite's result code.
+    func syncMainFile() -> Int32 {
+        guard let db = handle else { return SQLITE_MISUSE }
+        var pointer: UnsafeMutablePointer<sqlite3_file>?
+        let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pointer)
+        guard rc == SQLITE_OK, let file = pointer, let methods = file.pointee.pMethods, let sync = methods.pointee.xSync else {
+            return rc == SQLITE_OK ? SQLITE_MISUSE : rc
+        }
+        return sync(file, SQLITE_SYNC_NORMAL)
+    }
+
     deinit { close() }
 
     /// Finalizes every statement, then closes the handle. The last connection to close

@@ -112,6 +112,15 @@ struct SQLiteCheckpointTests {
             }
             #expect(checkpointer.restarts >= 3, "the WAL restarted \(checkpointer.restarts) times")
             #expect(largest <= 15_000, "the WAL grew to \(largest) frames")
+            // The thread synced the database file after its rounds: SQLite syncs it only in a
+            // checkpoint that copies the whole WAL, which would leave that sync of every page
+            // the thread copied to the writer's restart copy.
+            #expect(checkpointer.databaseSyncs > 0)
+            // The copies the writer makes for a restart are small: the thread copies the rest.
+            #expect(checkpointer.largestRestartCopy > 0)
+            #expect(
+                checkpointer.largestRestartCopy <= checkpointer.writerCopyFrames,
+                "the writer copied \(checkpointer.largestRestartCopy) frames at once for a restart")
             #expect(checkpointer.checkpoints > 0)
             checkpointer.close()
             writer.close()
