@@ -17,6 +17,9 @@
 #   LOAD_CONNECTIONS   concurrent connections (32); LOAD_THREADS wrk threads (2)
 #   LOAD_PETS          seeded pets (10000)
 #   LOAD_OUTPUT        report folder (load-report)
+#   LOAD_LOG_LEVEL     the server's log level (error); when set, each backend's server log
+#                      is kept as LOAD_OUTPUT/<backend>-server.log (at debug, the stores log
+#                      each WAL checkpoint and its duration, e.g.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -32,6 +35,8 @@ threads=${LOAD_THREADS:-2}
 pets=${LOAD_PETS:-10000}
 output=${LOAD_OUTPUT:-load-report}
 binary=${LOAD_BINARY:-Examples/PetClinic/.build/release/pet-clinic}
+log_level=${LOAD_LOG_LEVEL:-error}
+case "$log_level" in trace|debug|info|notice|warning|error|critical) ;; *) echo "load: LOAD_LOG_LEVEL is one of trace, debug, info, notice, warning, error, critical" >&2; exit 1 ;; esac
 
 for tool in wrk curl; do
     command -v "$tool" >/dev/null || { echo "load: $tool is missing (make load installs it)" >&2; exit 1; }
@@ -75,7 +80,7 @@ for backend in $backends; do
         *) echo "load: unknown backend $backend (memory, sqlite, lmdb, postgres)" >&2; exit 1 ;;
     esac
     echo "== $backend"
-    DEPOT_STORE_URL="$url" PORT=0 LOG_LEVEL=error "$binary" > "$work/$backend.out" 2> "$work/$backend.err" &
+    DEPOT_STORE_URL="$url" PORT=0 LOG_LEVEL="$log_level" "$binary" > "$work/$backend.out" 2> "$work/$backend.err" &
     server=$!
     port=""
     for _ in $(seq 1 600); do
@@ -108,6 +113,10 @@ for backend in $backends; do
     status=0
     wait "$server" || status=$?
     server=""
+    if [ -n "${LOAD_LOG_LEVEL:-}" ]; then
+        mkdir -p "$output"
+        cp "$work/$backend.err" "$output/$backend-server.log"
+    fi
     for entry in "${lines[@]}"; do
         scenario=${entry%% *}
         fields=${entry#* \{}
