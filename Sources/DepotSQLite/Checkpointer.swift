@@ -11,8 +11,8 @@ import NIOConcurrencyHelpers
 /// which runs passive checkpoints (no write lock, no waiting for readers) on its own
 /// connection, repeated while they make progress, then syncs the database file. A thread,
 /// not a dispatch queue: a checkpoint blocks for its syncs and would hold a worker that
-/// Swift's tasks and the store's reads share. It runs at the default priority, since a starved thread holds the
-/// checkpoint lock for longer.
+/// Swift's tasks and the store's reads share. It runs at the default priority, since a
+/// starved thread holds the checkpoint lock for longer.
 ///
 /// The WAL restarts only at a write that finds every frame copied, which a checkpoint
 /// beside a busy writer rarely leaves. So once the WAL holds ``restartFrames``, the writer
@@ -33,7 +33,7 @@ package final class Checkpointer: @unchecked Sendable {
     package let threshold: Int32
     /// The WAL's size in frames from which the writer copies the remainder itself, so that
     /// the WAL restarts.
-    package var restartFrames: Int32 { 4 * threshold }
+    var restartFrames: Int32 { 4 * threshold }
     /// The most frames the writer copies itself for a restart while the WAL is below twice
     /// ``restartFrames``.
     package var writerCopyFrames: Int32 { max(1, threshold / 8) }
@@ -222,7 +222,7 @@ package final class Checkpointer: @unchecked Sendable {
         let start = DispatchTime.now().uptimeNanoseconds
         var total: Int32 = 0
         defer { if copied > 0 { report(onWriter: false, frames: copied, total: total, since: start) } }
-        rounds: for _ in 0..<Self.maximumRounds {
+        for _ in 0..<Self.maximumRounds {
             if state.withLockedValue({ $0.closed || $0.takenOver }) { break }
             var done: Int32 = 0
             let rc = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &total, &done)
