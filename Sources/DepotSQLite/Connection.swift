@@ -139,11 +139,8 @@ package final class Connection: @unchecked Sendable {
     /// keeps that bookkeeping intact.
     func readMainFileHead(_ count: Int) throws(DepotError) -> (head: [UInt8], size: Int) {
         let db = try liveHandle()
-        var pointer: UnsafeMutablePointer<sqlite3_file>?
-        let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pointer)
-        guard rc == SQLITE_OK, let file = pointer, let methods = file.pointee.pMethods,
-            let fileSize = methods.pointee.xFileSize, let read = methods.pointee.xRead
-        else {
+        let (rc, main) = Self.mainFile(of: db)
+        guard let (file, methods) = main, let fileSize = methods.xFileSize, let read = methods.xRead else {
             throw DepotError(.io, "Cannot reach the file of the SQLite database at \(path) (SQLite result \(rc)).", nativeCode: rc)
         }
         var size: sqlite3_int64 = 0
@@ -170,12 +167,18 @@ package final class Connection: @unchecked Sendable {
     /// ``readMainFileHead(_:)``). Returns SQLite's result code.
     func syncMainFile() -> Int32 {
         guard let db = handle else { return SQLITE_MISUSE }
+        let (rc, main) = Self.mainFile(of: db)
+        guard let (file, methods) = main, let sync = methods.xSync else { return rc == SQLITE_OK ? SQLITE_MISUSE : rc }
+        return sync(file, SQLITE_SYNC_NORMAL)
+    }
+
+    /// The main database file SQLite opened for `db`, and its methods; `nil` with SQLite's
+    /// result code when it cannot be reached.
+    private static func mainFile(of db: OpaquePointer) -> (Int32, (UnsafeMutablePointer<sqlite3_file>, sqlite3_io_methods)?) {
         var pointer: UnsafeMutablePointer<sqlite3_file>?
         let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pointer)
-        guard rc == SQLITE_OK, let file = pointer, let methods = file.pointee.pMethods, let sync = methods.pointee.xSync else {
-            return rc == SQLITE_OK ? SQLITE_MISUSE : rc
-        }
-        return sync(file, SQLITE_SYNC_NORMAL)
+        guard rc == SQLITE_OK, let file = pointer, let methods = file.pointee.pMethods else { return (rc, nil) }
+        return (rc, (file, methods.pointee))
     }
 
     deinit { close() }
