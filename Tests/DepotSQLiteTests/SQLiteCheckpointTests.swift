@@ -117,7 +117,8 @@ struct SQLiteCheckpointTests {
             // the thread copied to the writer's restart copy.
             #expect(checkpointer.databaseSyncs > 0)
             // The copies the writer makes for a restart are small: the thread copies the rest.
-            #expect(checkpointer.largestRestartCopy > 0)
+            // Where the thread keeps up (a fast, idle machine) the writer finds every frame
+            // copied and restarts the WAL without copying any, so only the bound is checked.
             #expect(
                 checkpointer.largestRestartCopy <= checkpointer.writerCopyFrames,
                 "the writer copied \(checkpointer.largestRestartCopy) frames at once for a restart")
