@@ -24,8 +24,14 @@ extension UUID {
     /// borrows the next one, so the order holds. A key shows when its record was created, to
     /// the millisecond: use `UUID()` for keys that must not.
     public static func timeOrdered() -> UUID {
+        timeOrdered(clock: .shared)
+    }
+
+    /// ``timeOrdered()`` counting on `clock`: tests give a clock of their own, which other
+    /// tests making UUIDs at the same time cannot move ahead of the wall clock.
+    package static func timeOrdered(clock: TimeOrderedClock) -> UUID {
         var random = SystemRandomNumberGenerator()
-        let (milliseconds, counter) = TimeOrderedClock.shared.next(now: TimeOrderedClock.now(), random: &random)
+        let (milliseconds, counter) = clock.next(now: TimeOrderedClock.now(), random: &random)
         let tail = random.next() as UInt64
         let bytes: uuid_t = (
             UInt8(truncatingIfNeeded: milliseconds >> 40), UInt8(truncatingIfNeeded: milliseconds >> 32),
