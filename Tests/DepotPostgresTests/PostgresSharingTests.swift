@@ -136,6 +136,52 @@ struct PostgresSharingTests {
         #expect(rows.stdout == "Zoë\n", "\(rows.stdout)")
     }
 
+    /// Another program (psql) holding an `ACCESS EXCLUSIVE` lock on a schema's `Account`
+    /// table until ``release()`` ends its session. It would hold it for a minute, so a test
+    /// never depends on how soon a loaded machine gets to its next step.
+    struct LockHolder {
+        let url: String
+        let psql: String
+        let schema: String
+        let process = Process()
+        var name: String { "depot-lock-\(schema)" }
+
+        init(url: String, psql: String, schema: String) throws {
+            (self.url, self.psql, self.schema) = (url, psql, schema)
+            process.executableURL = URL(fileURLWithPath: psql)
+            process.arguments = [url, "-q", "-c", "BEGIN; LOCK TABLE \"\(schema)\".\"Account\" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;"]
+            var environment = ProcessInfo.processInfo.environment
+            environment["PGAPPNAME"] = name
+            process.environment = environment
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+        }
+
+        /// How many locks on the table are granted (`granted`) or waited for.
+        func locks(granted: Bool) async throws -> Int {
+            let sql = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(schema)' AND c.relname = 'Account' AND \(granted ? "l.granted AND l.mode = 'AccessExclusiveLock'" : "NOT l.granted")"
+            return Int(try await ProcessLaunch.runOffPool(psql, [url, "-At", "-c", sql]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+
+        /// Waits up to a minute until `locks(granted:)` is above zero.
+        func waitFor(granted: Bool) async throws -> Bool {
+            for _ in 0..<1_200 {
+                if try await locks(granted: granted) > 0 { return true }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return false
+        }
+
+        /// Ends the holder's session, which releases the lock.
+        func release() async throws {
+            _ = try await ProcessLaunch.runOffPool(psql, [url, "-At", "-c", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '\(name)'"])
+            for _ in 0..<1_200 where process.isRunning {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
     /// A statement held up past `statementTimeout` (here by another program's table lock) is
     /// cancelled by the server and reported as `busy`, and the store goes on working.
     @Test func aStatementPastItsTimeoutIsBusy() async throws {
@@ -144,28 +190,23 @@ struct PostgresSharingTests {
             Issue.record("DEPOT_TEST_POSTGRES_URL and psql are needed")
             return
         }
-        let store = try PostgresStore(url: url, options: .init(schema: schema, readers: 1, statementTimeout: .milliseconds(300), retries: 0))
+        // Far above what any statement of the test takes on a loaded machine, far below the
+        // lock's minute.
+        let store = try PostgresStore(url: url, options: .init(schema: schema, readers: 1, statementTimeout: .seconds(2), retries: 0))
         let accounts = Controller<Account, Account>(store: store)
         try await accounts.save(Account(id: 1, balance: 0, owner: "x"))
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: psql)
-        holder.arguments = [url, "-q", "-c", "BEGIN; LOCK TABLE \"\(schema)\".\"Account\" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;"]
-        holder.standardOutput = FileHandle.nullDevice
-        try holder.run()
-        // Until the other program holds its lock.
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            let locks = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(schema)' AND c.relname = 'Account' AND l.mode = 'AccessExclusiveLock' AND l.granted"])
-            if locks.stdout.hasPrefix("1") { break }
-            try await Task.sleep(for: .milliseconds(50))
+        let holder = try LockHolder(url: url, psql: psql, schema: schema)
+        let held = try await holder.waitFor(granted: true)
+        if held {
+            do {
+                try await accounts.save(Account(id: 2, balance: 0, owner: "y"))
+                Issue.record("the write should have timed out behind the lock")
+            } catch let error as DepotError {
+                #expect(error.code == .busy, "\(error)")
+            }
         }
-        do {
-            try await accounts.save(Account(id: 2, balance: 0, owner: "y"))
-            Issue.record("the write should have timed out behind the lock")
-        } catch let error as DepotError {
-            #expect(error.code == .busy, "\(error)")
-        }
-        holder.waitUntilExit()
+        try await holder.release()
+        try #require(held, "the other program's lock was never seen")
         try await accounts.save(Account(id: 3, balance: 0, owner: "z"))
         #expect(try await accounts.count() == 2)
         await store.close()
@@ -182,21 +223,16 @@ struct PostgresSharingTests {
         let store = try PostgresStore(url: url, options: .init(schema: schema, readers: 1, statementTimeout: .zero, retries: 0))
         let accounts = Controller<Account, Account>(store: store)
         try await accounts.save(Account(id: 1, balance: 0, owner: "x"))
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: psql)
-        holder.arguments = [url, "-q", "-c", "BEGIN; LOCK TABLE \"\(schema)\".\"Account\" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;"]
-        holder.standardOutput = FileHandle.nullDevice
-        try holder.run()
-        var held = false
-        while !held && holder.isRunning {
-            let locks = try ProcessLaunch.run(psql, [url, "-At", "-c", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(schema)' AND c.relname = 'Account' AND l.mode = 'AccessExclusiveLock' AND l.granted"])
-            held = locks.stdout.hasPrefix("1")
-            if !held { try await Task.sleep(for: .milliseconds(20)) }
-        }
-        #expect(held, "the other program's lock was never seen")
-        // Waits behind the lock (far more than 1 ms), then succeeds.
-        try await accounts.save(Account(id: 2, balance: 0, owner: "y"))
-        holder.waitUntilExit()
+        let holder = try LockHolder(url: url, psql: psql, schema: schema)
+        let held = try await holder.waitFor(granted: true)
+        if !held { try await holder.release() }
+        try #require(held, "the other program's lock was never seen")
+        // Waits behind the lock (far more than 1 ms) until the lock goes, then succeeds.
+        let save = Task { try await accounts.save(Account(id: 2, balance: 0, owner: "y")) }
+        let waited = try await holder.waitFor(granted: false)
+        try await holder.release()
+        #expect(waited, "the write never waited for the lock")
+        try await save.value
         #expect(try await accounts.count() == 2)
         await store.close()
     }
