@@ -208,7 +208,7 @@ struct EngineRetryTests {
         let read = Task { try await cats.count() }
         // The read finishes while the lane is still held, or the wait gives up.
         var finished = false
-        for _ in 0..<1_000 where !finished {
+        for _ in 0..<6_000 where !finished {
             try await Task.sleep(for: .milliseconds(10))
             finished = engine.log.withLockedValue { $0.reads - readsBefore == 2 }
         }

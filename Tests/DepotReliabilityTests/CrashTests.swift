@@ -112,6 +112,11 @@ struct CrashTests {
         report("crash \(config.testDescription): \(survived) of \(Self.kills) kill points survived, \(commits) commits (\(acknowledged) acknowledged in the last store's log) checked in \(storeNumber) stores; any loss or torn transaction fails the test")
     }
 
+    /// The size of the file at `path`; 0 when there is none yet.
+    static func fileSize(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
+    }
+
     /// Rounds of the two-process test: `DEPOT_TWO_PROCESS_ROUNDS`, or 50 in the full run.
     static let rounds = Stress.size("DEPOT_TWO_PROCESS_ROUNDS", ci: 2, tsan: 1, full: 50)
 
@@ -129,6 +134,12 @@ struct CrashTests {
             let helpers = try logs.enumerated().map { index, log in
                 try Helper(["write", url, log, String(UInt64.random(in: 0...UInt64(Int64.max), using: &generator))],
                     stderrPath: directory.file("stderr-\(index).txt"))
+            }
+            // The kill comes a random while after either writer's first acknowledged commit,
+            // not after its start: a machine busy with other suites (or the Thread
+            // Sanitizer) can take seconds to start a writer and open the store.
+            for _ in 0..<6_000 where !logs.contains(where: { Self.fileSize($0) > 0 }) {
+                try await Task.sleep(for: .milliseconds(20))
             }
             try await Task.sleep(for: .milliseconds(Int.random(in: 300...900, using: &generator) * (Stress.underTSan ? 3 : 1)))
             for helper in helpers.shuffled(using: &generator) {
