@@ -207,12 +207,7 @@ struct EngineRetryTests {
         }
         let read = Task { try await cats.count() }
         // The read finishes while the lane is still held, or the wait gives up.
-        var finished = false
-        for _ in 0..<6_000 where !finished {
-            try await Task.sleep(for: .milliseconds(10))
-            finished = engine.log.withLockedValue { $0.reads - readsBefore == 2 }
-        }
-        let lastRunBeganBeforeRelease = finished
+        let lastRunBeganBeforeRelease = try await eventually { engine.log.withLockedValue { $0.reads - readsBefore == 2 } }
         release.signal()
         #expect(try await read.value == 1)
         #expect(lastRunBeganBeforeRelease, "the second run did not wait for the writer's lane")

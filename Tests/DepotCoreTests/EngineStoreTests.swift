@@ -75,9 +75,7 @@ struct EngineStoreTests {
             try await cats.save(Cat(id: 1, name: "Tom", weight: 4, age: 3))
         }
         // Closing runs on the writer's lane after the last reference went: wait for it.
-        for _ in 0..<6_000 where engine.counts.withLockedValue({ $0.closes }) == 0 {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try await eventually { engine.counts.withLockedValue { $0.closes } != 0 }
         #expect(engine.counts.withLockedValue { $0.closes } == 1)
     }
 

@@ -43,10 +43,9 @@ struct PostgresReadEndTests {
         /// machine can be slow to give their server processes the CPU).
         func busyConnections() async throws -> Int {
             var busy = -1
-            for _ in 0..<600 {
+            _ = try await eventually(every: .milliseconds(100)) {
                 busy = Int(try query("SELECT count(*) FROM pg_stat_activity WHERE application_name = '\(tag)' AND state <> 'idle'")) ?? -1
-                if busy == 0 { break }
-                try await Task.sleep(for: .milliseconds(100))
+                return busy == 0
             }
             return busy
         }

@@ -80,11 +80,7 @@ struct PostgresReplicaTests {
         #expect(try await cats.fetchOne(id: 1)?.name == "Tom")
         // The standby has replayed Tom before its replay is paused: an eventual read (on the
         // standby) sees him. A loaded machine can take a while to replay.
-        var replayed = false
-        for _ in 0..<1_200 where !replayed {
-            replayed = try await lagging.count() == 1
-            if !replayed { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        let replayed = try await eventually(every: .milliseconds(50)) { try await lagging.count() == 1 }
         try #require(replayed, "the standby never replayed the first save")
 
         try TestCluster.onStandby("SELECT pg_wal_replay_pause()")
@@ -107,11 +103,7 @@ struct PostgresReplicaTests {
         try TestCluster.onStandby("SELECT pg_wal_replay_resume()")
         // Replay resumed: the standby serves the read once it caught up.
         #expect(try await cats.fetchOne(id: 2)?.name == "Felix")
-        var caughtUp = false
-        for _ in 0..<1_200 where !caughtUp {
-            caughtUp = try await lagging.count() == 2
-            if !caughtUp { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        let caughtUp = try await eventually(every: .milliseconds(50)) { try await lagging.count() == 2 }
         #expect(caughtUp, "the standby replayed the save once resumed")
     }
 

@@ -15,14 +15,10 @@ struct PostgresSchemaWatchTests {
 
     static func schema() -> String { "w_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())" }
 
-    /// Polls `condition` every 10 ms for up to a minute: the listener's thread hears a
-    /// notification when a loaded machine gives it the CPU.
+    /// Polls `condition` for up to a minute: the listener's thread hears a notification
+    /// when a loaded machine gives it the CPU.
     static func eventually(_ condition: () -> Bool) async throws -> Bool {
-        for _ in 0..<6_000 {
-            if condition() { return true }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return condition()
+        try await DepotTesting.eventually { condition() }
     }
 
     static func expectSchemaMismatch<T>(_ what: String, _ body: () async throws -> T) async {

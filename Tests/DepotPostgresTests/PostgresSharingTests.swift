@@ -166,19 +166,13 @@ struct PostgresSharingTests {
 
         /// Waits up to a minute until `locks(granted:)` is above zero.
         func waitFor(granted: Bool) async throws -> Bool {
-            for _ in 0..<1_200 {
-                if try await locks(granted: granted) > 0 { return true }
-                try await Task.sleep(for: .milliseconds(50))
-            }
-            return false
+            try await eventually(every: .milliseconds(50)) { try await locks(granted: granted) > 0 }
         }
 
         /// Ends the holder's session, which releases the lock.
         func release() async throws {
             _ = try await ProcessLaunch.runOffPool(psql, [url, "-At", "-c", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '\(name)'"])
-            for _ in 0..<1_200 where process.isRunning {
-                try await Task.sleep(for: .milliseconds(50))
-            }
+            _ = try await eventually(every: .milliseconds(50)) { !process.isRunning }
         }
     }
 

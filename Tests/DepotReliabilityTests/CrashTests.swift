@@ -138,9 +138,7 @@ struct CrashTests {
             // The kill comes a random while after either writer's first acknowledged commit,
             // not after its start: a machine busy with other suites (or the Thread
             // Sanitizer) can take seconds to start a writer and open the store.
-            for _ in 0..<6_000 where !logs.contains(where: { Self.fileSize($0) > 0 }) {
-                try await Task.sleep(for: .milliseconds(20))
-            }
+            _ = try await eventually(within: 120, every: .milliseconds(20)) { logs.contains { Self.fileSize($0) > 0 } }
             try await Task.sleep(for: .milliseconds(Int.random(in: 300...900, using: &generator) * (Stress.underTSan ? 3 : 1)))
             for helper in helpers.shuffled(using: &generator) {
                 if let problem = helper.killNow() { Issue.record("\(config.testDescription), round \(round): \(problem)") }

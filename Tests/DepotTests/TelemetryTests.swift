@@ -140,9 +140,7 @@ struct TelemetryTests {
         } }
         try #require(await signalled(started, within: 300), "the holding read started")
         let waiting = Task { try await cats.fetchAll().count }
-        for _ in 0..<6_000 where total("depot_pool_waits_total", dimensions) == before {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try await eventually { total("depot_pool_waits_total", dimensions) != before }
         #expect(total("depot_pool_waits_total", dimensions) > before, "a read queued behind the only reader connection")
         release.signal()
         try await holding.value
