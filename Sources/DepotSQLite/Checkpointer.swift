@@ -83,6 +83,10 @@ package final class Checkpointer: @unchecked Sendable {
     private var started = false
     /// Tests: runs on the checkpointer's thread before each checkpoint it starts.
     package var beforeCheckpoint: (@Sendable () -> Void)?
+    /// Ends the read transactions idle reader connections keep (see `KeptSnapshots`) before
+    /// a checkpoint copies frames: a kept one holds frames back from the copy and the WAL
+    /// from its restart. Set before the WAL hook is installed.
+    var releaseReaders: (@Sendable () -> Void)?
 
     package init(path: String, log: StoreLog, threshold: Int32 = 1_000) {
         self.path = path
@@ -163,6 +167,7 @@ package final class Checkpointer: @unchecked Sendable {
             }
             // A passive checkpoint on the writer, as SQLite's default hook makes; an error
             // or a busy checkpoint lock leaves the frames in the WAL, copied later.
+            releaseReaders?()
             var total: Int32 = 0
             var done: Int32 = 0
             let start = DispatchTime.now().uptimeNanoseconds
@@ -202,6 +207,7 @@ package final class Checkpointer: @unchecked Sendable {
             let (closed, generation) = state.withLockedValue { ($0.closed, $0.runningGeneration) }
             if closed { break }
             beforeCheckpoint?()
+            releaseReaders?()
             checkpoint(generation: generation)
         }
         connection?.close()

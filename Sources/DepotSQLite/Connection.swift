@@ -79,6 +79,9 @@ package final class Connection: @unchecked Sendable {
     /// registry's: its transaction asks the runtime to reload the registry and run it again
     /// (see `SQLiteEngine+SchemaWatch.swift`). Cleared when the next read begins.
     @exclusivity(unchecked) var schemaMoved = false
+    /// The WAL-index header as it was just before the read transaction this reader keeps
+    /// open between reads began; `nil` when it keeps none (see ``KeptSnapshots``).
+    @exclusivity(unchecked) var keptHeader: WALIndexHeader?
 
     private init(handle: OpaquePointer, path: String) {
         self.handle = handle
@@ -170,6 +173,19 @@ package final class Connection: @unchecked Sendable {
         let (rc, main) = Self.mainFile(of: db)
         guard let (file, methods) = main, let sync = methods.xSync else { return rc == SQLITE_OK ? SQLITE_MISUSE : rc }
         return sync(file, SQLITE_SYNC_NORMAL)
+    }
+
+    /// The start of SQLite's mapping of the WAL index (the `-shm` file) for this connection,
+    /// through the VFS's own `xShmMap`, so it is the mapping SQLite itself reads; valid until
+    /// the connection closes. `nil` when the connection has none (not in WAL mode, or not
+    /// yet mapped: nothing is created here).
+    func walIndexRegion() -> UnsafeRawPointer? {
+        guard let db = handle else { return nil }
+        let (_, main) = Self.mainFile(of: db)
+        guard let (file, methods) = main, methods.iVersion >= 2, let map = methods.xShmMap else { return nil }
+        var region: UnsafeMutableRawPointer?
+        guard map(file, 0, 32_768, 0, &region) == SQLITE_OK, let region else { return nil }
+        return UnsafeRawPointer(region)
     }
 
     /// The main database file SQLite opened for `db`, and its methods; `nil` with SQLite's

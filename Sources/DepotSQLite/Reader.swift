@@ -1,4 +1,5 @@
 import DepotCore
+import NIOConcurrencyHelpers
 
 extension SQLiteEngine {
     /// A reader connection, handed to one read at a time by the store runtime's pool; the
@@ -6,6 +7,8 @@ extension SQLiteEngine {
     /// next).
     public final class Reader: Sendable {
         let connection: Connection
+        /// Whether a read has the connection now; see ``KeptSnapshots``.
+        let use = NIOLockedValueBox(KeptSnapshots.Use())
 
         init(connection: Connection) {
             self.connection = connection

@@ -129,6 +129,9 @@ public final class SQLiteEngine: StorageEngine {
     let companionsAtOpen: (wal: Bool, shm: Bool)
     /// Checkpoints the WAL beside the writer instead of inside its commits.
     package let checkpointer: Checkpointer
+    /// The read transactions reader connections keep between reads; `nil` for a read-only
+    /// store (see ``KeptSnapshots``).
+    let kept: KeptSnapshots?
 
     // MARK: Opening
 
@@ -233,8 +236,12 @@ public final class SQLiteEngine: StorageEngine {
             }
             let readers = connections.map { Reader(connection: $0) }
             let checkpointer = Checkpointer(path: file, log: log)
+            // The writer has written in WAL mode by now, so SQLite has mapped the WAL index.
+            let kept = options.readOnly ? nil : writer.walIndexRegion().map { KeptSnapshots(region: $0, readers: readers) }
+            if let kept { checkpointer.releaseReaders = { kept.releaseIdle(all: true) } }
             if !options.readOnly { writer.checkpoint(with: checkpointer) }
             self.checkpointer = checkpointer
+            self.kept = kept
             self.writer = writer
             self.readers = readers
             state.withLockedValue { s in
@@ -304,6 +311,32 @@ public final class SQLiteEngine: StorageEngine {
         }
         let connection = reader.connection
         connection.schemaMoved = false
+        guard let kept else { return try beginRead(on: connection, singleStatement: singleStatement, claimed: nil) }
+        // Claimed until the transaction ends: a sweep of kept transactions leaves it alone.
+        reader.use.withLockedValue {
+            $0.busy = true
+            $0.usedSinceSweep = true
+        }
+        do {
+            if singleStatement {
+                try kept.begin(on: connection)
+                let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false, claimed: reader)
+                transaction.single.isOn = true
+                return transaction
+            }
+            if connection.keptHeader != nil {
+                connection.keptHeader = nil
+                rollback(connection)
+            }
+            return try beginRead(on: connection, singleStatement: false, claimed: reader)
+        } catch {
+            reader.use.withLockedValue { $0.busy = false }
+            throw error
+        }
+    }
+
+    /// A read in autocommit mode (`singleStatement`) or in a transaction of its own.
+    private func beginRead(on connection: Connection, singleStatement: Bool, claimed: Reader?) throws -> SQLiteTransaction {
         if singleStatement {
             let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false)
             transaction.single.isOn = true
@@ -320,7 +353,7 @@ public final class SQLiteEngine: StorageEngine {
             rollback(connection)
             throw error
         }
-        return SQLiteTransaction(connection: connection, tables: sharedTables, writable: false)
+        return SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, claimed: claimed)
     }
 
     /// Begins an immediate write transaction on the writer connection, with the registry
@@ -374,6 +407,7 @@ public final class SQLiteEngine: StorageEngine {
     /// writer, which checkpoints the WAL into the file and removes it; a read-only store
     /// removes the `-wal` and `-shm` its reading created, a private one its directory.
     public func close() {
+        kept?.close()
         for reader in readers { reader.connection.close() }
         checkpointer.close()
         writer.close()

@@ -6,6 +6,16 @@ extension EngineStore where Engine == SQLiteEngine {
     /// Checkpoints the WAL beside the writer.
     package var checkpointer: Checkpointer { engine.checkpointer }
 
+    /// How many reader connections keep a read transaction between reads now (see
+    /// `KeptSnapshots`); 0 for a read-only store.
+    package var keptSnapshots: Int { engine.kept?.keptCount ?? 0 }
+
+    /// Pauses (or resumes) the sweeps that end idle readers' kept transactions, so that a
+    /// test can look at a kept one however slowly it runs.
+    package func pauseSnapshotSweeps(_ paused: Bool) {
+        engine.kept?.sweepsPaused.store(paused, ordering: .sequentiallyConsistent)
+    }
+
     /// The journal mode and synchronous level the writer connection runs with, as SQLite
     /// reports them (`PRAGMA journal_mode`, `PRAGMA synchronous`: 0 off, 1 normal, 2 full).
     package func pragmaSettings() async throws -> (journalMode: String, synchronous: Int) {

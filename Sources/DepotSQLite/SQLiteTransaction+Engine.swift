@@ -15,10 +15,12 @@ extension SQLiteTransaction {
     /// The references between the registered tables.
     public var relationships: Relationships { tables.relationships }
 
-    /// Ends a read: its SQL transaction, when it has one, rolls back (it wrote nothing).
+    /// Ends a read: its SQL transaction, when it has one, rolls back (it wrote nothing); a
+    /// read of one statement leaves the transaction its reader keeps (see `KeptSnapshots`).
     public func end() {
         isFinished = true
         if explicit { SQLiteEngine.rollback(connection) }
+        claimed?.use.withLockedValue { $0.busy = false }
     }
 
     /// Commits, and returns what was written since the transaction began or since the last
@@ -35,6 +37,8 @@ extension SQLiteTransaction {
     public func rollback() {
         isFinished = true
         SQLiteEngine.rollback(connection)
+        connection.keptHeader = nil
+        claimed?.use.withLockedValue { $0.busy = false }
     }
 
     /// Begins one caller's write of a group: `SAVEPOINT depot_write`.

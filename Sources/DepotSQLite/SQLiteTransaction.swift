@@ -24,13 +24,20 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// statement runs; a second is refused and the transaction asks to run again as a
     /// transaction, so that its statements share one snapshot.
     @exclusivity(unchecked) var single = SingleStatementRead()
+    /// The reader connection a read claimed from sweeps of kept transactions, given back
+    /// when the read ends (see ``KeptSnapshots``).
+    let claimed: SQLiteEngine.Reader?
 
-    init(connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false), explicit: Bool = true) {
+    init(
+        connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false),
+        explicit: Bool = true, claimed: SQLiteEngine.Reader? = nil
+    ) {
         self.connection = connection
         self.shared = tables
         self.writable = writable
         self.explicit = explicit
         self.recorder = recorder
+        self.claimed = claimed
         connection.lastError = nil
     }
 

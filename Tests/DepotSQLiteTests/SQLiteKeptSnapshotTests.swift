@@ -1,0 +1,59 @@
+import DepotCore
+import DepotTesting
+import Foundation
+import Testing
+
+import DepotSQLite
+
+/// A reader connection keeps its read transaction between reads of one statement while
+/// nothing commits (see `KeptSnapshots`): a read still sees every commit made before it
+/// began, by this process or another, and idle readers give their transactions up so that
+/// checkpoints and WAL restarts, this process's or another's, are not held back.
+@Suite("SQLite snapshots kept between reads")
+struct SQLiteKeptSnapshotTests {
+    @Test func aReadSeesWhatAnotherProcessCommittedSinceTheLastRead() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("kept.sqlite").path
+            let store = try SQLiteStore(path: path)
+            store.pauseSnapshotSweeps(true)
+            let cats = Controller<Cat, CatRecord>(store: store)
+            try await cats.save(Cat.workload(count: 10))
+            #expect(try await cats.fetchOne(id: 3)?.name != "renamed")
+            #expect(store.keptSnapshots >= 1, "the read kept its transaction")
+            // Another process commits while the reader keeps its transaction.
+            #expect(try sqlite3CLI(path, "UPDATE Cat SET name = 'renamed' WHERE id = 3; SELECT changes();") == "1\n")
+            #expect(try await cats.fetchOne(id: 3)?.name == "renamed")
+            #expect(try await cats.count(Request(\.name == "renamed")) == 1)
+            // And this process's own writes, through another store on the same file.
+            let other = try SQLiteStore(path: path)
+            try await Controller<Cat, CatRecord>(store: other).save(Cat(id: 11, name: "eleven", weight: 1, age: 1))
+            #expect(try await cats.fetchOne(id: 11)?.name == "eleven")
+            await other.close()
+            await store.close()
+        }
+    }
+
+    @Test func idleReadersGiveTheirTransactionsUpSoAnotherProcessCanRestartTheWAL() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("kept.sqlite").path
+            let store = try SQLiteStore(path: path)
+            let cats = Controller<Cat, CatRecord>(store: store)
+            store.pauseSnapshotSweeps(true)
+            try await cats.save(Cat.workload(count: 50))
+            // Reads on several readers at once, so that more than one keeps a transaction.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for id in Int64(1)...8 { group.addTask { _ = try await cats.fetchOne(id: id) } }
+                try await group.waitForAll()
+            }
+            #expect(store.keptSnapshots >= 1)
+            store.pauseSnapshotSweeps(false)
+            let released = try await eventually { store.keptSnapshots == 0 }
+            #expect(released, "idle readers still keep \(store.keptSnapshots) transactions")
+            // Nothing of this process holds a read mark: another process's checkpoint copies
+            // every frame and truncates the WAL.
+            #expect(try sqlite3CLIResult(path, "PRAGMA wal_checkpoint(TRUNCATE);").text == "0|0|0\n")
+            #expect(try await cats.count() == 50)
+            await store.close()
+        }
+    }
+}
