@@ -83,10 +83,12 @@ package final class Checkpointer: @unchecked Sendable {
     private var started = false
     /// Tests: runs on the checkpointer's thread before each checkpoint it starts.
     package var beforeCheckpoint: (@Sendable () -> Void)?
-    /// Ends the read transactions idle reader connections keep (see `KeptSnapshots`) before
-    /// a checkpoint copies frames: a kept one holds frames back from the copy and the WAL
-    /// from its restart. Set before the WAL hook is installed.
-    var releaseReaders: (@Sendable () -> Void)?
+    /// The read transactions reader connections keep (see `KeptSnapshots`): idle ones are
+    /// ended before a checkpoint copies frames, since a kept one holds frames back from the
+    /// copy and the WAL from its restart; and from the writer's copy for a restart until the
+    /// WAL has restarted, busy ones end theirs when their read does. Set before the WAL hook
+    /// is installed.
+    var kept: KeptSnapshots?
 
     package init(path: String, log: StoreLog, threshold: Int32 = 1_000) {
         self.path = path
@@ -118,6 +120,7 @@ package final class Checkpointer: @unchecked Sendable {
             if s.closed { return .none }
             if frames < s.lastFrames {
                 s.generation &+= 1
+                kept?.restartPending.store(false, ordering: .relaxed)
                 s.copied = 0
                 s.nextHere = 0
                 s.nextRound = 0
@@ -167,7 +170,8 @@ package final class Checkpointer: @unchecked Sendable {
             }
             // A passive checkpoint on the writer, as SQLite's default hook makes; an error
             // or a busy checkpoint lock leaves the frames in the WAL, copied later.
-            releaseReaders?()
+            if case .restart = action { kept?.restartPending.store(true, ordering: .relaxed) }
+            kept?.releaseIdle(all: true)
             var total: Int32 = 0
             var done: Int32 = 0
             let start = DispatchTime.now().uptimeNanoseconds
@@ -207,7 +211,7 @@ package final class Checkpointer: @unchecked Sendable {
             let (closed, generation) = state.withLockedValue { ($0.closed, $0.runningGeneration) }
             if closed { break }
             beforeCheckpoint?()
-            releaseReaders?()
+            kept?.releaseIdle(all: true)
             checkpoint(generation: generation)
         }
         connection?.close()

@@ -47,8 +47,10 @@ struct WALIndexHeader: Equatable {
 /// the WAL cannot restart while it is open. So the transactions of idle readers are ended:
 /// by the store's checkpointer before it copies frames (`releaseIdle(all: true)`), and
 /// by a sweep that runs while any is kept and ends those no read used since the sweep
-/// before ([sweepInterval]): another process's checkpoint or restart waits at most that
-/// long for this store's idle readers.
+/// before (`sweepInterval`): another process's checkpoint or restart waits at most about
+/// twice that long for this store's idle readers. Once the writer has copied the WAL's last
+/// frames for a restart, reads keep nothing until the WAL has restarted
+/// (`restartPending`).
 final class KeptSnapshots: Sendable {
     /// How long an idle reader keeps its transaction at most (between one and two of these).
     static let sweepInterval: DispatchTimeInterval = .milliseconds(100)
@@ -67,6 +69,10 @@ final class KeptSnapshots: Sendable {
     private let readers: [SQLiteEngine.Reader]
     private let sweepScheduled = Atomic<Bool>(false)
     private let closed = Atomic<Bool>(false)
+    /// Set by the writer's copy for a WAL restart, cleared once the WAL has restarted: the
+    /// restart needs every reader off the WAL's read marks, so meanwhile each read ends its
+    /// transaction when it is done instead of keeping it.
+    let restartPending = Atomic<Bool>(false)
     /// Tests: sweeps end no transaction while set (the checkpointer's releases still do).
     let sweepsPaused = Atomic<Bool>(false)
 

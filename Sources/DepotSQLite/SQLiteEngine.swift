@@ -238,7 +238,7 @@ public final class SQLiteEngine: StorageEngine {
             let checkpointer = Checkpointer(path: file, log: log)
             // The writer has written in WAL mode by now, so SQLite has mapped the WAL index.
             let kept = options.readOnly ? nil : writer.walIndexRegion().map { KeptSnapshots(region: $0, readers: readers) }
-            if let kept { checkpointer.releaseReaders = { kept.releaseIdle(all: true) } }
+            checkpointer.kept = kept
             if !options.readOnly { writer.checkpoint(with: checkpointer) }
             self.checkpointer = checkpointer
             self.kept = kept
@@ -320,7 +320,7 @@ public final class SQLiteEngine: StorageEngine {
         do {
             if singleStatement {
                 try kept.begin(on: connection)
-                let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false, claimed: reader)
+                let transaction = SQLiteTransaction(connection: connection, tables: sharedTables, writable: false, explicit: false, claimed: reader, kept: kept)
                 transaction.single.isOn = true
                 return transaction
             }

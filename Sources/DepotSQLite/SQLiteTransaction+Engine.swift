@@ -20,7 +20,13 @@ extension SQLiteTransaction {
     public func end() {
         isFinished = true
         if explicit { SQLiteEngine.rollback(connection) }
-        claimed?.use.withLockedValue { $0.busy = false }
+        guard let claimed else { return }
+        // While the writer waits to restart the WAL, no read keeps its transaction.
+        if let kept, kept.restartPending.load(ordering: .relaxed), connection.keptHeader != nil {
+            connection.keptHeader = nil
+            SQLiteEngine.rollback(connection)
+        }
+        claimed.use.withLockedValue { $0.busy = false }
     }
 
     /// Commits, and returns what was written since the transaction began or since the last

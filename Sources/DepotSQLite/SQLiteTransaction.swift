@@ -27,10 +27,12 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
     /// The reader connection a read claimed from sweeps of kept transactions, given back
     /// when the read ends (see ``KeptSnapshots``).
     let claimed: SQLiteEngine.Reader?
+    /// The store's kept transactions, for a read of one statement in one of them.
+    let kept: KeptSnapshots?
 
     init(
         connection: Connection, tables: SharedRegistry<RegisteredEntity>, writable: Bool, recorder: ChangeRecorder = ChangeRecorder(detailed: false),
-        explicit: Bool = true, claimed: SQLiteEngine.Reader? = nil
+        explicit: Bool = true, claimed: SQLiteEngine.Reader? = nil, kept: KeptSnapshots? = nil
     ) {
         self.connection = connection
         self.shared = tables
@@ -38,6 +40,7 @@ public final class SQLiteTransaction: EngineReadTransaction, EngineWriteTransact
         self.explicit = explicit
         self.recorder = recorder
         self.claimed = claimed
+        self.kept = kept
         connection.lastError = nil
     }
 

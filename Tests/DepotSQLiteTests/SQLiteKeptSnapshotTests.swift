@@ -1,6 +1,7 @@
 import DepotCore
 import DepotTesting
 import Foundation
+import Synchronization
 import Testing
 
 import DepotSQLite
@@ -11,6 +12,11 @@ import DepotSQLite
 /// checkpoints and WAL restarts, this process's or another's, are not held back.
 @Suite("SQLite snapshots kept between reads")
 struct SQLiteKeptSnapshotTests {
+    /// Tells the readers of a test that the writer is done.
+    final class Done: Sendable {
+        let flag = Atomic<Bool>(false)
+    }
+
     @Test func aReadSeesWhatAnotherProcessCommittedSinceTheLastRead() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("kept.sqlite").path
@@ -29,6 +35,47 @@ struct SQLiteKeptSnapshotTests {
             try await Controller<Cat, CatRecord>(store: other).save(Cat(id: 11, name: "eleven", weight: 1, age: 1))
             #expect(try await cats.fetchOne(id: 11)?.name == "eleven")
             await other.close()
+            await store.close()
+        }
+    }
+
+    /// Readers that read all the time keep transactions all the time: the writer's copy for
+    /// a restart makes them give theirs up, so the WAL still restarts and stays bounded.
+    @Test func theWALRestartsWhileReadersReadBesideAStreamOfSaves() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("kept.sqlite").path
+            let store = try SQLiteStore(path: path)
+            let cats = Controller<Cat, CatRecord>(store: store)
+            try await cats.save(Cat.workload(count: 100))
+            // Each save adds about two frames (the table's page, the index's): enough for
+            // several restarts at the checkpointer's threshold of 1,000 frames.
+            let saves = TestScale.size("DEPOT_KEPT_SAVES", ci: 8_000, tsan: 5_000)
+            let done = Done()
+            var largest = 0
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for reader in 0..<4 {
+                    group.addTask {
+                        var id = Int64(reader)
+                        while !done.flag.load(ordering: .relaxed) {
+                            let cat = try await cats.fetchOne(id: id % 100 + 1)
+                            #expect(cat != nil)
+                            id += 1
+                        }
+                    }
+                }
+                for i in 0..<saves {
+                    try await cats.save(Cat(id: Int64(1_000 + i), name: "cat \(i)", weight: 1, age: i % 16))
+                    if i % 100 == 0 { largest = max(largest, SQLiteCheckpointTests.walFrames(path)) }
+                }
+                done.flag.store(true, ordering: .relaxed)
+                try await group.waitForAll()
+            }
+            #expect(store.checkpointer.restarts >= 1, "the WAL never restarted (largest \(largest) frames)")
+            // A WAL that never restarts passes 16,000 frames at the CI size; one that does
+            // stays near 4 × the threshold, where the writer copies the rest for a restart.
+            let bound = 12 * Int(store.checkpointer.threshold)
+            #expect(largest <= bound, "the WAL grew to \(largest) frames")
+            #expect(try await cats.count() == 100 + saves)
             await store.close()
         }
     }
