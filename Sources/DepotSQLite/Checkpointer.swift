@@ -170,7 +170,9 @@ package final class Checkpointer: @unchecked Sendable {
             }
             // A passive checkpoint on the writer, as SQLite's default hook makes; an error
             // or a busy checkpoint lock leaves the frames in the WAL, copied later.
-            if case .restart = action { kept?.restartPending.store(true, ordering: .relaxed) }
+            // Every copy the writer makes is one the WAL should restart after (or one of a
+            // thread fallen behind): until it has, reads keep no transaction.
+            kept?.restartPending.store(true, ordering: .relaxed)
             kept?.releaseIdle(all: true)
             var total: Int32 = 0
             var done: Int32 = 0

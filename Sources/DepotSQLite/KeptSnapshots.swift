@@ -69,9 +69,10 @@ final class KeptSnapshots: Sendable {
     private let readers: [SQLiteEngine.Reader]
     private let sweepScheduled = Atomic<Bool>(false)
     private let closed = Atomic<Bool>(false)
-    /// Set by the writer's copy for a WAL restart, cleared once the WAL has restarted: the
-    /// restart needs every reader off the WAL's read marks, so meanwhile each read ends its
-    /// transaction when it is done instead of keeping it.
+    /// Set by the writer's own copies (for a WAL restart, or while the checkpointer's thread
+    /// is behind), cleared once the WAL has restarted: the restart needs every reader off
+    /// the WAL's read marks, so meanwhile each read ends its transaction when it is done
+    /// instead of keeping it.
     let restartPending = Atomic<Bool>(false)
     /// Tests: sweeps end no transaction while set (the checkpointer's releases still do).
     let sweepsPaused = Atomic<Bool>(false)
@@ -135,7 +136,9 @@ final class KeptSnapshots: Sendable {
     }
 
     private func scheduleSweep() {
-        guard !closed.load(ordering: .relaxed),
+        // A plain load first: every reader begins transactions after each commit, and a
+        // failed exchange would still take the shared flag's cache line from the others.
+        guard !closed.load(ordering: .relaxed), !sweepScheduled.load(ordering: .relaxed),
             sweepScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
         DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + Self.sweepInterval) { [weak self] in

@@ -17,13 +17,20 @@ struct SQLiteKeptSnapshotTests {
         let flag = Atomic<Bool>(false)
     }
 
+    /// A store in `directory` holding `count` cats, with its sweeps of idle readers paused
+    /// when `paused`, and the database file's path.
+    static func store(in directory: URL, cats count: Int, paused: Bool) async throws -> (SQLiteStore, Controller<Cat, CatRecord>, String) {
+        let path = directory.appendingPathComponent("kept.sqlite").path
+        let store = try SQLiteStore(path: path)
+        store.pauseSnapshotSweeps(paused)
+        let cats = Controller<Cat, CatRecord>(store: store)
+        try await cats.save(Cat.workload(count: count))
+        return (store, cats, path)
+    }
+
     @Test func aReadSeesWhatAnotherProcessCommittedSinceTheLastRead() async throws {
         try await withTemporaryDirectory { directory in
-            let path = directory.appendingPathComponent("kept.sqlite").path
-            let store = try SQLiteStore(path: path)
-            store.pauseSnapshotSweeps(true)
-            let cats = Controller<Cat, CatRecord>(store: store)
-            try await cats.save(Cat.workload(count: 10))
+            let (store, cats, path) = try await Self.store(in: directory, cats: 10, paused: true)
             #expect(try await cats.fetchOne(id: 3)?.name != "renamed")
             #expect(store.keptSnapshots >= 1, "the read kept its transaction")
             // Another process commits while the reader keeps its transaction.
@@ -43,13 +50,11 @@ struct SQLiteKeptSnapshotTests {
     /// a restart makes them give theirs up, so the WAL still restarts and stays bounded.
     @Test func theWALRestartsWhileReadersReadBesideAStreamOfSaves() async throws {
         try await withTemporaryDirectory { directory in
-            let path = directory.appendingPathComponent("kept.sqlite").path
-            let store = try SQLiteStore(path: path)
-            let cats = Controller<Cat, CatRecord>(store: store)
-            try await cats.save(Cat.workload(count: 100))
+            let (store, cats, path) = try await Self.store(in: directory, cats: 100, paused: false)
             // Each save adds about two frames (the table's page, the index's): enough for
-            // several restarts at the checkpointer's threshold of 1,000 frames.
-            let saves = TestScale.size("DEPOT_KEPT_SAVES", ci: 8_000, tsan: 5_000)
+            // several restarts at the checkpointer's threshold of 1,000 frames, under Thread
+            // Sanitizer too.
+            let saves = TestScale.size("DEPOT_KEPT_SAVES", ci: 8_000, tsan: 8_000)
             let done = Done()
             var largest = 0
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -82,11 +87,7 @@ struct SQLiteKeptSnapshotTests {
 
     @Test func idleReadersGiveTheirTransactionsUpSoAnotherProcessCanRestartTheWAL() async throws {
         try await withTemporaryDirectory { directory in
-            let path = directory.appendingPathComponent("kept.sqlite").path
-            let store = try SQLiteStore(path: path)
-            let cats = Controller<Cat, CatRecord>(store: store)
-            store.pauseSnapshotSweeps(true)
-            try await cats.save(Cat.workload(count: 50))
+            let (store, cats, path) = try await Self.store(in: directory, cats: 50, paused: true)
             // Reads on several readers at once, so that more than one keeps a transaction.
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for id in Int64(1)...8 { group.addTask { _ = try await cats.fetchOne(id: id) } }
